@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""Set up the development environment and run a job: ``python3 dev.py demo | test | bench``.
+
+Needs only Python 3.10+. The first call creates ``.venv`` and installs toolloop with its
+``dev`` extra into it; later calls reinstall only when ``pyproject.toml`` changed.
+
+- ``demo``: the main job, a real run of the plan/execute loop.
+- ``test``: the whole suite: ruff (lint and format), mypy (strict), pytest on asyncio and trio.
+- ``bench``: the benchmarks, printing their figures.
+- anything else is run inside the venv, e.g. ``python3 dev.py pytest -k flow``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+PY = BIN / ("python.exe" if os.name == "nt" else "python")
+STAMP = VENV / ".toolloop-installed"
+
+
+def _run(*cmd: str | Path) -> None:
+    print("+", " ".join(str(c) for c in cmd), flush=True)
+    code = subprocess.call([str(c) for c in cmd], cwd=ROOT)
+    if code:
+        sys.exit(code)
+
+
+def setup() -> None:
+    """Create the venv and install the project, unless it is already up to date."""
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if STAMP.exists() and STAMP.read_text() == digest and PY.exists():
+        return
+    if not PY.exists():
+        print(f"creating {VENV}", flush=True)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    _run(PY, "-m", "pip", "install", "--quiet", "--upgrade", "pip")
+    _run(PY, "-m", "pip", "install", "--quiet", "-e", ".[dev]")
+    STAMP.write_text(digest)
+
+
+JOBS: dict[str, list[list[str]]] = {
+    "demo": [["python", "-m", "toolloop", "demo"]],
+    "test": [
+        ["ruff", "check", "."],
+        ["ruff", "format", "--check", "."],
+        ["mypy"],
+        ["python", "-m", "pytest"],
+    ],
+    "bench": [["python", "benchmarks/run_all.py"]],
+}
+
+
+def main(argv: list[str]) -> None:
+    if not argv:
+        sys.exit(__doc__)
+    setup()
+    job, *rest = argv
+    steps = JOBS.get(job, [[job]])
+    for i, step in enumerate(steps):
+        tool = PY if step[0] == "python" else BIN / step[0]
+        extra = rest if i == len(steps) - 1 else []
+        _run(tool, *step[1:], *extra)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

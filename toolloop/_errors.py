@@ -1,0 +1,161 @@
+"""The one error hierarchy of toolloop.
+
+Definition mistakes (how something was built) are kept apart from failures while running::
+
+    ToolloopError
+    ├── DefinitionError                 something was built wrong; fix the code
+    │   ├── FlowDefinitionError         a flow that cannot run as defined
+    │   └── ToolDefinitionError         a tool whose schema or function is unusable
+    └── RunError                        something went wrong while running
+        ├── ExecutionError              a flow execution ended badly (carries trace and state)
+        │   ├── StepFailedError         a step raised; the cause is chained
+        │   ├── ExecutionTimeoutError   the whole execution or one step ran out of time
+        │   ├── ExecutionStalledError   nothing left to run, but no end was reached
+        │   └── PlannerError            the planner raised or timed out (keeps done_plans)
+        ├── ResumeError                 a snapshot or an event that does not fit a paused run
+        ├── ToolCallError               one tool call failed (becomes a record's error)
+        │   ├── ToolNotFoundError
+        │   ├── ToolArgumentsError      kwargs that fail the tool's schema; the tool did not run
+        │   └── ToolTimeoutError
+        └── ModelOutputError            the model's output is unusable (malformed, truncated)
+
+Every message says what was expected, what came, and what to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .flow._trace import TraceEntry
+
+__all__ = [
+    "DefinitionError",
+    "ExecutionError",
+    "ExecutionStalledError",
+    "ExecutionTimeoutError",
+    "FlowDefinitionError",
+    "ModelOutputError",
+    "PlannerError",
+    "ResumeError",
+    "RunError",
+    "StepFailedError",
+    "ToolArgumentsError",
+    "ToolCallError",
+    "ToolDefinitionError",
+    "ToolNotFoundError",
+    "ToolTimeoutError",
+    "ToolloopError",
+]
+
+
+class ToolloopError(Exception):
+    """Base of every error toolloop raises on purpose."""
+
+
+class DefinitionError(ToolloopError):
+    """Something was built wrong (a flow, a tool): a bug in the calling code."""
+
+
+class FlowDefinitionError(DefinitionError):
+    """A flow definition that cannot run: an unhandled event, an unreachable step, no end."""
+
+
+class ToolDefinitionError(DefinitionError):
+    """A tool whose function or schema cannot be used."""
+
+
+class RunError(ToolloopError):
+    """A failure while running."""
+
+
+class ExecutionError(RunError):
+    """A flow execution ended badly.
+
+    Attributes:
+        trace: what ran before the failure, in order.
+        state: the execution's state at the moment it ended (still readable).
+    """
+
+    def __init__(
+        self, message: str, *, trace: Sequence[TraceEntry] = (), state: Any = None
+    ) -> None:
+        super().__init__(message)
+        self.trace: list[TraceEntry] = list(trace)
+        self.state: Any = state
+
+
+class StepFailedError(ExecutionError):
+    """A step raised. ``step`` names it; the original exception is the ``__cause__``."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        step: str,
+        trace: Sequence[TraceEntry] = (),
+        state: Any = None,
+    ) -> None:
+        super().__init__(message, trace=trace, state=state)
+        self.step = step
+
+
+class ExecutionTimeoutError(ExecutionError, TimeoutError):
+    """The whole execution, or one step (``step`` is then set), ran out of time."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        timeout: float,
+        step: str | None = None,
+        trace: Sequence[TraceEntry] = (),
+        state: Any = None,
+    ) -> None:
+        super().__init__(message, trace=trace, state=state)
+        self.timeout = timeout
+        self.step = step
+
+
+class ExecutionStalledError(ExecutionError):
+    """Every step finished but none reached the end, and nothing is awaited."""
+
+
+class PlannerError(ExecutionError):
+    """The planner raised or timed out. ``done_plans`` keeps every record made so far."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        done_plans: Sequence[Any] = (),
+        trace: Sequence[TraceEntry] = (),
+        state: Any = None,
+    ) -> None:
+        super().__init__(message, trace=trace, state=state)
+        self.done_plans: list[Any] = list(done_plans)
+
+
+class ResumeError(RunError):
+    """A snapshot or an event that does not fit a paused execution."""
+
+
+class ToolCallError(RunError):
+    """One tool call failed. Inside the loop it becomes the error of its record."""
+
+
+class ToolNotFoundError(ToolCallError):
+    """The command names a tool that is not registered."""
+
+
+class ToolArgumentsError(ToolCallError):
+    """The arguments fail the tool's JSON schema; the tool was not run."""
+
+
+class ToolTimeoutError(ToolCallError, TimeoutError):
+    """A tool call ran out of time and was cancelled."""
+
+
+class ModelOutputError(RunError):
+    """The model's output cannot be used: malformed or truncated JSON, a broken schema."""

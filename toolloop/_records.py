@@ -1,0 +1,87 @@
+"""The two facts of the tool loop: what the planner asked for, and what came of it.
+
+Shapes as in the design, exactly::
+
+    ToolCommand         = {purpose, tool_name, tool_kwargs, todo_suggestion, next}
+    ToolExecutionRecord = {purpose, tool_name, kwargs, todo_suggestion, next,
+                           success, result, error}
+
+``next`` mirrors ``todo_suggestion`` (it is computed, so the two never disagree).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, computed_field
+
+__all__ = ["DEFAULT_PURPOSE", "ToolCommand", "ToolExecutionRecord"]
+
+DEFAULT_PURPOSE = "Use the tool"
+
+
+class ToolCommand(BaseModel):
+    """One tool call the planner asked for, after normalization."""
+
+    model_config = ConfigDict(frozen=True)
+
+    purpose: str = DEFAULT_PURPOSE
+    """Why the planner calls the tool; the key of its result in ``action_results``."""
+    tool_name: str
+    """The registered name of the tool to call."""
+    tool_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """The arguments, checked against the tool's JSON schema before the tool runs."""
+    todo_suggestion: str = ""
+    """What the planner means to do after this call."""
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def next(self) -> str:
+        """Mirrors ``todo_suggestion``."""
+        return self.todo_suggestion
+
+
+class ToolExecutionRecord(BaseModel):
+    """What came of one command: exactly one record per command, whatever happened."""
+
+    model_config = ConfigDict(frozen=True)
+
+    purpose: str
+    tool_name: str
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    todo_suggestion: str = ""
+    success: bool
+    result: Any = None
+    """The tool's return value when ``success``; ``None`` otherwise."""
+    error: str | None = None
+    """What went wrong when not ``success``: expected, got, what to do."""
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def next(self) -> str:
+        """Mirrors ``todo_suggestion``."""
+        return self.todo_suggestion
+
+    @classmethod
+    def succeeded(cls, command: ToolCommand, result: Any) -> ToolExecutionRecord:
+        """The record of a command whose tool returned ``result``."""
+        return cls(
+            purpose=command.purpose,
+            tool_name=command.tool_name,
+            kwargs=command.tool_kwargs,
+            todo_suggestion=command.todo_suggestion,
+            success=True,
+            result=result,
+        )
+
+    @classmethod
+    def failed(cls, command: ToolCommand, error: str) -> ToolExecutionRecord:
+        """The record of a command that did not succeed, with what went wrong."""
+        return cls(
+            purpose=command.purpose,
+            tool_name=command.tool_name,
+            kwargs=command.tool_kwargs,
+            todo_suggestion=command.todo_suggestion,
+            success=False,
+            error=error,
+        )
