@@ -1,0 +1,495 @@
+"""One run of a flow: its state, its trace, its observers, its task group."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+
+import anyio
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from .._errors import (
+    ExecutionError,
+    ExecutionStalledError,
+    ExecutionTimeoutError,
+    FlowDefinitionError,
+    ResumeError,
+)
+from ._events import (
+    EventEmitted,
+    ExecutionFailed,
+    ExecutionFinished,
+    ExecutionPaused,
+    ExecutionStarted,
+    FlowEvent,
+)
+from ._snapshot import FlowSnapshot, Wait
+from ._trace import TraceEntry
+
+if TYPE_CHECKING:
+    from ._flow import Flow
+    from ._nodes import Node
+
+__all__ = ["Context", "EventStream", "Execution", "ExecutionStatus", "FlowResult"]
+
+S = TypeVar("S")
+
+ExecutionStatus = Literal["new", "running", "completed", "paused", "failed", "cancelled"]
+
+
+class Context(Generic[S]):
+    """What a step sees of its execution: the state, the deps, and ways to act on the run.
+
+    One is made per step call (it is two references), so ``ctx.step`` names the caller.
+    """
+
+    __slots__ = ("_ex", "step")
+
+    def __init__(self, ex: Execution[S], step: str) -> None:
+        self._ex = ex
+        self.step = step
+
+    @property
+    def state(self) -> S:
+        """The execution's own mutable state (isolated from other executions)."""
+        return self._ex.state
+
+    @property
+    def deps(self) -> Any:
+        """Services and configuration given to the execution (not part of its snapshot)."""
+        return self._ex.deps
+
+    @property
+    def execution_id(self) -> str:
+        return self._ex.id
+
+    def emit(self, event: str, value: Any = None) -> None:
+        """Start the handlers of ``event`` with ``value``, concurrently; returns at once.
+
+        The event must be declared in the emitting step's ``emits=`` and handled by a
+        ``flow.when(event)``. Emitting never waits for the handlers, so a loop of steps never
+        nests deeper per round.
+        """
+        self._ex._emit(event, value, by=self.step)
+
+    def end(self, value: Any = None) -> None:
+        """End the execution now with ``value`` as its result; everything else is cancelled."""
+        self._ex._finish(value)
+
+    def pause(self, event: str, request: Any = None) -> None:
+        """Wait for the external ``event``: when nothing else is left to run, the execution
+        pauses and can be snapshotted; :meth:`Execution.resume` continues it."""
+        self._ex._pause(event, request, self.step)
+
+    def publish(self, event: FlowEvent) -> None:
+        """Hand an event of your own to the execution's observers."""
+        if self._ex._observers:
+            self._ex._publish(event)
+
+    def elapsed(self) -> float:
+        """Seconds since the execution started."""
+        return self._ex._at(perf_counter())
+
+
+@dataclass(frozen=True)
+class FlowResult(Generic[S]):
+    """How an execution ended (or paused): its value, its state, its trace."""
+
+    status: Literal["completed", "paused"]
+    value: Any
+    state: S
+    trace: list[TraceEntry]
+    execution_id: str
+    waiting: list[Wait] = field(default_factory=list)
+    """When paused: the external events it waits for, with what each asks."""
+    snapshot: FlowSnapshot | None = None
+    """When paused: everything needed to resume it elsewhere (JSON-ready)."""
+
+    @property
+    def paused(self) -> bool:
+        return self.status == "paused"
+
+
+class EventStream:
+    """An async iterator over an execution's events; ends when the execution stops.
+
+    Use it as ``async with execution.events() as events: async for event in events: ...``.
+    """
+
+    def __init__(
+        self, receive: MemoryObjectReceiveStream[FlowEvent], unsubscribe: Callable[[], None]
+    ) -> None:
+        self._receive = receive
+        self._unsubscribe = unsubscribe
+
+    def __aiter__(self) -> EventStream:
+        return self
+
+    async def __anext__(self) -> FlowEvent:
+        try:
+            return await self._receive.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        self._unsubscribe()
+        self._receive.close()
+
+    async def __aenter__(self) -> EventStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class Execution(Generic[S]):
+    """One run of a :class:`Flow`: cheap to make, used once (and again to resume a pause).
+
+    Made by :meth:`Flow.execution` or :meth:`Flow.restore`; run with :meth:`run`.
+    """
+
+    __slots__ = (
+        "_closers",
+        "_collected",
+        "_done",
+        "_elapsed_before",
+        "_failure",
+        "_flow",
+        "_observers",
+        "_result",
+        "_t0",
+        "_tg",
+        "_trace",
+        "_waits",
+        "deps",
+        "id",
+        "state",
+        "status",
+    )
+
+    def __init__(self, flow: Flow[S], state: S, deps: Any = None, id: str | None = None) -> None:
+        self._flow = flow
+        self.state: S = state
+        self.deps: Any = deps
+        self.id: str = id or uuid.uuid4().hex
+        self.status: ExecutionStatus = "new"
+        self._trace: list[TraceEntry] = []
+        self._observers: list[Callable[[FlowEvent], None]] = []
+        self._closers: list[Callable[[], None]] = []
+        self._collected: dict[str, dict[str, Any]] = {}
+        self._waits: list[Wait] = []
+        self._tg: TaskGroup | None = None
+        self._done = False
+        self._result: Any = None
+        self._failure: ExecutionError | None = None
+        self._t0 = 0.0
+        self._elapsed_before = 0.0
+
+    # -- public -------------------------------------------------------------------------
+
+    @property
+    def flow(self) -> Flow[S]:
+        return self._flow
+
+    @property
+    def trace(self) -> list[TraceEntry]:
+        """What ran so far, in the order it finished (a copy)."""
+        return list(self._trace)
+
+    @property
+    def waiting(self) -> list[Wait]:
+        """The external events a paused execution waits for."""
+        return list(self._waits)
+
+    async def run(self, value: Any = None, *, timeout: float | None = None) -> FlowResult[S]:
+        """Run from the start with ``value``.
+
+        Args:
+            value: what the steps chained after ``flow.start`` receive.
+            timeout: seconds for the whole execution; past it every step is cancelled and
+                :class:`~toolloop.ExecutionTimeoutError` (with the trace so far) is raised.
+
+        Returns:
+            The result: ``completed`` with the value that reached the end, or ``paused``
+            with what it waits for and a snapshot.
+
+        Raises:
+            StepFailedError: a step raised (the cause is chained; trace and state are kept).
+            ExecutionTimeoutError: the execution or one step ran out of time.
+            ExecutionStalledError: nothing was left to run, but no end was reached.
+        """
+        if self.status != "new":
+            raise ResumeError(
+                f"execution {self.id} is {self.status}; an execution runs once "
+                "(make another with flow.execution(), or resume() a paused one)"
+            )
+        self._flow.validate()
+        return await self._session(self._flow._start, value, "start", timeout)
+
+    async def resume(
+        self, event: str, value: Any = None, *, timeout: float | None = None
+    ) -> FlowResult[S]:
+        """Continue a paused execution with the external ``event`` it waits for."""
+        if self.status != "paused":
+            raise ResumeError(
+                f"execution {self.id} is {self.status}, not paused; only a paused execution "
+                "can be resumed"
+            )
+        for i, wait in enumerate(self._waits):
+            if wait.event == event:
+                del self._waits[i]
+                break
+        else:
+            raise ResumeError(
+                f"execution {self.id} waits for {[w.event for w in self._waits]}, not for {event!r}"
+            )
+        node = self._flow._events.get(event)
+        if node is None:  # validated flows handle every external event they declare
+            raise ResumeError(f"flow {self._flow.name!r} has no handler for {event!r}")
+        return await self._session(node, value, event, timeout)
+
+    def emit(self, event: str, value: Any = None) -> None:
+        """Send an external event into a running execution (from outside its steps)."""
+        node = self._flow._events.get(event)
+        if node is None or not getattr(node, "external", False):
+            raise FlowDefinitionError(
+                f"{event!r} is not an external event of flow {self._flow.name!r}; declare it "
+                f"with flow.when({event!r}, external=True)"
+            )
+        if self.status != "running":
+            raise ResumeError(
+                f"execution {self.id} is {self.status}; emit() reaches a running execution, "
+                "resume() a paused one"
+            )
+        for i, wait in enumerate(self._waits):
+            if wait.event == event:
+                del self._waits[i]
+                break
+        self._emit(event, value, by=None)
+
+    def snapshot(self) -> FlowSnapshot:
+        """A JSON-ready picture of a paused (or finished) execution."""
+        if self.status == "running":
+            raise ResumeError(f"execution {self.id} is running; snapshot it when it pauses")
+        return FlowSnapshot(
+            flow=self._flow.name,
+            execution_id=self.id,
+            state=self._flow._dump_state(self.state),
+            waiting=list(self._waits),
+            trace=list(self._trace),
+            elapsed=self._elapsed_before,
+        )
+
+    def subscribe(self, callback: Callable[[FlowEvent], None]) -> Callable[[], None]:
+        """Call ``callback`` with every event, inline; returns a function that unsubscribes.
+
+        The callback must be quick and must not raise (an exception in it fails the step
+        that published the event).
+        """
+        self._observers.append(callback)
+
+        def unsubscribe() -> None:
+            if callback in self._observers:
+                self._observers.remove(callback)
+
+        return unsubscribe
+
+    def events(self, *, buffer: float = math.inf) -> EventStream:
+        """An async stream of this execution's events, to read while it runs.
+
+        Subscribe before the run starts to see every event. The stream ends when the
+        execution completes, pauses, fails or is cancelled.
+        """
+        send: MemoryObjectSendStream[FlowEvent]
+        send, receive = anyio.create_memory_object_stream[FlowEvent](buffer)
+        if self.status in ("completed", "failed", "cancelled"):
+            send.close()
+            return EventStream(receive, lambda: None)
+
+        def forward(event: FlowEvent) -> None:
+            try:
+                send.send_nowait(event)
+            except (anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                pass  # a full or abandoned subscriber never stalls the execution
+
+        def close() -> None:
+            unsubscribe()
+            send.close()
+
+        unsubscribe = self.subscribe(forward)
+        self._closers.append(close)
+        return EventStream(receive, close)
+
+    # -- the run ------------------------------------------------------------------------
+
+    async def _session(
+        self, node: Node, value: Any, trigger: str, timeout: float | None
+    ) -> FlowResult[S]:
+        self.status = "running"
+        self._done = False
+        self._result = None
+        self._t0 = perf_counter() - self._elapsed_before
+        if self._observers:
+            self._publish(
+                ExecutionStarted(
+                    execution_id=self.id,
+                    at=self._at(self._t0 + self._elapsed_before),
+                    flow=self._flow.name,
+                )
+            )
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                if timeout is not None:
+                    tg.cancel_scope.deadline = anyio.current_time() + timeout
+                await self._drive(node, value, trigger)
+        except BaseException:
+            self.status = "cancelled"
+            self._close_observers()
+            raise
+        finally:
+            self._tg = None
+            self._elapsed_before = perf_counter() - self._t0
+        return self._outcome(timeout, tg.cancel_scope.cancelled_caught)
+
+    def _outcome(self, timeout: float | None, cancelled: bool) -> FlowResult[S]:
+        elapsed = self._elapsed_before
+        failure = self._failure
+        if failure is None and not self._done and cancelled and timeout is not None:
+            failure = ExecutionTimeoutError(
+                f"execution of flow {self._flow.name!r} did not finish within {timeout} s; "
+                f"every running step was cancelled ({len(self._trace)} steps had run)",
+                timeout=timeout,
+                trace=self._trace,
+                state=self.state,
+            )
+        if failure is None and not self._done and not self._waits:
+            last = self._trace[-1].step if self._trace else "start"
+            failure = ExecutionStalledError(
+                f"execution of flow {self._flow.name!r} ran out of steps without reaching "
+                f"an end (last step: {last!r}); route every branch to .end() or add an "
+                "else_/default",
+                trace=self._trace,
+                state=self.state,
+            )
+        if failure is not None:
+            self.status = "failed"
+            if self._observers:
+                self._publish(
+                    ExecutionFailed(
+                        execution_id=self.id, at=elapsed, duration=elapsed, error=str(failure)
+                    )
+                )
+            self._close_observers()
+            raise failure
+        if self._done:
+            self.status = "completed"
+            if self._observers:
+                self._publish(ExecutionFinished(execution_id=self.id, at=elapsed, duration=elapsed))
+            self._close_observers()
+            return FlowResult("completed", self._result, self.state, list(self._trace), self.id)
+        self.status = "paused"
+        if self._observers:
+            self._publish(
+                ExecutionPaused(
+                    execution_id=self.id,
+                    at=elapsed,
+                    waiting_for=[w.event for w in self._waits],
+                    requests=[w.request for w in self._waits],
+                )
+            )
+        self._close_observers()
+        return FlowResult(
+            "paused",
+            None,
+            self.state,
+            list(self._trace),
+            self.id,
+            waiting=list(self._waits),
+            snapshot=self.snapshot(),
+        )
+
+    async def _drive(self, node: Node, value: Any, trigger: str) -> None:
+        """Run ``node`` and what follows it in this task; spawn only for fan-out."""
+        try:
+            while not self._done:
+                nodes, value = await node.run(self, value, trigger)
+                if not nodes:
+                    return
+                if not node.passthrough:
+                    trigger = node.name
+                if len(nodes) > 1:
+                    tg = self._tg
+                    assert tg is not None
+                    for other in nodes[1:]:
+                        tg.start_soon(self._drive, other, value, trigger)
+                node = nodes[0]
+        except ExecutionError as err:
+            self._fail(err)
+
+    # -- called by nodes and contexts ---------------------------------------------------
+
+    def context_for(self, step: str) -> Context[S]:
+        return Context(self, step)
+
+    def _at(self, t: float) -> float:
+        return t - self._t0
+
+    def _publish(self, event: FlowEvent) -> None:
+        for callback in list(self._observers):
+            callback(event)
+
+    def _emit(self, event: str, value: Any, by: str | None) -> None:
+        node = self._flow._events.get(event)
+        if node is None:
+            raise FlowDefinitionError(
+                f"{by or 'outside'!s} emitted {event!r}, which no flow.when({event!r}) handles"
+            )
+        if by is not None and not self._flow._may_emit(by, event):
+            raise FlowDefinitionError(
+                f"step {by!r} emitted {event!r} but does not declare it; add "
+                f"emits=[{event!r}] where the step is added to the flow"
+            )
+        if self._observers:
+            self._publish(
+                EventEmitted(execution_id=self.id, at=self._at(perf_counter()), event=event, by=by)
+            )
+        tg = self._tg
+        if tg is None or self._done:
+            return
+        tg.start_soon(self._drive, node, value, event)
+
+    def _pause(self, event: str, request: Any, step: str) -> None:
+        node = self._flow._events.get(event)
+        if node is None or not getattr(node, "external", False):
+            raise FlowDefinitionError(
+                f"step {step!r} paused for {event!r}, which is not an external event; declare "
+                f"it with flow.when({event!r}, external=True).to(...)"
+            )
+        self._waits.append(Wait(event=event, request=request, step=step))
+
+    def _finish(self, value: Any) -> None:
+        if self._done:
+            return
+        self._done = True
+        self._result = value
+        self._waits.clear()
+        if self._tg is not None:
+            self._tg.cancel_scope.cancel()
+
+    def _fail(self, err: ExecutionError) -> None:
+        if self._failure is None and not self._done:
+            self._failure = err
+            self._done = True
+            if self._tg is not None:
+                self._tg.cancel_scope.cancel()
+
+    def _close_observers(self) -> None:
+        closers, self._closers = self._closers, []
+        for close in closers:
+            close()

@@ -1,0 +1,536 @@
+"""The nodes a flow is made of, and how each one runs.
+
+A node receives a value and answers with the nodes to run next and the value they get. The
+execution drives that answer in a loop (a trampoline): a chain of steps runs in one task, with
+no task spawned and no recursion per step; only fan-out spawns tasks. Node kinds:
+
+- ``StartNode`` / ``EventNode``: where values enter (the start value, an emitted event).
+- ``StepNode``: calls the user's function; its result goes to the steps chained after it.
+- ``IfNode`` / ``MatchNode``: routers; they pass the value on, unchanged, to the chosen targets.
+- ``BatchNode`` / ``ForEachNode``: fan-out and fan-in under a concurrency limit.
+- ``CollectNode``: a join that waits for all of its sources.
+- ``EmitNode``: turns the value into an event; ``EndNode``: ends the execution with it.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Hashable, Sequence
+from time import perf_counter
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import anyio
+import anyio.to_thread
+
+from .._errors import ExecutionError, ExecutionTimeoutError, FlowDefinitionError, StepFailedError
+from ._events import StepFailed, StepFinished, StepStarted
+from ._trace import TraceEntry
+
+if TYPE_CHECKING:
+    from ._execution import Execution
+
+__all__ = [
+    "BatchNode",
+    "CollectNode",
+    "EmitNode",
+    "EndNode",
+    "EventNode",
+    "ForEachNode",
+    "IfNode",
+    "MatchNode",
+    "Node",
+    "StartNode",
+    "Step",
+    "StepNode",
+]
+
+_NOTHING: tuple[Node, ...] = ()
+
+
+class Node:
+    """A place in a flow. ``out`` are the nodes that get this node's result."""
+
+    __slots__ = ("name", "out")
+    passthrough: ClassVar[bool] = False
+    """Routers and entry points pass the trigger of their input on to their targets."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.out: list[Node] = []
+
+    async def run(self, ex: Execution[Any], value: Any, trigger: str) -> tuple[Sequence[Node], Any]:
+        raise NotImplementedError
+
+    def targets(self) -> list[Node]:
+        """Every node this one can hand a value to (for checks and pictures)."""
+        return list(self.out)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+class StartNode(Node):
+    __slots__ = ()
+    passthrough = True
+
+    async def run(self, ex: Execution[Any], value: Any, trigger: str) -> tuple[Sequence[Node], Any]:
+        return self.out, value
+
+
+class EventNode(Node):
+    """The handlers of one event, from ``flow.when(event)``."""
+
+    __slots__ = ("external",)
+    passthrough = True
+
+    def __init__(self, name: str, *, external: bool = False) -> None:
+        super().__init__(name)
+        self.external = external
+
+    async def run(self, ex: Execution[Any], value: Any, trigger: str) -> tuple[Sequence[Node], Any]:
+        return self.out, value
+
+
+class Step:
+    """A step's function with its options, for when a plain function is not enough.
+
+    Args:
+        fn: ``fn(value, ctx)``, ``fn(value)`` or ``fn()``; async or plain.
+        name: unique in the flow; the function's ``__name__`` by default.
+        timeout: seconds; a step that runs longer is cancelled and the execution fails
+            with :class:`~toolloop.ExecutionTimeoutError` naming it.
+        emits: the events the step may emit with ``ctx.emit`` (checked when the flow is built).
+        thread: run a plain function in a worker thread (for blocking code).
+    """
+
+    __slots__ = ("emits", "fn", "name", "thread", "timeout")
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        timeout: float | None = None,
+        emits: Sequence[str] = (),
+        thread: bool = False,
+    ) -> None:
+        self.fn = fn
+        self.name = name or getattr(fn, "__name__", None) or type(fn).__name__
+        self.timeout = timeout
+        self.emits = tuple(emits)
+        self.thread = thread
+
+
+def _positional_arity(fn: Callable[..., Any], name: str) -> int:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # builtins without a signature: give them the value
+        return 1
+    count = 0
+    for p in sig.parameters.values():
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            if p.default is p.empty:
+                count += 1
+        elif p.kind is p.VAR_POSITIONAL:
+            return 2
+    if count > 2:
+        raise FlowDefinitionError(
+            f"step {name!r} takes {count} required positional parameters; a step takes "
+            "(value, ctx), (value) or nothing"
+        )
+    return count
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - async callable objects
+    )
+
+
+class StepNode(Node):
+    """Calls a user function; traced, timed, observable."""
+
+    __slots__ = ("arity", "emits", "fn", "is_async", "thread", "timeout")
+
+    def __init__(self, step: Step) -> None:
+        super().__init__(step.name)
+        self.fn = step.fn
+        self.timeout = step.timeout
+        self.emits = step.emits
+        self.thread = step.thread
+        self.is_async = _is_async(step.fn)
+        if self.thread and self.is_async:
+            raise FlowDefinitionError(
+                f"step {self.name!r} is async; thread=True is only for plain functions"
+            )
+        self.arity = _positional_arity(step.fn, self.name)
+
+    async def run(self, ex: Execution[Any], value: Any, trigger: str) -> tuple[Sequence[Node], Any]:
+        return self.out, await self.call(ex, value, trigger)
+
+    async def call(self, ex: Execution[Any], value: Any, trigger: str) -> Any:
+        """Run the function once: trace it, time it, turn failures into execution errors."""
+        started = perf_counter()
+        if ex._observers:
+            ex._publish(
+                StepStarted(execution_id=ex.id, at=ex._at(started), step=self.name, event=trigger)
+            )
+        try:
+            if self.timeout is None:
+                result = await self._invoke(ex, value)
+            else:
+                with anyio.move_on_after(self.timeout) as scope:
+                    result = await self._invoke(ex, value)
+                if scope.cancelled_caught:
+                    raise _StepTimedOut
+        except _StepTimedOut:
+            err = f"step {self.name!r} did not finish within {self.timeout} s and was cancelled"
+            self._failed(ex, started, trigger, "timeout", err)
+            raise ExecutionTimeoutError(
+                err, timeout=self.timeout or 0.0, step=self.name, trace=ex.trace, state=ex.state
+            ) from None
+        except ExecutionError:
+            raise
+        except Exception as exc:
+            err = f"{type(exc).__name__}: {exc}"
+            self._failed(ex, started, trigger, "failed", err)
+            raise StepFailedError(
+                f"step {self.name!r} raised {err}", step=self.name, trace=ex.trace, state=ex.state
+            ) from exc
+        except BaseException:  # cancelled: note it in the trace, never swallow it
+            ex._trace.append(
+                TraceEntry.model_construct(
+                    step=self.name,
+                    event=trigger,
+                    started=ex._at(started),
+                    ended=ex._at(perf_counter()),
+                    outcome="cancelled",
+                    detail=None,
+                )
+            )
+            raise
+        ended = perf_counter()
+        ex._trace.append(
+            TraceEntry.model_construct(
+                step=self.name,
+                event=trigger,
+                started=ex._at(started),
+                ended=ex._at(ended),
+                outcome="ok",
+                detail=None,
+            )
+        )
+        if ex._observers:
+            ex._publish(
+                StepFinished(
+                    execution_id=ex.id, at=ex._at(ended), step=self.name, duration=ended - started
+                )
+            )
+        return result
+
+    async def _invoke(self, ex: Execution[Any], value: Any) -> Any:
+        fn = self.fn
+        if self.thread:
+            args = (value, ex.context_for(self.name))[: self.arity]
+            return await anyio.to_thread.run_sync(functools.partial(fn, *args))
+        arity = self.arity
+        if arity == 2:
+            result = fn(value, ex.context_for(self.name))
+        elif arity == 1:
+            result = fn(value)
+        else:
+            result = fn()
+        if self.is_async:
+            result = await result
+        return result
+
+    def _failed(
+        self, ex: Execution[Any], started: float, trigger: str, outcome: Any, err: str
+    ) -> None:
+        ended = perf_counter()
+        ex._trace.append(
+            TraceEntry(
+                step=self.name,
+                event=trigger,
+                started=ex._at(started),
+                ended=ex._at(ended),
+                outcome=outcome,
+                detail=err,
+            )
+        )
+        if ex._observers:
+            ex._publish(
+                StepFailed(
+                    execution_id=ex.id,
+                    at=ex._at(ended),
+                    step=self.name,
+                    duration=ended - started,
+                    error=err,
+                )
+            )
+
+
+class _StepTimedOut(Exception):
+    pass
+
+
+Condition = Callable[..., Any]
+
+
+def _bind_router(fn: Callable[..., Any], what: str) -> Callable[[Any, Any], Any]:
+    """Routers take ``(value, ctx)`` or ``(value)``; normalise to two arguments."""
+    if _is_async(fn):
+        raise FlowDefinitionError(
+            f"{what} {getattr(fn, '__name__', fn)!r} is async; conditions and routers are "
+            "plain functions of (value, ctx) that decide from what they are given"
+        )
+    arity = _positional_arity(fn, getattr(fn, "__name__", what))
+    if arity == 2:
+        return fn
+    if arity == 1:
+        return lambda value, ctx: fn(value)
+    return lambda value, ctx: fn()
+
+
+class _RouterNode(Node):
+    __slots__ = ()
+    passthrough = True
+
+    def _routed(self, ex: Execution[Any], trigger: str, started: float, route: str) -> None:
+        ex._trace.append(
+            TraceEntry.model_construct(
+                step=self.name,
+                event=trigger,
+                started=ex._at(started),
+                ended=ex._at(perf_counter()),
+                outcome="routed",
+                detail=route,
+            )
+        )
+
+    def _fail(self, ex: Execution[Any], exc: Exception) -> StepFailedError:
+        err = StepFailedError(
+            f"router {self.name!r} raised {type(exc).__name__}: {exc}",
+            step=self.name,
+            trace=ex.trace,
+            state=ex.state,
+        )
+        err.__cause__ = exc
+        return err
+
+
+class IfNode(_RouterNode):
+    """``if_/elif_/else_``: the first condition that holds picks the target."""
+
+    __slots__ = ("branches", "otherwise")
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.branches: list[tuple[Callable[[Any, Any], Any], str, Node]] = []
+        self.otherwise: Node | None = None
+
+    async def run(self, ex: Execution[Any], value: Any, trigger: str) -> tuple[Sequence[Node], Any]:
+        started = perf_counter()
+        ctx = ex.context_for(self.name)
+        try:
+            for cond, label, target in self.branches:
+                if cond(value, ctx):
+                    self._routed(ex, trigger, started, label)
+                    return (target,), value
+        except Exception as exc:
+            raise self._fail(ex, exc) from exc
+        if self.otherwise is not None:
+            self._routed(ex, trigger, started, "else")
+            return (self.otherwise,), value
+        self._routed(ex, trigger, started, "no branch")
+        return _NOTHING, value
+
+    def targets(self) -> list[Node]:
+        nodes = [t for _, _, t in self.branches]
+        if self.otherwise is not None:
+            nodes.append(self.otherwise)
+        return nodes
+
+
+class MatchNode(_RouterNode):
+    """``match``: a key function picks the case(s); a list of keys fans out to several."""
+
+    __slots__ = ("cases", "default", "key")
+
+    def __init__(
+        self,
+        name: str,
+        key: Callable[[Any, Any], Any],
+        cases: dict[Hashable, Node],
+        default: Node | None,
+    ) -> None:
+        super().__init__(name)
+        self.key = key
+        self.cases = cases
+        self.default = default
+
+    async def run(self, ex: Execution[Any], value: Any, trigger: str) -> tuple[Sequence[Node], Any]:
+        started = perf_counter()
+        try:
+            key = self.key(value, ex.context_for(self.name))
+        except Exception as exc:
+            raise self._fail(ex, exc) from exc
+        keys = key if isinstance(key, (list, tuple)) else (key,)
+        chosen: list[Node] = []
+        for k in keys:
+            try:
+                node = self.cases.get(k, self.default)
+            except TypeError:  # an unhashable key
+                node = self.default
+            if node is None:
+                raise StepFailedError(
+                    f"router {self.name!r} chose {k!r}, which is not one of its cases "
+                    f"{list(self.cases)!r} and it has no default",
+                    step=self.name,
+                    trace=ex.trace,
+                    state=ex.state,
+                )
+            chosen.append(node)
+        self._routed(ex, trigger, started, ", ".join(map(str, keys)))
+        return chosen, value
+
+    def targets(self) -> list[Node]:
+        nodes = list(self.cases.values())
+        if self.default is not None:
+            nodes.append(self.default)
+        return nodes
+
+
+class _FanNode(Node):
+    """Runs step calls concurrently under a limit and collects their results in order."""
+
+    __slots__ = ("limit",)
+
+    def __init__(self, name: str, limit: int | None) -> None:
+        super().__init__(name)
+        if limit is not None and limit < 1:
+            raise FlowDefinitionError(f"{name!r}: limit must be at least 1, got {limit!r}")
+        self.limit = limit
+
+    async def _gather(
+        self, ex: Execution[Any], calls: Sequence[tuple[StepNode, Any]], trigger: str
+    ) -> list[Any]:
+        results: list[Any] = [None] * len(calls)
+        failure: list[ExecutionError] = []
+        limiter = anyio.Semaphore(self.limit) if self.limit else None
+
+        async def one(i: int, node: StepNode, value: Any) -> None:
+            try:
+                if limiter is None:
+                    results[i] = await node.call(ex, value, trigger)
+                else:
+                    async with limiter:
+                        results[i] = await node.call(ex, value, trigger)
+            except ExecutionError as err:
+                if not failure:
+                    failure.append(err)
+                tg.cancel_scope.cancel()
+
+        async with anyio.create_task_group() as tg:
+            for i, (node, value) in enumerate(calls):
+                tg.start_soon(one, i, node, value)
+        if failure:
+            raise failure[0]
+        return results
+
+
+class BatchNode(_FanNode):
+    """``batch``: the same value to several steps at once; their results as a list."""
+
+    __slots__ = ("children",)
+
+    def __init__(self, name: str, children: list[StepNode], limit: int | None) -> None:
+        super().__init__(name, limit)
+        self.children = children
+
+    async def run(self, ex: Execution[Any], value: Any, trigger: str) -> tuple[Sequence[Node], Any]:
+        return self.out, await self._gather(ex, [(c, value) for c in self.children], trigger)
+
+    def targets(self) -> list[Node]:
+        return [*self.children, *self.out]
+
+
+class ForEachNode(_FanNode):
+    """``for_each``: one step per item of the value; the results as a list, in item order."""
+
+    __slots__ = ("child",)
+
+    def __init__(self, name: str, child: StepNode, limit: int | None) -> None:
+        super().__init__(name, limit)
+        self.child = child
+
+    async def run(self, ex: Execution[Any], value: Any, trigger: str) -> tuple[Sequence[Node], Any]:
+        try:
+            items = list(value)
+        except TypeError as exc:
+            raise StepFailedError(
+                f"for_each {self.name!r} expected an iterable value, got {type(value).__name__}",
+                step=self.name,
+                trace=ex.trace,
+                state=ex.state,
+            ) from exc
+        return self.out, await self._gather(ex, [(self.child, v) for v in items], trigger)
+
+    def targets(self) -> list[Node]:
+        return [self.child, *self.out]
+
+
+class CollectNode(Node):
+    """``collect``: waits until every source has delivered, then passes ``{source: value}``."""
+
+    __slots__ = ("sources",)
+
+    def __init__(self, name: str, sources: list[str]) -> None:
+        super().__init__(name)
+        self.sources = sources
+
+    async def run(self, ex: Execution[Any], value: Any, trigger: str) -> tuple[Sequence[Node], Any]:
+        got = ex._collected.setdefault(self.name, {})
+        got[trigger] = value
+        if len(got) < len(self.sources):
+            return _NOTHING, None
+        del ex._collected[self.name]
+        return self.out, {s: got[s] for s in self.sources}
+
+
+class EmitNode(Node):
+    """``.emit(event)`` in a chain: the value becomes that event."""
+
+    __slots__ = ("event",)
+
+    def __init__(self, name: str, event: str) -> None:
+        super().__init__(name)
+        self.event = event
+
+    async def run(self, ex: Execution[Any], value: Any, trigger: str) -> tuple[Sequence[Node], Any]:
+        ex._emit(self.event, value, by=trigger)
+        return _NOTHING, None
+
+
+class EndNode(Node):
+    """``.end()``: the value that reaches it is the execution's result."""
+
+    __slots__ = ()
+
+    async def run(self, ex: Execution[Any], value: Any, trigger: str) -> tuple[Sequence[Node], Any]:
+        now = perf_counter()
+        ex._trace.append(
+            TraceEntry.model_construct(
+                step="end",
+                event=trigger,
+                started=ex._at(now),
+                ended=ex._at(now),
+                outcome="ended",
+                detail=None,
+            )
+        )
+        ex._finish(value)
+        return _NOTHING, None
