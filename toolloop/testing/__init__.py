@@ -1,0 +1,25 @@
+"""Public test doubles for toolloop and for code built on it.
+
+`FakeOpenAIServer` is a local OpenAI-compatible HTTP server that the real `openai` client
+talks to, with scripted (optionally streamed) replies and a record of what happened.
+"""
+
+from __future__ import annotations
+
+from ._openai_replies import FakeErrorReply as FakeErrorReply
+from ._openai_replies import FakeReply as FakeReply
+from ._openai_replies import FakeToolCall as FakeToolCall
+from ._openai_server import FakeOpenAIServer as FakeOpenAIServer
+from ._openai_server import RecordedRequest as RecordedRequest
+from ._openai_server import Responder as Responder
+from ._openai_server import StreamRecord as StreamRecord
+
+__all__ = [
+    "FakeErrorReply",
+    "FakeOpenAIServer",
+    "FakeReply",
+    "FakeToolCall",
+    "RecordedRequest",
+    "Responder",
+    "StreamRecord",
+]

@@ -1,0 +1,329 @@
+"""Scripted replies for `FakeOpenAIServer`, and the OpenAI payloads built from them.
+
+A `FakeReply` is what the fake model "generates"; a `FakeErrorReply` is an HTTP error the
+server answers instead. The private builders turn a reply into the exact JSON the OpenAI
+API sends: `chat.completion.chunk` objects for a stream, one `chat.completion` otherwise
+(shapes checked against `openai/types/chat/chat_completion_chunk.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = ["FakeErrorReply", "FakeReply", "FakeToolCall", "FinishReason"]
+
+FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "function_call"]
+
+_ERROR_TYPES: Mapping[int, tuple[str, str | None]] = {
+    400: ("invalid_request_error", None),
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("invalid_request_error", "unsupported_country_region_territory"),
+    404: ("invalid_request_error", None),
+    429: ("requests", "rate_limit_exceeded"),
+}
+
+
+@dataclass(frozen=True)
+class FakeToolCall:
+    """One function call the fake model makes; `arguments` is streamed in pieces."""
+
+    name: str
+    arguments: str = "{}"
+    id: str | None = None
+    """The tool-call id; a realistic `call_...` id is made up when None."""
+
+
+@dataclass(frozen=True)
+class FakeReply:
+    """A scripted completion, streamed or not depending on the request's `stream`.
+
+    Content is cut into pieces: the explicit `chunks` if given (their concatenation is the
+    content), else `chunk_size` characters per delta. Tool-call arguments are cut into
+    `chunk_size` pieces too. `tokens_per_second` paces the stream at that rate (one piece
+    is one "token"; it sets `delay` to `1 / tokens_per_second`).
+
+    Timing of a stream: headers at once, `first_delay` before the first chunk (time to first
+    token), `delay` before each later chunk up to the one carrying `finish_reason`; the usage
+    chunk and `data: [DONE]` follow at once. A non-streamed reply is answered after the
+    time the stream would have taken.
+
+    `disconnect_after=n`: the server sends the first `n` SSE events (role chunk, content
+    and tool-call chunks, finish chunk, usage chunk and `[DONE]` all count), then closes
+    the connection without ending the HTTP response. On a non-streamed request it closes
+    the connection without answering.
+    """
+
+    content: str | None = None
+    tool_calls: tuple[FakeToolCall, ...] = ()
+    chunks: tuple[str, ...] | None = None
+    chunk_size: int = 4
+    tokens_per_second: float | None = None
+    delay: float = 0.0
+    first_delay: float = 0.0
+    finish_reason: FinishReason | None = None
+    """None: `"tool_calls"` when the reply has tool calls, else `"stop"`."""
+    disconnect_after: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.chunks is not None:
+            joined = "".join(self.chunks)
+            if self.content is not None and self.content != joined:
+                raise ValueError(
+                    "FakeReply got both `content` and `chunks`, and the chunks do not join to "
+                    "the content; give only one of them"
+                )
+            object.__setattr__(self, "content", joined)
+        if self.chunk_size < 1:
+            raise ValueError(f"FakeReply.chunk_size must be >= 1, got {self.chunk_size}")
+        if self.tokens_per_second is not None:
+            if self.tokens_per_second <= 0:
+                raise ValueError(
+                    f"FakeReply.tokens_per_second must be > 0, got {self.tokens_per_second}"
+                )
+            if self.delay and self.delay != 1.0 / self.tokens_per_second:
+                raise ValueError("give FakeReply either `tokens_per_second` or `delay`, not both")
+            object.__setattr__(self, "delay", 1.0 / self.tokens_per_second)
+        if self.delay < 0 or self.first_delay < 0:
+            raise ValueError("FakeReply delays must be >= 0")
+        if self.disconnect_after is not None and self.disconnect_after < 0:
+            raise ValueError(
+                f"FakeReply.disconnect_after must be >= 0, got {self.disconnect_after}"
+            )
+
+    @property
+    def effective_finish_reason(self) -> FinishReason:
+        if self.finish_reason is not None:
+            return self.finish_reason
+        return "tool_calls" if self.tool_calls else "stop"
+
+    def content_pieces(self) -> list[str]:
+        """The content deltas, in order (empty when there is no content)."""
+        if self.chunks is not None:
+            return list(self.chunks)
+        return _split(self.content or "", self.chunk_size)
+
+    def argument_pieces(self, call: FakeToolCall) -> list[str]:
+        return _split(call.arguments, self.chunk_size)
+
+    def duration(self) -> float:
+        """Seconds the reply takes to stream (a non-streamed reply waits as long)."""
+        paced = 2 + len(self.content_pieces())  # + the role chunk and the finish chunk
+        paced += sum(1 + len(self.argument_pieces(call)) for call in self.tool_calls)
+        return self.first_delay + self.delay * (paced - 1)
+
+
+@dataclass(frozen=True)
+class FakeErrorReply:
+    """An HTTP error answer, by default in OpenAI's shape.
+
+    The body is `{"error": {"message", "type", "param", "code"}}` unless `body` is given
+    (a JSON-able value, or `str`/`bytes` sent as they are). Header tips for the `openai`
+    client's retries: `retry-after-ms: 1` makes its backoff ~1 ms (`retry-after: 0` does
+    *not*: zero is ignored and the default 0.5 s+ backoff applies); `x-should-retry: false`
+    stops it from retrying.
+    """
+
+    status: int = 500
+    message: str | None = None
+    type: str | None = None
+    code: str | None = None
+    body: Any = None
+    headers: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        if not 400 <= self.status <= 599:
+            raise ValueError(f"FakeErrorReply.status must be 4xx or 5xx, got {self.status}")
+
+    def body_bytes(self) -> bytes:
+        if isinstance(self.body, bytes):
+            return self.body
+        if isinstance(self.body, str):
+            return self.body.encode()
+        if self.body is not None:
+            return _dumps(self.body)
+        return _dumps(error_body(self.status, self.message, type=self.type, code=self.code))
+
+
+def error_body(
+    status: int, message: str | None, *, type: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    """OpenAI's error object for an HTTP status."""
+    default_type, default_code = _ERROR_TYPES.get(
+        status, ("server_error" if status >= 500 else "invalid_request_error", None)
+    )
+    return {
+        "error": {
+            "message": message or f"Fake error with status {status}",
+            "type": type or default_type,
+            "param": None,
+            "code": code if code is not None else default_code,
+        }
+    }
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    """One SSE event of a planned stream, framed as bytes (`data: ...\\n\\n`)."""
+
+    data: bytes
+    delay: float
+    content: str = ""
+
+
+@dataclass(frozen=True)
+class _Meta:
+    completion_id: str
+    created: int
+    model: str
+    fingerprint: str
+
+
+def new_meta(model: str) -> _Meta:
+    return _Meta(
+        completion_id="chatcmpl-" + uuid.uuid4().hex[:29],
+        created=int(time.time()),
+        model=model,
+        fingerprint="fp_" + uuid.uuid4().hex[:10],
+    )
+
+
+def stream_events(reply: FakeReply, request: Mapping[str, Any], model: str) -> list[StreamEvent]:
+    """Every SSE event of the streamed reply, `data: [DONE]` included."""
+    meta = new_meta(model)
+    stream_options = request.get("stream_options")
+    include_usage = isinstance(stream_options, Mapping) and bool(
+        stream_options.get("include_usage")
+    )
+    usage_field: dict[str, Any] = {"usage": None} if include_usage else {}
+
+    def chunk(delta: Mapping[str, Any], finish_reason: str | None = None) -> bytes:
+        return _sse(
+            {
+                "id": meta.completion_id,
+                "object": "chat.completion.chunk",
+                "created": meta.created,
+                "model": meta.model,
+                "service_tier": "default",
+                "system_fingerprint": meta.fingerprint,
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": delta,
+                        "logprobs": None,
+                        "finish_reason": finish_reason,
+                    }
+                ],
+                **usage_field,
+            }
+        )
+
+    events: list[StreamEvent] = []
+
+    def add(data: bytes, content: str = "") -> None:
+        events.append(
+            StreamEvent(data, reply.delay if events else reply.first_delay, content=content)
+        )
+
+    role_content = "" if reply.content is not None or not reply.tool_calls else None
+    add(chunk({"role": "assistant", "content": role_content, "refusal": None}))
+    for piece in reply.content_pieces():
+        add(chunk({"content": piece}), content=piece)
+    for index, call in enumerate(reply.tool_calls):
+        header = {
+            "index": index,
+            "id": call.id or _call_id(),
+            "type": "function",
+            "function": {"name": call.name, "arguments": ""},
+        }
+        add(chunk({"tool_calls": [header]}))
+        for piece in reply.argument_pieces(call):
+            add(chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}))
+    add(chunk({}, reply.effective_finish_reason))
+    if include_usage:
+        usage_chunk = {
+            "id": meta.completion_id,
+            "object": "chat.completion.chunk",
+            "created": meta.created,
+            "model": meta.model,
+            "service_tier": "default",
+            "system_fingerprint": meta.fingerprint,
+            "choices": [],
+            "usage": usage(reply, request),
+        }
+        events.append(StreamEvent(_sse(usage_chunk), 0.0))
+    events.append(StreamEvent(b"data: [DONE]\n\n", 0.0))
+    return events
+
+
+def completion(reply: FakeReply, request: Mapping[str, Any], model: str) -> dict[str, Any]:
+    """The `chat.completion` object of a non-streamed reply."""
+    meta = new_meta(model)
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": reply.content if reply.content is not None or not reply.tool_calls else None,
+        "refusal": None,
+        "annotations": [],
+    }
+    if reply.tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": call.id or _call_id(),
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for call in reply.tool_calls
+        ]
+    return {
+        "id": meta.completion_id,
+        "object": "chat.completion",
+        "created": meta.created,
+        "model": meta.model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": reply.effective_finish_reason,
+            }
+        ],
+        "usage": usage(reply, request),
+        "service_tier": "default",
+        "system_fingerprint": meta.fingerprint,
+    }
+
+
+def usage(reply: FakeReply, request: Mapping[str, Any]) -> dict[str, int]:
+    """A rough token count: about four characters a token."""
+    prompt_chars = len(json.dumps(request.get("messages", []), ensure_ascii=False))
+    completion_chars = len(reply.content or "") + sum(
+        len(call.name) + len(call.arguments) for call in reply.tool_calls
+    )
+    prompt_tokens = max(1, math.ceil(prompt_chars / 4))
+    completion_tokens = math.ceil(completion_chars / 4)
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+def _split(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def _call_id() -> str:
+    return "call_" + uuid.uuid4().hex[:24]
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _sse(value: Any) -> bytes:
+    return b"data: " + _dumps(value) + b"\n\n"
