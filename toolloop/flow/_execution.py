@@ -19,6 +19,7 @@ from .._errors import (
     ExecutionTimeoutError,
     FlowDefinitionError,
     ResumeError,
+    StepFailedError,
 )
 from ._events import (
     EventEmitted,
@@ -86,6 +87,11 @@ class Context(Generic[S]):
         pauses and can be snapshotted; :meth:`Execution.resume` continues it."""
         self._ex._pause(event, request, self.step)
 
+    @property
+    def observed(self) -> bool:
+        """Whether anyone listens to this execution's events (skip building them if not)."""
+        return bool(self._ex._observers)
+
     def publish(self, event: FlowEvent) -> None:
         """Hand an event of your own to the execution's observers."""
         if self._ex._observers:
@@ -134,6 +140,7 @@ class EventStream:
         try:
             return await self._receive.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError):
+            self._receive.close()  # read to the end: nothing left to close
             raise StopAsyncIteration from None
 
     async def aclose(self) -> None:
@@ -431,6 +438,15 @@ class Execution(Generic[S]):
                 node = nodes[0]
         except ExecutionError as err:
             self._fail(err)
+        except Exception as exc:  # an observer broke (or the engine did): fail, never leak it
+            failed = StepFailedError(
+                f"{node.name!r} failed: {type(exc).__name__}: {exc}",
+                step=node.name,
+                trace=self._trace,
+                state=self.state,
+            )
+            failed.__cause__ = exc
+            self._fail(failed)
 
     # -- called by nodes and contexts ---------------------------------------------------
 
@@ -444,13 +460,13 @@ class Execution(Generic[S]):
         for callback in list(self._observers):
             callback(event)
 
-    def _emit(self, event: str, value: Any, by: str | None) -> None:
+    def _emit(self, event: str, value: Any, by: str | None, *, declared: bool = False) -> None:
         node = self._flow._events.get(event)
         if node is None:
             raise FlowDefinitionError(
                 f"{by or 'outside'!s} emitted {event!r}, which no flow.when({event!r}) handles"
             )
-        if by is not None and not self._flow._may_emit(by, event):
+        if by is not None and not declared and not self._flow._may_emit(by, event):
             raise FlowDefinitionError(
                 f"step {by!r} emitted {event!r} but does not declare it; add "
                 f"emits=[{event!r}] where the step is added to the flow"

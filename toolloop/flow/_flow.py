@@ -268,15 +268,16 @@ class Flow(Generic[S]):
         return await self.execution(state=state, deps=deps).run(value, timeout=timeout)
 
     def restore(
-        self, snapshot: FlowSnapshot | Mapping[str, Any], *, deps: Any = None
+        self, snapshot: FlowSnapshot | Mapping[str, Any] | str | bytes, *, deps: Any = None
     ) -> Execution[S]:
-        """A paused execution, back from its snapshot (an object or its JSON data)."""
+        """A paused execution, back from its snapshot (an object, its JSON data or JSON text)."""
         try:
-            snap = (
-                snapshot
-                if isinstance(snapshot, FlowSnapshot)
-                else FlowSnapshot.model_validate(snapshot)
-            )
+            if isinstance(snapshot, FlowSnapshot):
+                snap = snapshot
+            elif isinstance(snapshot, (str, bytes)):
+                snap = FlowSnapshot.model_validate_json(snapshot)
+            else:
+                snap = FlowSnapshot.model_validate(snapshot)
         except ValueError as exc:
             raise ResumeError(f"not a flow snapshot: {exc}") from exc
         if snap.version != SNAPSHOT_VERSION:
@@ -363,6 +364,11 @@ class Flow(Generic[S]):
                 raise FlowDefinitionError(f"step {target!r} exists; give options where it is added")
             return found
         if isinstance(target, Step):
+            if options or name is not None:
+                raise FlowDefinitionError(
+                    f"step {target.name!r} is a Step: give its name and options in Step(...), "
+                    "not in to()"
+                )
             step = target
             found = self._steps.get(step.name)
             if found is not None and found.fn is step.fn:

@@ -184,7 +184,8 @@ class StepNode(Node):
             else:
                 with anyio.move_on_after(self.timeout) as scope:
                     result = await self._invoke(ex, value)
-                if scope.cancelled_caught:
+                # a thread step cannot be interrupted: past its deadline, it still timed out
+                if scope.cancelled_caught or scope.cancel_called:
                     raise _StepTimedOut
         except _StepTimedOut:
             err = f"step {self.name!r} did not finish within {self.timeout} s and was cancelled"
@@ -424,19 +425,20 @@ class _FanNode(Node):
 
         async def one(i: int, node: StepNode, value: Any) -> None:
             try:
-                if limiter is None:
-                    results[i] = await node.call(ex, value, trigger)
-                else:
-                    async with limiter:
-                        results[i] = await node.call(ex, value, trigger)
+                results[i] = await node.call(ex, value, trigger)
             except ExecutionError as err:
                 if not failure:
                     failure.append(err)
                 tg.cancel_scope.cancel()
 
+        async def limited(i: int, node: StepNode, value: Any) -> None:
+            assert limiter is not None
+            async with limiter:  # a failure cancels the others before it frees its slot
+                await one(i, node, value)
+
         async with anyio.create_task_group() as tg:
             for i, (node, value) in enumerate(calls):
-                tg.start_soon(one, i, node, value)
+                tg.start_soon(one if limiter is None else limited, i, node, value)
         if failure:
             raise failure[0]
         return results
@@ -511,7 +513,7 @@ class EmitNode(Node):
         self.event = event
 
     async def run(self, ex: Execution[Any], value: Any, trigger: str) -> tuple[Sequence[Node], Any]:
-        ex._emit(self.event, value, by=trigger)
+        ex._emit(self.event, value, by=trigger, declared=True)  # declared by .emit() itself
         return _NOTHING, None
 
 
