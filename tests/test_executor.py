@@ -1,0 +1,392 @@
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from toolloop import ToolCommand, ToolExecutionRecord
+from toolloop._executor import Executor
+from toolloop.tools import Tool, ToolRegistry, tool
+
+pytestmark = pytest.mark.anyio
+
+
+def cmd(tool_name: str, **kwargs: Any) -> ToolCommand:
+    return ToolCommand(purpose=f"call {tool_name}", tool_name=tool_name, tool_kwargs=kwargs)
+
+
+class Gauge:
+    """Counts the calls running at once."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.max = 0
+        self.started: list[int] = []
+        self.finished: list[int] = []
+        self.cancelled: list[int] = []
+
+    def tool(self, name: str = "work") -> Tool:
+        gauge = self
+
+        async def work(n: int, delay: float = 0.01) -> int:
+            gauge.now += 1
+            gauge.max = max(gauge.max, gauge.now)
+            gauge.started.append(n)
+            try:
+                await anyio.sleep(delay)
+            except anyio.get_cancelled_exc_class():
+                gauge.cancelled.append(n)
+                raise
+            finally:
+                gauge.now -= 1
+            gauge.finished.append(n)
+            return n
+
+        return Tool.from_function(work, name=name)
+
+
+async def add(a: int, b: int = 1) -> int:
+    return a + b
+
+
+def fail(message: str) -> None:
+    raise ValueError(message)
+
+
+async def test_success_and_record_fields() -> None:
+    executor = Executor([add])
+    command = ToolCommand(
+        purpose="sum", tool_name="add", tool_kwargs={"a": 2}, todo_suggestion="then stop"
+    )
+    [record] = await executor.run([command])
+    assert record == ToolExecutionRecord.succeeded(command, 3)
+    assert record.success
+    assert record.result == 3
+    assert record.next == "then stop"
+
+
+async def test_every_failure_becomes_a_record_in_order() -> None:
+    called: list[str] = []
+
+    async def guarded(x: int) -> int:
+        called.append("guarded")
+        return x
+
+    @tool(timeout=0.05)
+    async def sleepy() -> None:
+        await anyio.sleep(10)
+
+    executor = Executor([add, fail, guarded, sleepy])
+    records = await executor.run(
+        [
+            cmd("add", a=1),
+            cmd("nope"),
+            cmd("guarded", x="ten"),
+            cmd("fail", message="bad input"),
+            cmd("sleepy"),
+            cmd("add", a=2, b=2),
+        ]
+    )
+    assert [r.tool_name for r in records] == ["add", "nope", "guarded", "fail", "sleepy", "add"]
+    assert [r.success for r in records] == [True, False, False, False, False, True]
+    assert [r.result for r in records] == [2, None, None, None, None, 4]
+    assert records[1].error == (
+        "no tool named 'nope'; available tools: 'add', 'fail', 'guarded', 'sleepy'"
+    )
+    assert records[2].error == (
+        "arguments for tool 'guarded' do not fit its schema: "
+        "at 'x': expected integer, got 'ten' (str)"
+    )
+    assert called == []
+    assert records[3].error == "tool 'fail' raised ValueError: bad input"
+    assert records[4].error == "tool 'sleepy' did not finish within 0.05 s; it was cancelled"
+
+
+async def test_exception_without_message_and_long_message() -> None:
+    def quiet() -> None:
+        raise KeyError
+
+    def loud() -> None:
+        raise RuntimeError("x" * 5000)
+
+    records = await Executor([quiet, loud]).run([cmd("quiet"), cmd("loud")])
+    assert records[0].error == "tool 'quiet' raised KeyError"
+    assert records[1].error is not None
+    assert records[1].error.endswith("… (5000 chars)")
+    assert len(records[1].error) < 2100
+
+
+async def test_timeout_really_cancels() -> None:
+    gauge = Gauge()
+    executor = Executor([gauge.tool()], tool_timeout=0.05)
+    start = time.monotonic()
+    [record] = await executor.run([cmd("work", n=1, delay=10)])
+    assert time.monotonic() - start < 1
+    assert record.error == "tool 'work' did not finish within 0.05 s; it was cancelled"
+    assert gauge.cancelled == [1]
+
+
+async def test_tool_own_timeout_wins_when_smaller() -> None:
+    @tool(timeout=0.05)
+    async def sleepy() -> None:
+        await anyio.sleep(10)
+
+    @tool(timeout=5)
+    async def patient() -> None:
+        await anyio.sleep(10)
+
+    records = await Executor([sleepy, patient], tool_timeout=0.1).run(
+        [cmd("sleepy"), cmd("patient")]
+    )
+    assert records[0].error is not None
+    assert "within 0.05 s" in records[0].error
+    assert records[1].error is not None
+    assert "within 0.1 s" in records[1].error
+
+
+async def test_concurrency_is_exact() -> None:
+    gauge = Gauge()
+    executor = Executor([gauge.tool()], concurrency=3)
+    commands = [cmd("work", n=i, delay=0.001 * (i % 4)) for i in range(10)]
+    records = await executor.run(commands)
+    assert gauge.max == 3
+    assert [r.result for r in records] == list(range(10))
+    assert sorted(gauge.started[:3]) == [0, 1, 2]  # the waiting ones start later, in order
+    assert sorted(gauge.started) == list(range(10))
+
+
+async def test_concurrency_one_runs_one_at_a_time() -> None:
+    gauge = Gauge()
+    records = await Executor([gauge.tool()], concurrency=1).run(
+        [cmd("work", n=i) for i in range(5)]
+    )
+    assert gauge.max == 1
+    assert gauge.started == list(range(5))
+    assert all(r.success for r in records)
+
+
+async def test_shared_limiter_holds_across_concurrent_rounds() -> None:
+    gauge = Gauge()
+    limiter = anyio.CapacityLimiter(3)
+    first = Executor([gauge.tool()], concurrency=5, limiter=limiter)
+    second = Executor([gauge.tool()], concurrency=5, limiter=limiter)
+    results: dict[str, list[ToolExecutionRecord]] = {}
+
+    async def run(name: str, executor: Executor, base: int) -> None:
+        results[name] = await executor.run([cmd("work", n=base + i) for i in range(8)])
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run, "first", first, 0)
+        tg.start_soon(run, "second", second, 100)
+    assert gauge.max == 3
+    assert [r.result for r in results["first"]] == list(range(8))
+    assert [r.result for r in results["second"]] == [100 + i for i in range(8)]
+    assert limiter.borrowed_tokens == 0
+
+
+async def test_records_in_command_order_when_later_ones_finish_first() -> None:
+    gauge = Gauge()
+    delays = [0.05, 0.04, 0.03, 0.02, 0.0]
+    records = await Executor([gauge.tool()]).run(
+        [cmd("work", n=i, delay=d) for i, d in enumerate(delays)]
+    )
+    assert gauge.finished == [4, 3, 2, 1, 0]
+    assert [r.result for r in records] == [0, 1, 2, 3, 4]
+
+
+async def test_hooks_see_every_command() -> None:
+    started: list[tuple[int, str]] = []
+    finished: list[tuple[int, bool, float]] = []
+    executor = Executor(
+        [add, fail],
+        on_start=lambda i, c: started.append((i, c.tool_name)),
+        on_finish=lambda i, r, d: finished.append((i, r.success, d)),
+    )
+    await executor.run([cmd("add", a=1), cmd("fail", message="m"), cmd("missing")])
+    assert sorted(started) == [(0, "add"), (1, "fail"), (2, "missing")]
+    assert sorted((i, ok) for i, ok, _ in finished) == [(0, True), (1, False), (2, False)]
+    assert all(d >= 0 for _, _, d in finished)
+
+    # per-round hooks replace the executor's
+    own: list[int] = []
+    await executor.run([cmd("add", a=1)], on_start=lambda i, c: own.append(i))
+    assert own == [0]
+    assert len(started) == 3
+
+
+async def test_sync_tools_inline_and_in_thread() -> None:
+    loop_thread = threading.get_ident()
+
+    def where() -> int:
+        return threading.get_ident()
+
+    inline = Tool.from_function(where, name="inline")
+    threaded = Tool.from_function(where, name="threaded", thread=True)
+    records = await Executor([inline, threaded]).run([cmd("inline"), cmd("threaded")])
+    assert records[0].result == loop_thread
+    assert records[1].result != loop_thread
+
+
+async def test_streaming_submit_starts_commands_while_the_round_is_open() -> None:
+    first_started = anyio.Event()
+    gauge = Gauge()
+
+    async def first() -> str:
+        first_started.set()
+        await anyio.sleep(0.01)
+        return "first"
+
+    executor = Executor(ToolRegistry([first, gauge.tool()]))
+    records: list[ToolExecutionRecord] = []
+    with anyio.fail_after(5):
+        async with executor.round(records=records) as rnd:
+            assert rnd.submit(cmd("first")) == 0
+            await first_started.wait()  # it runs before the round's block ends
+            assert rnd.submit(cmd("work", n=7)) == 1
+            assert [c.tool_name for c in rnd.commands] == ["first", "work"]
+    assert [r.result for r in rnd.records] == ["first", 7]
+    assert records == rnd.records
+
+
+async def test_records_list_is_appended_to() -> None:
+    done: list[ToolExecutionRecord] = []
+    executor = Executor([add])
+    await executor.run([cmd("add", a=1)], records=done)
+    await executor.run([cmd("add", a=2), cmd("add", a=3)], records=done)
+    assert [r.result for r in done] == [2, 3, 4]
+    assert await executor.run([]) == []
+
+
+async def test_round_misuse() -> None:
+    executor = Executor([add])
+    rnd = executor.round()
+    with pytest.raises(RuntimeError, match="only inside"):
+        rnd.submit(cmd("add", a=1))
+    async with rnd:
+        with pytest.raises(RuntimeError, match="complete only after"):
+            _ = rnd.records
+    with pytest.raises(RuntimeError, match="only inside"):
+        rnd.submit(cmd("add", a=1))
+    with pytest.raises(RuntimeError, match="used once"):
+        async with rnd:
+            pass
+
+
+def test_bad_configuration() -> None:
+    with pytest.raises(ValueError, match="concurrency must be an int >= 1"):
+        Executor([add], concurrency=0)
+    with pytest.raises(ValueError, match="tool_timeout must be > 0"):
+        Executor([add], tool_timeout=0)
+
+
+# --- cancellation -------------------------------------------------------------------
+
+
+async def test_cancelled_run_leaves_a_record_for_every_command() -> None:
+    gauge = Gauge()
+    executor = Executor([gauge.tool(), add], concurrency=2)
+    records: list[ToolExecutionRecord] = []
+    after_run = False
+    with anyio.move_on_after(0.1) as scope:
+        await executor.run(
+            [cmd("add", a=1), cmd("work", n=1, delay=10), cmd("work", n=2, delay=10)],
+            records=records,
+        )
+        after_run = True
+    assert scope.cancelled_caught
+    assert not after_run  # the cancellation was not swallowed
+    assert [r.success for r in records] == [True, False, False]
+    assert records[1].error == "tool 'work' was cancelled before it finished"
+    assert records[2].error == "tool 'work' was cancelled before it finished"
+    assert sorted(gauge.cancelled) == [1, 2]  # the tools saw it: nothing left running
+    assert gauge.now == 0
+
+
+async def test_cancelled_round_covers_waiting_commands_too() -> None:
+    gauge = Gauge()
+    finished: list[int] = []
+    executor = Executor([gauge.tool()], concurrency=2, on_finish=lambda i, r, d: finished.append(i))
+    with anyio.CancelScope() as scope:
+        async with executor.round() as rnd:
+            for i in range(5):
+                rnd.submit(cmd("work", n=i, delay=10))
+            await anyio.sleep(0.05)
+            scope.cancel()
+            await anyio.sleep(10)
+    assert scope.cancelled_caught
+    assert len(rnd.records) == 5
+    assert all(not r.success for r in rnd.records)
+    assert {r.error for r in rnd.records} == {"tool 'work' was cancelled before it finished"}
+    assert sorted(gauge.started) == [0, 1]  # the waiting three never started
+    assert sorted(gauge.cancelled) == [0, 1]
+    assert sorted(finished) == [0, 1, 2, 3, 4]
+
+
+async def test_error_in_round_body_cancels_calls_and_propagates() -> None:
+    gauge = Gauge()
+    executor = Executor([gauge.tool()])
+    rnd = executor.round()
+
+    async def plan() -> None:
+        async with rnd:
+            rnd.submit(cmd("work", n=1, delay=10))
+            await anyio.sleep(0.01)
+            raise ValueError("planner broke")
+
+    with pytest.raises(ValueError, match="planner broke"):
+        await plan()
+    assert [r.error for r in rnd.records] == ["tool 'work' was cancelled before it finished"]
+    assert gauge.cancelled == [1]
+
+
+# --- property: one record per command, in order, whatever happens --------------------
+
+_kinds = st.sampled_from(["ok", "raise", "bad_args", "unknown", "timeout"])
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(kinds=st.lists(_kinds, max_size=12), concurrency=st.integers(1, 5))
+async def test_one_record_per_command_in_order(kinds: list[str], concurrency: int) -> None:
+    gauge = Gauge()
+
+    @tool(timeout=0.001)
+    async def stuck() -> None:
+        await anyio.sleep(10)
+
+    executor = Executor([gauge.tool(), fail, stuck], concurrency=concurrency)
+    commands = {
+        "ok": lambda i: cmd("work", n=i, delay=0),
+        "raise": lambda i: cmd("fail", message=str(i)),
+        "bad_args": lambda i: cmd("work", n="x"),
+        "unknown": lambda i: cmd("ghost"),
+        "timeout": lambda i: cmd("stuck"),
+    }
+    records = await executor.run([commands[kind](i) for i, kind in enumerate(kinds)])
+    assert len(records) == len(kinds)
+    for i, (kind, record) in enumerate(zip(kinds, records, strict=True)):
+        assert record.success == (kind == "ok")
+        if kind == "ok":
+            assert record.result == i
+        else:
+            assert record.error
+    assert gauge.max <= concurrency
+
+
+async def test_nested_runs_share_a_limiter() -> None:
+    limiter = anyio.CapacityLimiter(2)
+    inner = Executor([add], limiter=limiter)
+
+    async def outer(a: int) -> int:
+        [record] = await inner.run([cmd("add", a=a)])  # runs in this (worker) task
+        return int(record.result)
+
+    records = await Executor([outer], limiter=limiter).run([cmd("outer", a=1)])
+    assert records[0].result == 2
+    assert limiter.borrowed_tokens == 0

@@ -1,0 +1,89 @@
+"""The tools of a run, by name."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from .._errors import ToolDefinitionError, ToolNotFoundError
+from ._tool import Tool
+
+__all__ = ["ToolRegistry"]
+
+_MAX_NAMES = 20
+
+
+class ToolRegistry:
+    """An immutable set of tools with unique names.
+
+    Args:
+        tools: :class:`Tool` objects and/or plain typed functions (made tools with
+            :meth:`Tool.from_function`), in the order the model should see them.
+
+    Raises:
+        ToolDefinitionError: two tools share a name, or a function cannot be a tool.
+    """
+
+    __slots__ = ("_tools",)
+
+    def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for item in tools:
+            tool = item if isinstance(item, Tool) else Tool.from_function(item)
+            if tool.name in self._tools:
+                raise ToolDefinitionError(
+                    f"two tools are named {tool.name!r}; tool names must be unique: rename "
+                    "one (Tool.from_function(fn, name='...') or @tool(name='...'))"
+                )
+            self._tools[tool.name] = tool
+
+    def get(self, name: str) -> Tool:
+        """The tool called ``name``.
+
+        Raises:
+            ToolNotFoundError: no such tool; the message lists the available ones.
+        """
+        try:
+            return self._tools[name]
+        except KeyError:
+            raise ToolNotFoundError(self._not_found(name)) from None
+
+    def _not_found(self, name: str) -> str:
+        names = list(self._tools)
+        if not names:
+            return f"no tool named {name!r}: no tools are available"
+        shown = ", ".join(repr(n) for n in names[:_MAX_NAMES])
+        if len(names) > _MAX_NAMES:
+            shown += f", … ({len(names) - _MAX_NAMES} more)"
+        close = difflib.get_close_matches(str(name), names, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return f"no tool named {name!r}; available tools: {shown}{hint}"
+
+    @property
+    def names(self) -> list[str]:
+        """The tool names, in registration order."""
+        return list(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __repr__(self) -> str:
+        return f"ToolRegistry({list(self._tools)!r})"
+
+    def specs(self) -> list[dict[str, Any]]:
+        """``[{"name", "description", "parameters"}, ...]``: the planner's ``available_tools``.
+
+        The ``parameters`` schemas are the tools' own: treat them as read-only.
+        """
+        return [tool.spec() for tool in self._tools.values()]
+
+    def openai_tools(self) -> list[dict[str, Any]]:
+        """The tools in the OpenAI Chat Completions ``tools`` format."""
+        return [tool.openai_tool() for tool in self._tools.values()]
