@@ -1,5 +1,6 @@
 """Public test doubles for toolloop and for code built on it.
 
+`ScriptedPlanner` answers the tool loop's planner calls from a script.
 `FakeOpenAIServer` is a local OpenAI-compatible HTTP server that the real `openai` client
 talks to, with scripted (optionally streamed) replies and a record of what happened.
 """
@@ -13,6 +14,7 @@ from ._openai_server import FakeOpenAIServer as FakeOpenAIServer
 from ._openai_server import RecordedRequest as RecordedRequest
 from ._openai_server import Responder as Responder
 from ._openai_server import StreamRecord as StreamRecord
+from ._scripted import ScriptedPlanner as ScriptedPlanner
 
 __all__ = [
     "FakeErrorReply",
@@ -21,5 +23,6 @@ __all__ = [
     "FakeToolCall",
     "RecordedRequest",
     "Responder",
+    "ScriptedPlanner",
     "StreamRecord",
 ]

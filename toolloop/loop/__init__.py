@@ -1,0 +1,47 @@
+"""The plan/execute tool loop: a flow of PLAN and EXECUTE rounds on the engine."""
+
+from __future__ import annotations
+
+from ._api import LoopStream as LoopStream
+from ._api import async_plan_and_execute as async_plan_and_execute
+from ._api import plan_and_execute as plan_and_execute
+from ._api import stream_plan_and_execute as stream_plan_and_execute
+from ._events import CommandFinished as CommandFinished
+from ._events import CommandStarted as CommandStarted
+from ._events import LoopEvent as LoopEvent
+from ._events import LoopFinished as LoopFinished
+from ._events import PlanDecided as PlanDecided
+from ._events import RoundFinished as RoundFinished
+from ._events import RoundStarted as RoundStarted
+from ._flow import RoundState as RoundState
+from ._flow import loop_flow as loop_flow
+from ._normalize import NormalizedPlan as NormalizedPlan
+from ._normalize import PlanItem as PlanItem
+from ._normalize import normalize_plan as normalize_plan
+from ._results import EXTRA_INSTRUCTION as EXTRA_INSTRUCTION
+from ._results import LoopResult as LoopResult
+from ._results import StopReason as StopReason
+from ._results import to_action_results as to_action_results
+
+__all__ = [
+    "EXTRA_INSTRUCTION",
+    "CommandFinished",
+    "CommandStarted",
+    "LoopEvent",
+    "LoopFinished",
+    "LoopResult",
+    "LoopStream",
+    "NormalizedPlan",
+    "PlanDecided",
+    "PlanItem",
+    "RoundFinished",
+    "RoundStarted",
+    "RoundState",
+    "StopReason",
+    "async_plan_and_execute",
+    "loop_flow",
+    "normalize_plan",
+    "plan_and_execute",
+    "stream_plan_and_execute",
+    "to_action_results",
+]

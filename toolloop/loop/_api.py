@@ -1,0 +1,241 @@
+"""The surface of the tool loop: ``async_plan_and_execute``, its sync twin, and a stream."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Literal
+
+import anyio
+import sniffio
+
+from .._errors import ExecutionTimeoutError
+from .._executor import Executor
+from ..flow import EventStream, Execution, FlowEvent
+from ..planners._base import PlannerLike
+from ..tools import Tool, ToolRegistry
+from ._flow import LoopDeps, RoundState, loop_flow
+from ._results import LoopResult
+
+__all__ = ["LoopStream", "async_plan_and_execute", "plan_and_execute", "stream_plan_and_execute"]
+
+ToolsLike = ToolRegistry | Sequence[Tool | Callable[..., Any]]
+
+
+def _prepare(
+    user_input: str,
+    *,
+    planner: PlannerLike,
+    tools: ToolsLike = (),
+    max_rounds: int = 5,
+    concurrency: int = 4,
+    limiter: anyio.CapacityLimiter | None = None,
+    tool_timeout: float | None = None,
+    planner_timeout: float | None = None,
+    user_extra_requirement: str | None = None,
+    max_commands: int = 64,
+    on_event: Callable[[FlowEvent], None] | None = None,
+) -> Execution[RoundState]:
+    if not isinstance(user_input, str):
+        raise TypeError(f"user_input must be a str, got {type(user_input).__name__}")
+    if max_rounds < 0:
+        raise ValueError(f"max_rounds must be 0 or more, got {max_rounds}")
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+    registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
+    executor = Executor(
+        registry, concurrency=concurrency, limiter=limiter, tool_timeout=tool_timeout
+    )
+    deps = LoopDeps(
+        user_input=user_input,
+        planner=planner,
+        registry=registry,
+        executor=executor,
+        max_rounds=max_rounds,
+        user_extra_requirement=user_extra_requirement,
+        planner_timeout=planner_timeout,
+        max_commands=max_commands,
+        available_tools=registry.specs(),
+    )
+    execution = loop_flow.execution(deps=deps)
+    if on_event is not None:
+        execution.subscribe(on_event)
+    return execution
+
+
+async def _run(
+    execution: Execution[RoundState],
+    timeout: float | None,
+    on_timeout: Literal["raise", "finish"],
+) -> LoopResult:
+    deps = execution.deps
+    assert isinstance(deps, LoopDeps)
+    try:
+        await execution.run(timeout=timeout)
+    except ExecutionTimeoutError as exc:
+        if on_timeout == "raise" or exc.step is not None:
+            raise
+        stop: Any = "timeout"
+    else:
+        stop = deps.stop_reason or "response"
+    state = execution.state
+    return LoopResult.build(
+        deps.user_input,
+        state.done_plans,
+        rounds=state.round_index,
+        stop_reason=stop,
+        notes=deps.notes,
+    )
+
+
+async def async_plan_and_execute(
+    user_input: str,
+    *,
+    tools: ToolsLike = (),
+    planner: PlannerLike,
+    max_rounds: int = 5,
+    concurrency: int = 4,
+    limiter: anyio.CapacityLimiter | None = None,
+    timeout: float | None = None,
+    tool_timeout: float | None = None,
+    planner_timeout: float | None = None,
+    user_extra_requirement: str | None = None,
+    max_commands: int = 64,
+    on_timeout: Literal["raise", "finish"] = "raise",
+    on_event: Callable[[FlowEvent], None] | None = None,
+) -> LoopResult:
+    """Plan, execute tools, and plan again, round after round; return the results.
+
+    Args:
+        user_input: the user's request, given to the planner every round.
+        tools: the tools the planner may call: typed functions, :class:`~toolloop.Tool`
+            objects, or a :class:`~toolloop.ToolRegistry`.
+        planner: decides each round (see :class:`~toolloop.planners.Planner`).
+        max_rounds: at most this many rounds execute tools; checked before the planner is
+            called, so no planner call is wasted.
+        concurrency: at most this many tool calls of this run at once.
+        limiter: a :class:`anyio.CapacityLimiter` shared by many runs (both limits hold).
+        timeout: seconds for the whole run; every running planner call and tool is cancelled
+            when it passes.
+        tool_timeout: seconds for each tool call (a tool's own, smaller timeout wins).
+        planner_timeout: seconds for each planner call.
+        user_extra_requirement: more instructions for the planner.
+        max_commands: commands past this many in one round fail without running.
+        on_timeout: ``"raise"`` :class:`~toolloop.ExecutionTimeoutError` (its ``.state``
+            keeps the records), or ``"finish"``: return the result so far with
+            ``stop_reason="timeout"``.
+        on_event: called with every event of the run, as it happens.
+
+    Returns:
+        The records, folded into ``prompt`` (``action_results``, ``extra_instruction``) and
+        ``extra`` (``tool_logs``) when there are any.
+
+    Raises:
+        PlannerError: the planner raised or timed out (``.done_plans`` keeps the records).
+        ExecutionTimeoutError: the run outlived ``timeout`` (with ``on_timeout="raise"``).
+    """
+    execution = _prepare(
+        user_input,
+        tools=tools,
+        planner=planner,
+        max_rounds=max_rounds,
+        concurrency=concurrency,
+        limiter=limiter,
+        tool_timeout=tool_timeout,
+        planner_timeout=planner_timeout,
+        user_extra_requirement=user_extra_requirement,
+        max_commands=max_commands,
+        on_event=on_event,
+    )
+    return await _run(execution, timeout, on_timeout)
+
+
+def plan_and_execute(
+    user_input: str,
+    *,
+    backend: Literal["asyncio", "trio"] = "asyncio",
+    **kwargs: Any,
+) -> LoopResult:
+    """The sync twin of :func:`async_plan_and_execute`, for scripts (same arguments).
+
+    Runs its own event loop; from async code, ``await async_plan_and_execute(...)``.
+    """
+    try:
+        running = sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        running = None
+    if running is not None:
+        raise RuntimeError(
+            f"plan_and_execute() was called inside a running {running} event loop; "
+            "use `await async_plan_and_execute(...)` there"
+        )
+    run = functools.partial(async_plan_and_execute, user_input, **kwargs)
+    return anyio.run(run, backend=backend)
+
+
+class LoopStream:
+    """A run in progress: iterate over its events; ``result`` is set once it is over."""
+
+    def __init__(self, events: EventStream) -> None:
+        self._events = events
+        self._result: LoopResult | None = None
+        self._exhausted = False
+
+    def __aiter__(self) -> LoopStream:
+        return self
+
+    async def __anext__(self) -> FlowEvent:
+        try:
+            return await self._events.__anext__()
+        except StopAsyncIteration:
+            self._exhausted = True
+            raise
+
+    @property
+    def result(self) -> LoopResult:
+        """The run's result (after the events ended)."""
+        if self._result is None:
+            raise RuntimeError("the run has not finished; read its events to the end first")
+        return self._result
+
+
+@asynccontextmanager
+async def stream_plan_and_execute(
+    user_input: str,
+    *,
+    timeout: float | None = None,
+    on_timeout: Literal["raise", "finish"] = "raise",
+    **kwargs: Any,
+) -> AsyncIterator[LoopStream]:
+    """Run the loop in the background and read its typed events as they happen::
+
+        async with stream_plan_and_execute("...", tools=..., planner=...) as run:
+            async for event in run:
+                print(event.kind)
+        print(run.result.action_results)
+
+    Takes the arguments of :func:`async_plan_and_execute`. Leaving the block early cancels
+    the run; an error of the run is raised when the block exits.
+    """
+    execution = _prepare(user_input, **kwargs)
+    events = execution.events()
+    stream = LoopStream(events)
+    failure: list[BaseException] = []
+
+    async def drive() -> None:
+        try:
+            stream._result = await _run(execution, timeout, on_timeout)
+        except Exception as exc:
+            failure.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(drive)
+        try:
+            yield stream
+        finally:
+            if not stream._exhausted:  # left early: the run is not wanted any more
+                tg.cancel_scope.cancel()
+            await events.aclose()
+    if failure:
+        raise failure[0]

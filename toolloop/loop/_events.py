@@ -1,0 +1,73 @@
+"""Typed events of a plan/execute run, published on the flow's event stream."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from .._records import ToolCommand, ToolExecutionRecord
+from ..flow import FlowEvent
+from ._results import StopReason
+
+__all__ = [
+    "CommandFinished",
+    "CommandStarted",
+    "LoopEvent",
+    "LoopFinished",
+    "PlanDecided",
+    "RoundFinished",
+    "RoundStarted",
+]
+
+
+class LoopEvent(FlowEvent):
+    """Base of the tool loop's events."""
+
+    round_index: int
+
+
+class RoundStarted(LoopEvent):
+    """A planner call is about to be made for this round."""
+
+    kind: Literal["round_started"] = "round_started"
+
+
+class PlanDecided(LoopEvent):
+    """The planner answered and its output was normalized."""
+
+    kind: Literal["plan_decided"] = "plan_decided"
+    next_action: Literal["execute", "response"]
+    commands: list[ToolCommand]
+    stop_reason: StopReason | None = None
+    notes: list[str] = Field(default_factory=list)
+    duration: float
+    """Seconds the planner took."""
+    short_circuited: bool = False
+    """The planner stopped reading its output once ``next_action`` was settled."""
+
+
+class CommandStarted(LoopEvent):
+    kind: Literal["command_started"] = "command_started"
+    index: int
+    command: ToolCommand
+
+
+class CommandFinished(LoopEvent):
+    kind: Literal["command_finished"] = "command_finished"
+    index: int
+    record: ToolExecutionRecord
+    duration: float
+
+
+class RoundFinished(LoopEvent):
+    kind: Literal["round_finished"] = "round_finished"
+    records: list[ToolExecutionRecord]
+    duration: float
+
+
+class LoopFinished(LoopEvent):
+    kind: Literal["loop_finished"] = "loop_finished"
+    stop_reason: StopReason
+    rounds: int
+    records: int

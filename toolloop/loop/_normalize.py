@@ -1,0 +1,224 @@
+"""Turning whatever a planner returned into a plan the loop can act on.
+
+The rules, as in the design:
+
+- ``tool_commands`` is read as ``execution_commands``; a single ``tool_command`` becomes a
+  list of one;
+- a missing ``next_action`` is inferred: commands present → ``execute``, else ``response``;
+- ``use_tool`` that normalizes to False stops the loop;
+- ``execute`` with no valid command is ``response``;
+- a command without ``tool_name`` is dropped; a missing ``purpose`` gets a default;
+- ``next`` mirrors ``todo_suggestion``.
+
+Nothing a planner returns makes this raise. Commands that name a tool but cannot run
+(arguments that are not an object, too large, past the per-round limit) are kept, in order,
+as records that failed without running, so every command still ends in exactly one record.
+Everything set aside is explained in ``notes``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .._records import DEFAULT_PURPOSE, ToolCommand, ToolExecutionRecord
+from ._results import StopReason
+
+__all__ = ["NormalizedPlan", "PlanItem", "normalize_plan"]
+
+PlanItem = ToolCommand | ToolExecutionRecord
+"""A command to run, or the record of one that failed before it could run."""
+
+_TRUE = {"true", "yes", "y", "1", "on"}
+_FALSE = {"false", "no", "n", "0", "off", "none", "null", ""}
+
+
+class NormalizedPlan(BaseModel):
+    """A planner's output after normalization."""
+
+    model_config = ConfigDict(frozen=True)
+
+    next_action: Literal["execute", "response"]
+    items: list[PlanItem] = Field(default_factory=list)
+    """In the planner's order: commands to run, and records of commands that cannot run."""
+    notes: list[str] = Field(default_factory=list)
+    """What was dropped or repaired, and why."""
+    stop_reason: StopReason | None = None
+    """Why the plan stops the loop, when it does."""
+
+    @property
+    def commands(self) -> list[ToolCommand]:
+        return [i for i in self.items if isinstance(i, ToolCommand)]
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _as_bool(value: Any) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return bool(value)
+    if isinstance(value, str):
+        v = value.strip().lower()
+        if v in _TRUE:
+            return True
+        if v in _FALSE:
+            return False
+    if value is None:
+        return False
+    return None
+
+
+def _as_text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):  # pragma: no cover - default=str makes this rare
+        return str(value)
+
+
+def _to_mapping(raw: Any) -> Mapping[str, Any] | None:
+    if isinstance(raw, Mapping):
+        return raw
+    if isinstance(raw, BaseModel):
+        return raw.model_dump()
+    if isinstance(raw, (str, bytes, bytearray)):
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            return None
+        return parsed if isinstance(parsed, Mapping) else None
+    return None
+
+
+def normalize_plan(
+    raw: Any,
+    *,
+    max_commands: int = 64,
+    max_kwargs_bytes: int = 256 * 1024,
+) -> NormalizedPlan:
+    """Normalize a planner's raw output (a dict, a pydantic model or JSON text).
+
+    Args:
+        raw: whatever the planner returned.
+        max_commands: commands past this many in one round fail without running.
+        max_kwargs_bytes: arguments larger than this (as JSON) fail without running.
+    """
+    notes: list[str] = []
+    data = _to_mapping(raw)
+    if data is None:
+        notes.append(
+            "planner output is not an object with next_action and execution_commands; "
+            f"got {type(raw).__name__} {_short(raw)}: ending without tools"
+        )
+        return NormalizedPlan(next_action="response", notes=notes, stop_reason="response")
+
+    raw_commands: Any = data.get("execution_commands")
+    if raw_commands is None and "tool_commands" in data:
+        raw_commands = data["tool_commands"]
+    if raw_commands is None and "tool_command" in data:
+        raw_commands = [data["tool_command"]] if data["tool_command"] is not None else []
+    if raw_commands is None:
+        raw_commands = []
+    elif isinstance(raw_commands, Mapping):
+        raw_commands = [raw_commands]
+    elif not isinstance(raw_commands, (list, tuple)):
+        notes.append(
+            "execution_commands must be a list of commands, got "
+            f"{type(raw_commands).__name__} {_short(raw_commands)}: ignored"
+        )
+        raw_commands = []
+
+    items: list[PlanItem] = []
+    for i, entry in enumerate(raw_commands):
+        item = _command(i, entry, notes, max_kwargs_bytes)
+        if item is None:
+            continue
+        if len(items) >= max_commands and isinstance(item, ToolCommand):
+            item = ToolExecutionRecord.failed(
+                item,
+                f"not run: the planner asked for more than {max_commands} commands in one "
+                "round; ask for fewer",
+            )
+        items.append(item)
+    if len(items) > max_commands:
+        notes.append(f"{len(items) - max_commands} commands past the limit of {max_commands}")
+
+    use_tool = data.get("use_tool", True)
+    if _as_bool(use_tool) is False:
+        return NormalizedPlan(
+            next_action="response", items=[], notes=notes, stop_reason="use_tool_false"
+        )
+
+    action = data.get("next_action")
+    if action is None:
+        next_action = "execute" if items else "response"
+    else:
+        text = str(action).strip().lower() if isinstance(action, str) else None
+        next_action = "execute" if text == "execute" else "response"
+        if text not in ("execute", "response"):
+            notes.append(f"next_action must be 'execute' or 'response', got {_short(action)}")
+    if next_action == "execute" and not items:
+        return NormalizedPlan(next_action="response", notes=notes, stop_reason="no_commands")
+    if next_action == "response":
+        return NormalizedPlan(next_action="response", notes=notes, stop_reason="response")
+    return NormalizedPlan(next_action="execute", items=items, notes=notes)
+
+
+def _command(index: int, entry: Any, notes: list[str], max_kwargs_bytes: int) -> PlanItem | None:
+    if isinstance(entry, BaseModel):
+        entry = entry.model_dump()
+    if not isinstance(entry, Mapping):
+        notes.append(f"command {index} is not an object ({_short(entry)}): dropped")
+        return None
+    name = entry.get("tool_name")
+    if not isinstance(name, str) or not name.strip():
+        notes.append(f"command {index} has no tool_name ({_short(dict(entry))}): dropped")
+        return None
+    purpose = _as_text(entry.get("purpose")).strip() or DEFAULT_PURPOSE
+    todo = _as_text(entry.get("todo_suggestion", entry.get("next")))
+    kwargs: Any = entry.get("tool_kwargs")
+    if kwargs is None:
+        kwargs = {}
+    if isinstance(kwargs, str) and kwargs.strip().startswith("{"):
+        try:
+            kwargs = json.loads(kwargs)
+        except ValueError:
+            pass
+    problem: str | None = None
+    if not isinstance(kwargs, Mapping):
+        problem = (
+            f"not run: tool_kwargs must be an object of arguments, got "
+            f"{type(kwargs).__name__} {_short(kwargs)}"
+        )
+        kwargs = {}
+    else:
+        kwargs = dict(kwargs)
+        try:
+            size = len(json.dumps(kwargs, ensure_ascii=False, default=str))
+        except (TypeError, ValueError):
+            size = 0
+        if size > max_kwargs_bytes:
+            problem = (
+                f"not run: tool_kwargs are {size} bytes as JSON, more than the limit of "
+                f"{max_kwargs_bytes}"
+            )
+            kwargs = {"omitted": f"{size} bytes"}
+        elif not all(isinstance(k, str) for k in kwargs):
+            problem = "not run: tool_kwargs keys must be strings"
+            kwargs = {str(k): v for k, v in kwargs.items()}
+    command = ToolCommand(
+        purpose=purpose, tool_name=name.strip(), tool_kwargs=kwargs, todo_suggestion=todo
+    )
+    if problem is not None:
+        return ToolExecutionRecord.failed(command, problem)
+    return command
