@@ -1,4 +1,10 @@
-"""toolloop: an async plan/execute tool loop on a small event-triggered flow engine."""
+"""toolloop: an async plan/execute tool loop on a small event-triggered flow engine.
+
+The main call is :func:`async_plan_and_execute` (and its sync twin :func:`plan_and_execute`).
+Subpackages: :mod:`toolloop.flow` (the engine), :mod:`toolloop.tools`, :mod:`toolloop.planners`,
+:mod:`toolloop.models` (model adapters and the incremental JSON reader) and
+:mod:`toolloop.testing` (public test doubles).
+"""
 
 from __future__ import annotations
 
@@ -18,26 +24,106 @@ from ._errors import ToolDefinitionError as ToolDefinitionError
 from ._errors import ToolloopError as ToolloopError
 from ._errors import ToolNotFoundError as ToolNotFoundError
 from ._errors import ToolTimeoutError as ToolTimeoutError
+from ._executor import ExecutionRound as ExecutionRound
+from ._executor import Executor as Executor
+from ._executor import OnFinish as OnFinish
+from ._executor import OnStart as OnStart
+from ._records import DEFAULT_PURPOSE as DEFAULT_PURPOSE
 from ._records import ToolCommand as ToolCommand
 from ._records import ToolExecutionRecord as ToolExecutionRecord
+from .flow import Context as Context
+from .flow import Flow as Flow
+from .flow import FlowEvent as FlowEvent
+from .flow import FlowResult as FlowResult
+from .flow import FlowSnapshot as FlowSnapshot
+from .flow import Step as Step
+from .flow import TraceEntry as TraceEntry
+from .loop import EXTRA_INSTRUCTION as EXTRA_INSTRUCTION
+from .loop import CommandFinished as CommandFinished
+from .loop import CommandStarted as CommandStarted
+from .loop import LoopEvent as LoopEvent
+from .loop import LoopFinished as LoopFinished
+from .loop import LoopResult as LoopResult
+from .loop import LoopStream as LoopStream
+from .loop import NormalizedPlan as NormalizedPlan
+from .loop import PlanDecided as PlanDecided
+from .loop import PlanItem as PlanItem
+from .loop import RoundFinished as RoundFinished
+from .loop import RoundStarted as RoundStarted
+from .loop import RoundState as RoundState
+from .loop import StopReason as StopReason
+from .loop import async_plan_and_execute as async_plan_and_execute
+from .loop import loop_flow as loop_flow
+from .loop import normalize_plan as normalize_plan
+from .loop import plan_and_execute as plan_and_execute
+from .loop import stream_plan_and_execute as stream_plan_and_execute
+from .loop import to_action_results as to_action_results
+from .planners import Planner as Planner
+from .planners import PlannerContext as PlannerContext
+from .planners import PlannerLike as PlannerLike
+from .tools import Tool as Tool
+from .tools import ToolRegistry as ToolRegistry
+from .tools import async_call_tool as async_call_tool
+from .tools import tool as tool
+
+__version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_PURPOSE",
+    "EXTRA_INSTRUCTION",
+    "CommandFinished",
+    "CommandStarted",
+    "Context",
     "DefinitionError",
     "ExecutionError",
+    "ExecutionRound",
     "ExecutionStalledError",
     "ExecutionTimeoutError",
+    "Executor",
+    "Flow",
     "FlowDefinitionError",
+    "FlowEvent",
+    "FlowResult",
+    "FlowSnapshot",
+    "LoopEvent",
+    "LoopFinished",
+    "LoopResult",
+    "LoopStream",
     "ModelOutputError",
+    "NormalizedPlan",
+    "OnFinish",
+    "OnStart",
+    "PlanDecided",
+    "PlanItem",
+    "Planner",
+    "PlannerContext",
     "PlannerError",
+    "PlannerLike",
     "ResumeError",
+    "RoundFinished",
+    "RoundStarted",
+    "RoundState",
     "RunError",
+    "Step",
     "StepFailedError",
+    "StopReason",
+    "Tool",
     "ToolArgumentsError",
     "ToolCallError",
     "ToolCommand",
     "ToolDefinitionError",
     "ToolExecutionRecord",
     "ToolNotFoundError",
+    "ToolRegistry",
     "ToolTimeoutError",
     "ToolloopError",
+    "TraceEntry",
+    "async_call_tool",
+    "async_plan_and_execute",
+    "loop_flow",
+    "normalize_plan",
+    "plan_and_execute",
+    "stream_plan_and_execute",
+    "to_action_results",
+    "tool",
 ]
