@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
@@ -30,7 +29,7 @@ from ._events import (
     FlowEvent,
 )
 from ._snapshot import FlowSnapshot, Wait
-from ._trace import TraceEntry
+from ._trace import RawEntry, TraceEntry, materialize
 
 if TYPE_CHECKING:
     from ._flow import Flow
@@ -102,23 +101,49 @@ class Context(Generic[S]):
         return self._ex._at(perf_counter())
 
 
-@dataclass(frozen=True)
 class FlowResult(Generic[S]):
-    """How an execution ended (or paused): its value, its state, its trace."""
+    """How an execution ended (or paused): its value, its state, its trace.
 
-    status: Literal["completed", "paused"]
-    value: Any
-    state: S
-    trace: list[TraceEntry]
-    execution_id: str
-    waiting: list[Wait] = field(default_factory=list)
-    """When paused: the external events it waits for, with what each asks."""
-    snapshot: FlowSnapshot | None = None
-    """When paused: everything needed to resume it elsewhere (JSON-ready)."""
+    Attributes:
+        status: ``completed``, or ``paused`` waiting for external events.
+        value: what reached the end (``None`` when paused).
+        state: the execution's state.
+        execution_id: the execution's id.
+        waiting: when paused, the external events it waits for, with what each asks.
+        snapshot: when paused, everything needed to resume it elsewhere (JSON-ready).
+    """
+
+    __slots__ = ("_raw", "execution_id", "snapshot", "state", "status", "value", "waiting")
+
+    def __init__(
+        self,
+        status: Literal["completed", "paused"],
+        value: Any,
+        state: S,
+        raw_trace: list[RawEntry],
+        execution_id: str,
+        waiting: list[Wait] | None = None,
+        snapshot: FlowSnapshot | None = None,
+    ) -> None:
+        self.status = status
+        self.value = value
+        self.state = state
+        self._raw = raw_trace
+        self.execution_id = execution_id
+        self.waiting: list[Wait] = waiting or []
+        self.snapshot = snapshot
+
+    @property
+    def trace(self) -> list[TraceEntry]:
+        """What ran, in the order it finished."""
+        return materialize(self._raw)
 
     @property
     def paused(self) -> bool:
         return self.status == "paused"
+
+    def __repr__(self) -> str:
+        return f"FlowResult(status={self.status!r}, value={self.value!r})"
 
 
 class EventStream:
@@ -167,6 +192,7 @@ class Execution(Generic[S]):
         "_elapsed_before",
         "_failure",
         "_flow",
+        "_live",
         "_observers",
         "_result",
         "_t0",
@@ -185,7 +211,8 @@ class Execution(Generic[S]):
         self.deps: Any = deps
         self.id: str = id or uuid.uuid4().hex
         self.status: ExecutionStatus = "new"
-        self._trace: list[TraceEntry] = []
+        self._trace: list[RawEntry] = []
+        self._live = 0
         self._observers: list[Callable[[FlowEvent], None]] = []
         self._closers: list[Callable[[], None]] = []
         self._collected: dict[str, dict[str, Any]] = {}
@@ -206,7 +233,7 @@ class Execution(Generic[S]):
     @property
     def trace(self) -> list[TraceEntry]:
         """What ran so far, in the order it finished (a copy)."""
-        return list(self._trace)
+        return materialize(self._trace)
 
     @property
     def waiting(self) -> list[Wait]:
@@ -288,7 +315,7 @@ class Execution(Generic[S]):
             execution_id=self.id,
             state=self._flow._dump_state(self.state),
             waiting=list(self._waits),
-            trace=list(self._trace),
+            trace=materialize(self._trace),
             elapsed=self._elapsed_before,
         )
 
@@ -372,20 +399,19 @@ class Execution(Generic[S]):
                 f"execution of flow {self._flow.name!r} did not finish within {timeout} s; "
                 f"every running step was cancelled ({len(self._trace)} steps had run)",
                 timeout=timeout,
-                trace=self._trace,
                 state=self.state,
             )
         if failure is None and not self._done and not self._waits:
-            last = self._trace[-1].step if self._trace else "start"
+            last = self._trace[-1][0] if self._trace else "start"
             failure = ExecutionStalledError(
                 f"execution of flow {self._flow.name!r} ran out of steps without reaching "
                 f"an end (last step: {last!r}); route every branch to .end() or add an "
                 "else_/default",
-                trace=self._trace,
                 state=self.state,
             )
         if failure is not None:
             self.status = "failed"
+            failure.trace = materialize(self._trace)  # the whole story, cancellations too
             if self._observers:
                 self._publish(
                     ExecutionFailed(
@@ -399,7 +425,7 @@ class Execution(Generic[S]):
             if self._observers:
                 self._publish(ExecutionFinished(execution_id=self.id, at=elapsed, duration=elapsed))
             self._close_observers()
-            return FlowResult("completed", self._result, self.state, list(self._trace), self.id)
+            return FlowResult("completed", self._result, self.state, self._trace, self.id)
         self.status = "paused"
         if self._observers:
             self._publish(
@@ -423,6 +449,7 @@ class Execution(Generic[S]):
 
     async def _drive(self, node: Node, value: Any, trigger: str) -> None:
         """Run ``node`` and what follows it in this task; spawn only for fan-out."""
+        self._live += 1
         try:
             while not self._done:
                 nodes, value = await node.run(self, value, trigger)
@@ -442,11 +469,13 @@ class Execution(Generic[S]):
             failed = StepFailedError(
                 f"{node.name!r} failed: {type(exc).__name__}: {exc}",
                 step=node.name,
-                trace=self._trace,
+                trace=self.trace,
                 state=self.state,
             )
             failed.__cause__ = exc
             self._fail(failed)
+        finally:
+            self._live -= 1
 
     # -- called by nodes and contexts ---------------------------------------------------
 
@@ -489,13 +518,15 @@ class Execution(Generic[S]):
             )
         self._waits.append(Wait(event=event, request=request, step=step))
 
-    def _finish(self, value: Any) -> None:
+    def _finish(self, value: Any, *, alone: bool = False) -> None:
+        """End with ``value``; cancel whatever else runs (``alone``: the caller is the only
+        chain still running and awaits nothing, so there is nothing to cancel)."""
         if self._done:
             return
         self._done = True
         self._result = value
         self._waits.clear()
-        if self._tg is not None:
+        if self._tg is not None and not (alone and self._live <= 1):
             self._tg.cancel_scope.cancel()
 
     def _fail(self, err: ExecutionError) -> None:

@@ -25,7 +25,6 @@ import anyio.to_thread
 
 from .._errors import ExecutionError, ExecutionTimeoutError, FlowDefinitionError, StepFailedError
 from ._events import StepFailed, StepFinished, StepStarted
-from ._trace import TraceEntry
 
 if TYPE_CHECKING:
     from ._execution import Execution
@@ -203,27 +202,11 @@ class StepNode(Node):
             ) from exc
         except BaseException:  # cancelled: note it in the trace, never swallow it
             ex._trace.append(
-                TraceEntry.model_construct(
-                    step=self.name,
-                    event=trigger,
-                    started=ex._at(started),
-                    ended=ex._at(perf_counter()),
-                    outcome="cancelled",
-                    detail=None,
-                )
+                (self.name, trigger, ex._at(started), ex._at(perf_counter()), "cancelled", None)
             )
             raise
         ended = perf_counter()
-        ex._trace.append(
-            TraceEntry.model_construct(
-                step=self.name,
-                event=trigger,
-                started=ex._at(started),
-                ended=ex._at(ended),
-                outcome="ok",
-                detail=None,
-            )
-        )
+        ex._trace.append((self.name, trigger, ex._at(started), ex._at(ended), "ok", None))
         if ex._observers:
             ex._publish(
                 StepFinished(
@@ -252,16 +235,7 @@ class StepNode(Node):
         self, ex: Execution[Any], started: float, trigger: str, outcome: Any, err: str
     ) -> None:
         ended = perf_counter()
-        ex._trace.append(
-            TraceEntry(
-                step=self.name,
-                event=trigger,
-                started=ex._at(started),
-                ended=ex._at(ended),
-                outcome=outcome,
-                detail=err,
-            )
-        )
+        ex._trace.append((self.name, trigger, ex._at(started), ex._at(ended), outcome, err))
         if ex._observers:
             ex._publish(
                 StepFailed(
@@ -302,14 +276,7 @@ class _RouterNode(Node):
 
     def _routed(self, ex: Execution[Any], trigger: str, started: float, route: str) -> None:
         ex._trace.append(
-            TraceEntry.model_construct(
-                step=self.name,
-                event=trigger,
-                started=ex._at(started),
-                ended=ex._at(perf_counter()),
-                outcome="routed",
-                detail=route,
-            )
+            (self.name, trigger, ex._at(started), ex._at(perf_counter()), "routed", route)
         )
 
     def _fail(self, ex: Execution[Any], exc: Exception) -> StepFailedError:
@@ -524,15 +491,6 @@ class EndNode(Node):
 
     async def run(self, ex: Execution[Any], value: Any, trigger: str) -> tuple[Sequence[Node], Any]:
         now = perf_counter()
-        ex._trace.append(
-            TraceEntry.model_construct(
-                step="end",
-                event=trigger,
-                started=ex._at(now),
-                ended=ex._at(now),
-                outcome="ended",
-                detail=None,
-            )
-        )
-        ex._finish(value)
+        ex._trace.append(("end", trigger, ex._at(now), ex._at(now), "ended", None))
+        ex._finish(value, alone=True)
         return _NOTHING, None

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["Outcome", "TraceEntry"]
+__all__ = ["Outcome", "RawEntry", "TraceEntry", "materialize"]
 
 Outcome = Literal["ok", "failed", "timeout", "cancelled", "routed", "ended"]
 
@@ -33,3 +33,17 @@ class TraceEntry(BaseModel):
     def duration(self) -> float:
         """Seconds the step took."""
         return self.ended - self.started
+
+
+RawEntry = tuple[str, str, float, float, Outcome, "str | None"]
+"""What the engine notes on its hot path: (step, event, started, ended, outcome, detail)."""
+
+
+def materialize(raw: list[RawEntry]) -> list[TraceEntry]:
+    """Trace entries from the engine's notes (made only when someone reads the trace)."""
+    return [
+        TraceEntry.model_construct(
+            step=step, event=event, started=started, ended=ended, outcome=outcome, detail=detail
+        )
+        for step, event, started, ended, outcome, detail in raw
+    ]
