@@ -13,6 +13,7 @@ from ._errors import ExecutionError as ExecutionError
 from ._errors import ExecutionStalledError as ExecutionStalledError
 from ._errors import ExecutionTimeoutError as ExecutionTimeoutError
 from ._errors import FlowDefinitionError as FlowDefinitionError
+from ._errors import ModelCallError as ModelCallError
 from ._errors import ModelOutputError as ModelOutputError
 from ._errors import PlannerError as PlannerError
 from ._errors import ResumeError as ResumeError
@@ -58,9 +59,17 @@ from .loop import normalize_plan as normalize_plan
 from .loop import plan_and_execute as plan_and_execute
 from .loop import stream_plan_and_execute as stream_plan_and_execute
 from .loop import to_action_results as to_action_results
+from .planners import PLANNER_SYSTEM_PROMPT as PLANNER_SYSTEM_PROMPT
+from .planners import Dispatch as Dispatch
 from .planners import Planner as Planner
 from .planners import PlannerContext as PlannerContext
 from .planners import PlannerLike as PlannerLike
+from .planners import PlannerReply as PlannerReply
+from .planners import PlannerSchema as PlannerSchema
+from .planners import StreamingPlanner as StreamingPlanner
+from .planners import StructuredPlanner as StructuredPlanner
+from .planners import planner_messages as planner_messages
+from .planners import planner_schema as planner_schema
 from .tools import Tool as Tool
 from .tools import ToolRegistry as ToolRegistry
 from .tools import async_call_tool as async_call_tool
@@ -71,10 +80,12 @@ __version__ = "0.1.0"
 __all__ = [
     "DEFAULT_PURPOSE",
     "EXTRA_INSTRUCTION",
+    "PLANNER_SYSTEM_PROMPT",
     "CommandFinished",
     "CommandStarted",
     "Context",
     "DefinitionError",
+    "Dispatch",
     "ExecutionError",
     "ExecutionRound",
     "ExecutionStalledError",
@@ -89,6 +100,7 @@ __all__ = [
     "LoopFinished",
     "LoopResult",
     "LoopStream",
+    "ModelCallError",
     "ModelOutputError",
     "NormalizedPlan",
     "OnFinish",
@@ -99,6 +111,8 @@ __all__ = [
     "PlannerContext",
     "PlannerError",
     "PlannerLike",
+    "PlannerReply",
+    "PlannerSchema",
     "ResumeError",
     "RoundFinished",
     "RoundStarted",
@@ -107,6 +121,8 @@ __all__ = [
     "Step",
     "StepFailedError",
     "StopReason",
+    "StreamingPlanner",
+    "StructuredPlanner",
     "Tool",
     "ToolArgumentsError",
     "ToolCallError",
@@ -123,6 +139,8 @@ __all__ = [
     "loop_flow",
     "normalize_plan",
     "plan_and_execute",
+    "planner_messages",
+    "planner_schema",
     "stream_plan_and_execute",
     "to_action_results",
     "tool",

@@ -17,6 +17,7 @@ Definition mistakes (how something was built) are kept apart from failures while
         │   ├── ToolNotFoundError
         │   ├── ToolArgumentsError      kwargs that fail the tool's schema; the tool did not run
         │   └── ToolTimeoutError
+        ├── ModelCallError              the model could not be reached, or answered an error
         └── ModelOutputError            the model's output is unusable (malformed, truncated)
 
 Every message says what was expected, what came, and what to do.
@@ -36,6 +37,7 @@ __all__ = [
     "ExecutionStalledError",
     "ExecutionTimeoutError",
     "FlowDefinitionError",
+    "ModelCallError",
     "ModelOutputError",
     "PlannerError",
     "ResumeError",
@@ -155,6 +157,15 @@ class ToolArgumentsError(ToolCallError):
 
 class ToolTimeoutError(ToolCallError, TimeoutError):
     """A tool call ran out of time and was cancelled."""
+
+
+class ModelCallError(RunError):
+    """The model could not be reached, or its server answered with an error (after the
+    client's own retries). ``status`` is the HTTP status when there was one."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class ModelOutputError(RunError):

@@ -141,6 +141,42 @@ class Executor:
                 await rnd._submit_here(commands[-1])
         return rnd.records
 
+    async def call(
+        self, command: ToolCommand, *, on_start: Callable[[], object] | None = None
+    ) -> ToolExecutionRecord:
+        """Run one command and return its record; only cancellation propagates.
+
+        The command is checked first (unknown tool, arguments that fail the schema: a failed
+        record at once, without waiting for the shared limiter); then the tool runs under
+        the shared limiter and the timeout. ``on_start`` is called when the command starts
+        (after the check passes or fails, before any wait for the limiter).
+        """
+        name = command.tool_name
+        if on_start is not None:
+            on_start()
+        try:
+            tool = self.registry.get(name)
+            arguments = tool.validate(command.tool_kwargs)
+        except ToolCallError as exc:  # unknown tool, bad arguments: the tool did not run
+            return ToolExecutionRecord.failed(command, str(exc))
+        except Exception as exc:  # a validator that broke: still a record, never a crash
+            return ToolExecutionRecord.failed(command, _error_text(name, exc))
+        limiter = self.limiter
+        if limiter is not None:
+            # Its own borrower per call: the task may already hold a token (nested runs).
+            borrower = object()
+            await limiter.acquire_on_behalf_of(borrower)
+        try:
+            result = await tool.execute(arguments, timeout=self.tool_timeout)
+        except ToolTimeoutError as exc:
+            return ToolExecutionRecord.failed(command, str(exc))
+        except Exception as exc:
+            return ToolExecutionRecord.failed(command, _error_text(name, exc))
+        finally:
+            if limiter is not None:
+                limiter.release_on_behalf_of(borrower)
+        return ToolExecutionRecord.succeeded(command, result)
+
 
 class ExecutionRound:
     """One round of tool calls: a task group, open while commands are submitted.
@@ -278,40 +314,19 @@ class ExecutionRound:
             self._workers -= 1
 
     async def _call(self, index: int) -> None:
-        executor = self._executor
         command = self._commands[index]
-        limiter = executor.limiter
-        if limiter is not None:
-            # Its own borrower per call: the task may already hold a token (nested runs).
-            borrower = object()
-            await limiter.acquire_on_behalf_of(borrower)
-        try:
-            self._started[index] = start = perf_counter()
-            if self._on_start is not None:
-                self._on_start(index, command)
-            name = command.tool_name
-            try:
-                tool = executor.registry.get(name)
-                arguments = tool.validate(command.tool_kwargs)
-            except ToolCallError as exc:  # unknown tool, bad arguments: the tool did not run
-                record = ToolExecutionRecord.failed(command, str(exc))
-            except Exception as exc:  # a validator that broke: still a record, never a crash
-                record = ToolExecutionRecord.failed(command, _error_text(name, exc))
-            else:
-                try:
-                    result = await tool.execute(arguments, timeout=executor.tool_timeout)
-                except ToolTimeoutError as exc:
-                    record = ToolExecutionRecord.failed(command, str(exc))
-                except Exception as exc:
-                    record = ToolExecutionRecord.failed(command, _error_text(name, exc))
-                else:
-                    record = ToolExecutionRecord.succeeded(command, result)
-            self._records[index] = record
-        finally:
-            if limiter is not None:
-                limiter.release_on_behalf_of(borrower)
+        on_start = self._on_start
+
+        def started() -> None:
+            self._started[index] = perf_counter()
+            if on_start is not None:
+                on_start(index, command)
+
+        record = await self._executor.call(command, on_start=started)
+        self._records[index] = record
         if self._on_finish is not None:
-            self._on_finish(index, record, perf_counter() - start)
+            start = self._started[index]
+            self._on_finish(index, record, 0.0 if start is None else perf_counter() - start)
 
     def _close(self) -> None:
         """Give every command without a record a cancelled one; hand the records over."""

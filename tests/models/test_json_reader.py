@@ -413,13 +413,6 @@ def test_docstring_examples() -> None:
     assert failures == 0
 
 
-def test_public_names() -> None:
-    names = toolloop.models.__all__
-    assert names == sorted(names)
-    public = {n for n in vars(toolloop.models) if not n.startswith("_")} - {"annotations"}
-    assert set(names) == public
-
-
 # -- properties -------------------------------------------------------------------------
 
 _scalars = (

@@ -10,12 +10,12 @@ from typing import Any, Literal
 import anyio
 import sniffio
 
-from .._errors import ExecutionTimeoutError
+from .._errors import ExecutionTimeoutError, PlannerError
 from .._executor import Executor
 from ..flow import EventStream, Execution, FlowEvent
 from ..planners._base import PlannerLike
 from ..tools import Tool, ToolRegistry
-from ._flow import LoopDeps, RoundState, loop_flow
+from ._flow import LoopDeps, RoundState, commit_inflight, loop_flow
 from ._results import LoopResult
 
 __all__ = ["LoopStream", "async_plan_and_execute", "plan_and_execute", "stream_plan_and_execute"]
@@ -35,6 +35,7 @@ def _prepare(
     planner_timeout: float | None = None,
     user_extra_requirement: str | None = None,
     max_commands: int = 64,
+    streaming_dispatch: bool = False,
     on_event: Callable[[FlowEvent], None] | None = None,
 ) -> Execution[RoundState]:
     if not isinstance(user_input, str):
@@ -53,10 +54,13 @@ def _prepare(
         registry=registry,
         executor=executor,
         max_rounds=max_rounds,
+        concurrency=concurrency,
         user_extra_requirement=user_extra_requirement,
         planner_timeout=planner_timeout,
         max_commands=max_commands,
+        streaming_dispatch=streaming_dispatch,
         available_tools=registry.specs(),
+        slots=anyio.Semaphore(concurrency) if streaming_dispatch else None,
     )
     execution = loop_flow.execution(deps=deps)
     if on_event is not None:
@@ -71,15 +75,23 @@ async def _run(
 ) -> LoopResult:
     deps = execution.deps
     assert isinstance(deps, LoopDeps)
+    state = execution.state
     try:
         await execution.run(timeout=timeout)
     except ExecutionTimeoutError as exc:
+        commit_inflight(state, deps)  # a streamed round cut short keeps its records
         if on_timeout == "raise" or exc.step is not None:
             raise
         stop: Any = "timeout"
+    except PlannerError as exc:
+        if commit_inflight(state, deps):
+            exc.done_plans = list(state.done_plans)
+        raise
+    except BaseException:
+        commit_inflight(state, deps)
+        raise
     else:
         stop = deps.stop_reason or "response"
-    state = execution.state
     return LoopResult.build(
         deps.user_input,
         state.done_plans,
@@ -102,6 +114,7 @@ async def async_plan_and_execute(
     planner_timeout: float | None = None,
     user_extra_requirement: str | None = None,
     max_commands: int = 64,
+    streaming_dispatch: bool = False,
     on_timeout: Literal["raise", "finish"] = "raise",
     on_event: Callable[[FlowEvent], None] | None = None,
 ) -> LoopResult:
@@ -122,6 +135,9 @@ async def async_plan_and_execute(
         planner_timeout: seconds for each planner call.
         user_extra_requirement: more instructions for the planner.
         max_commands: commands past this many in one round fail without running.
+        streaming_dispatch: with a planner that streams (``plan_streaming``, e.g.
+            :class:`~toolloop.planners.StructuredPlanner`), start each command as soon as
+            it is complete in the stream, while the rest of the plan is still written.
         on_timeout: ``"raise"`` :class:`~toolloop.ExecutionTimeoutError` (its ``.state``
             keeps the records), or ``"finish"``: return the result so far with
             ``stop_reason="timeout"``.
@@ -146,6 +162,7 @@ async def async_plan_and_execute(
         planner_timeout=planner_timeout,
         user_extra_requirement=user_extra_requirement,
         max_commands=max_commands,
+        streaming_dispatch=streaming_dispatch,
         on_event=on_event,
     )
     return await _run(execution, timeout, on_timeout)

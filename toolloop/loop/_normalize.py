@@ -25,9 +25,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .._records import DEFAULT_PURPOSE, ToolCommand, ToolExecutionRecord
+from ..planners._base import PlannerReply
 from ._results import StopReason
 
-__all__ = ["NormalizedPlan", "PlanItem", "normalize_plan"]
+__all__ = ["NormalizedPlan", "PlanItem", "normalize_command", "normalize_plan", "over_limit"]
 
 PlanItem = ToolCommand | ToolExecutionRecord
 """A command to run, or the record of one that failed before it could run."""
@@ -44,6 +45,8 @@ class NormalizedPlan(BaseModel):
     next_action: Literal["execute", "response"]
     items: list[PlanItem] = Field(default_factory=list)
     """In the planner's order: commands to run, and records of commands that cannot run."""
+    sources: list[int] = Field(default_factory=list)
+    """For each item, its index among the planner's raw commands."""
     notes: list[str] = Field(default_factory=list)
     """What was dropped or repaired, and why."""
     stop_reason: StopReason | None = None
@@ -114,6 +117,8 @@ def normalize_plan(
         max_kwargs_bytes: arguments larger than this (as JSON) fail without running.
     """
     notes: list[str] = []
+    if isinstance(raw, PlannerReply):
+        raw = raw.output
     data = _to_mapping(raw)
     if data is None:
         notes.append(
@@ -139,17 +144,15 @@ def normalize_plan(
         raw_commands = []
 
     items: list[PlanItem] = []
+    sources: list[int] = []
     for i, entry in enumerate(raw_commands):
-        item = _command(i, entry, notes, max_kwargs_bytes)
+        item = normalize_command(i, entry, notes, max_kwargs_bytes=max_kwargs_bytes)
         if item is None:
             continue
         if len(items) >= max_commands and isinstance(item, ToolCommand):
-            item = ToolExecutionRecord.failed(
-                item,
-                f"not run: the planner asked for more than {max_commands} commands in one "
-                "round; ask for fewer",
-            )
+            item = over_limit(item, max_commands)
         items.append(item)
+        sources.append(i)
     if len(items) > max_commands:
         notes.append(f"{len(items) - max_commands} commands past the limit of {max_commands}")
 
@@ -171,10 +174,23 @@ def normalize_plan(
         return NormalizedPlan(next_action="response", notes=notes, stop_reason="no_commands")
     if next_action == "response":
         return NormalizedPlan(next_action="response", notes=notes, stop_reason="response")
-    return NormalizedPlan(next_action="execute", items=items, notes=notes)
+    return NormalizedPlan(next_action="execute", items=items, sources=sources, notes=notes)
 
 
-def _command(index: int, entry: Any, notes: list[str], max_kwargs_bytes: int) -> PlanItem | None:
+def over_limit(command: ToolCommand, max_commands: int) -> ToolExecutionRecord:
+    """The record of a command past the per-round limit: it does not run."""
+    return ToolExecutionRecord.failed(
+        command,
+        f"not run: the planner asked for more than {max_commands} commands in one round; "
+        "ask for fewer",
+    )
+
+
+def normalize_command(
+    index: int, entry: Any, notes: list[str], *, max_kwargs_bytes: int = 256 * 1024
+) -> PlanItem | None:
+    """One raw command: a :class:`ToolCommand`, the failed record of one that cannot run,
+    or ``None`` (dropped, with the reason appended to ``notes``)."""
     if isinstance(entry, BaseModel):
         entry = entry.model_dump()
     if not isinstance(entry, Mapping):

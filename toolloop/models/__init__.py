@@ -1,7 +1,20 @@
-"""Reading what models send: the incremental JSON reader for streamed structured output."""
+"""Model adapters: the chat-model seam, the OpenAI adapter, and the incremental JSON reader
+for streamed structured output.
+
+``OpenAIChatModel`` is imported on first use, so ``import toolloop`` does not load
+``openai``.
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+from ._chat import ChatDelta as ChatDelta
+from ._chat import ChatModel as ChatModel
+from ._chat import ChatRequest as ChatRequest
+from ._chat import StructuredOutput as StructuredOutput
+from ._chat import StructuredOutputMode as StructuredOutputMode
+from ._chat import ToolCallDelta as ToolCallDelta
 from ._json_reader import Done as Done
 from ._json_reader import JSONEvent as JSONEvent
 from ._json_reader import JSONPath as JSONPath
@@ -12,14 +25,32 @@ from ._json_reader import format_json_path as format_json_path
 from ._json_reader import remaining_choices as remaining_choices
 from ._json_reader import settle_choice as settle_choice
 
+if TYPE_CHECKING:
+    from ._openai import OpenAIChatModel as OpenAIChatModel
+
 __all__ = [
+    "ChatDelta",
+    "ChatModel",
+    "ChatRequest",
     "Done",
     "JSONEvent",
     "JSONPath",
     "JSONStreamReader",
+    "OpenAIChatModel",
     "StringDelta",
+    "StructuredOutput",
+    "StructuredOutputMode",
+    "ToolCallDelta",
     "ValueDone",
     "format_json_path",
     "remaining_choices",
     "settle_choice",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "OpenAIChatModel":
+        from ._openai import OpenAIChatModel
+
+        return OpenAIChatModel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

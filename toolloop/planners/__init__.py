@@ -2,8 +2,28 @@
 
 from __future__ import annotations
 
+from ._base import Dispatch as Dispatch
 from ._base import Planner as Planner
 from ._base import PlannerContext as PlannerContext
 from ._base import PlannerLike as PlannerLike
+from ._base import PlannerReply as PlannerReply
+from ._base import StreamingPlanner as StreamingPlanner
+from ._prompt import PLANNER_SYSTEM_PROMPT as PLANNER_SYSTEM_PROMPT
+from ._prompt import PlannerSchema as PlannerSchema
+from ._prompt import planner_messages as planner_messages
+from ._prompt import planner_schema as planner_schema
+from ._structured import StructuredPlanner as StructuredPlanner
 
-__all__ = ["Planner", "PlannerContext", "PlannerLike"]
+__all__ = [
+    "PLANNER_SYSTEM_PROMPT",
+    "Dispatch",
+    "Planner",
+    "PlannerContext",
+    "PlannerLike",
+    "PlannerReply",
+    "PlannerSchema",
+    "StreamingPlanner",
+    "StructuredPlanner",
+    "planner_messages",
+    "planner_schema",
+]

@@ -10,7 +10,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .._records import ToolExecutionRecord
 
-__all__ = ["Planner", "PlannerContext", "PlannerLike", "call_planner"]
+__all__ = [
+    "Dispatch",
+    "Planner",
+    "PlannerContext",
+    "PlannerLike",
+    "PlannerReply",
+    "StreamingPlanner",
+    "call_planner",
+]
 
 
 class PlannerContext(BaseModel):
@@ -30,6 +38,26 @@ class PlannerContext(BaseModel):
     max_rounds: int = 5
 
 
+class PlannerReply(BaseModel):
+    """A planner's output with how it was obtained (planners may return the bare output)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    output: Any
+    """The planner output, normalized by the loop like a bare one."""
+    short_circuited: bool = False
+    """The planner stopped reading once ``next_action`` was settled as ``response``."""
+    decided_after: float | None = None
+    """Seconds from the request to the moment the decision was known."""
+    chars_read: int = 0
+    """How much of the model's output was read."""
+
+
+Dispatch = Callable[[int, Any], None]
+"""``dispatch(index, raw_command)``: hand over the ``index``-th command of the output as
+soon as it is complete, while the rest still streams."""
+
+
 @runtime_checkable
 class Planner(Protocol):
     """Anything with ``async plan(context)`` returning the planner output.
@@ -40,6 +68,15 @@ class Planner(Protocol):
     """
 
     async def plan(self, context: PlannerContext) -> Any: ...
+
+
+@runtime_checkable
+class StreamingPlanner(Protocol):
+    """A planner that can hand over each command while its output still streams."""
+
+    async def plan(self, context: PlannerContext) -> Any: ...
+
+    async def plan_streaming(self, context: PlannerContext, dispatch: Dispatch) -> Any: ...
 
 
 PlannerLike = Planner | Callable[[PlannerContext], Any] | Callable[[PlannerContext], Awaitable[Any]]

@@ -1,0 +1,90 @@
+"""The seam between toolloop and a chat model: a request, a stream of deltas, a protocol.
+
+Planners and the final answer talk to :class:`ChatModel` only; the OpenAI adapter is the
+one module that imports ``openai``, and test doubles implement the same protocol, so the
+whole loop runs offline in tests and a new provider is one module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+__all__ = [
+    "ChatDelta",
+    "ChatModel",
+    "ChatRequest",
+    "StructuredOutput",
+    "StructuredOutputMode",
+    "ToolCallDelta",
+]
+
+StructuredOutputMode = Literal["json_schema", "json_object_schema", "json_object"]
+"""How a server is asked for JSON that fits a schema:
+
+- ``json_schema``: ``{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}``
+  (OpenAI, vLLM, llama.cpp's ``llama-server``);
+- ``json_object_schema``: ``{"type": "json_object", "schema": ...}`` (llama-cpp-python's
+  server, which enforces it with a grammar);
+- ``json_object``: plain JSON mode; the schema is only described in the prompt.
+"""
+
+
+@dataclass(frozen=True)
+class StructuredOutput:
+    """Ask for JSON that fits ``schema``."""
+
+    schema: dict[str, Any]
+    name: str = "output"
+    strict: bool = True
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """One chat completion request, independent of any provider's client."""
+
+    messages: list[dict[str, Any]]
+    structured_output: StructuredOutput | None = None
+    tools: list[dict[str, Any]] | None = None
+    """Tools in the OpenAI Chat Completions format (``{"type": "function", ...}``)."""
+    tool_choice: Any = None
+    """``"auto"``, ``"required"``, ``"none"`` or ``{"type": "function", "function": {...}}``."""
+    max_tokens: int | None = None
+    temperature: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Provider-specific parameters, passed through as they are."""
+
+
+@dataclass(frozen=True)
+class ToolCallDelta:
+    """A piece of a streamed tool call: ``index`` ties the pieces of one call together."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+@dataclass(frozen=True)
+class ChatDelta:
+    """A piece of a streamed answer."""
+
+    content: str = ""
+    tool_calls: tuple[ToolCallDelta, ...] = ()
+    finish_reason: str | None = None
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """A chat model that streams.
+
+    ``stream(request)`` is an async context manager yielding an async iterator of
+    :class:`ChatDelta`; leaving the context closes the stream (for an HTTP model: the
+    connection is closed, so the server stops generating).
+    """
+
+    def stream(self, request: ChatRequest) -> AbstractAsyncContextManager[AsyncIterator[ChatDelta]]:
+        """Start streaming an answer to ``request``."""
+        ...

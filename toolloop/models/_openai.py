@@ -1,0 +1,235 @@
+"""The OpenAI adapter: the one module of toolloop that imports ``openai``.
+
+It speaks to OpenAI and to every OpenAI-compatible server (vLLM, llama.cpp, Ollama) through
+the official ``AsyncOpenAI`` client, which runs on asyncio and trio alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, cast
+
+import anyio
+import openai
+from openai import AsyncOpenAI
+
+from .._errors import ModelCallError
+from ._chat import ChatDelta, ChatRequest, StructuredOutputMode, ToolCallDelta
+
+__all__ = ["OpenAIChatModel"]
+
+_CLOSE_TIMEOUT = 2.0
+_FALLBACK_STATUSES = frozenset({400, 404, 415, 422, 500, 501})
+_ORDER: tuple[StructuredOutputMode, ...] = ("json_schema", "json_object_schema", "json_object")
+
+
+def _response_format(mode: StructuredOutputMode, request: ChatRequest) -> dict[str, Any]:
+    so = request.structured_output
+    assert so is not None
+    if mode == "json_schema":
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": so.name, "schema": so.schema, "strict": so.strict},
+        }
+    if mode == "json_object_schema":
+        return {"type": "json_object", "schema": so.schema}
+    return {"type": "json_object"}
+
+
+def _call_error(exc: openai.OpenAIError, base_url: str) -> ModelCallError:
+    if isinstance(exc, openai.APIStatusError):
+        return ModelCallError(
+            f"the model server at {base_url} answered HTTP {exc.status_code}: {exc.message}",
+            status=exc.status_code,
+        )
+    if isinstance(exc, openai.APITimeoutError):
+        return ModelCallError(f"the model server at {base_url} did not answer in time")
+    if isinstance(exc, openai.APIConnectionError):
+        cause = exc.__cause__
+        detail = f" ({cause})" if cause else ""
+        return ModelCallError(
+            f"the connection to the model server at {base_url} failed{detail}; is it running?"
+        )
+    return ModelCallError(f"the model call failed: {type(exc).__name__}: {exc}")
+
+
+async def _create(client: AsyncOpenAI, params: dict[str, Any]) -> Any:
+    # the parameters are built at run time, so the client's typed overloads cannot be used
+    create: Any = client.chat.completions.create
+    return await create(**params)
+
+
+class _Deltas:
+    """The chunks of an OpenAI stream as :class:`ChatDelta` (no async generator, so an
+    early exit leaves nothing to finalize)."""
+
+    __slots__ = ("_base_url", "_stream")
+
+    def __init__(self, stream: openai.AsyncStream[Any], base_url: str) -> None:
+        self._stream = stream
+        self._base_url = base_url
+
+    def __aiter__(self) -> _Deltas:
+        return self
+
+    async def __anext__(self) -> ChatDelta:
+        while True:
+            try:
+                chunk = await self._stream.__anext__()
+            except openai.OpenAIError as exc:
+                raise _call_error(exc, self._base_url) from exc
+            if not chunk.choices:  # e.g. the usage chunk
+                continue
+            choice = chunk.choices[0]
+            delta = choice.delta
+            calls: tuple[ToolCallDelta, ...] = ()
+            if delta.tool_calls:
+                calls = tuple(
+                    ToolCallDelta(
+                        index=c.index,
+                        id=c.id,
+                        name=c.function.name if c.function else None,
+                        arguments=(c.function.arguments or "") if c.function else "",
+                    )
+                    for c in delta.tool_calls
+                )
+            return ChatDelta(
+                content=delta.content or "", tool_calls=calls, finish_reason=choice.finish_reason
+            )
+
+
+class OpenAIChatModel:
+    """A :class:`~toolloop.models.ChatModel` on the official ``openai`` client.
+
+    Args:
+        model: the model's name on the server.
+        client: an ``AsyncOpenAI`` to use; made from ``base_url`` and ``api_key`` if omitted.
+        base_url: e.g. ``http://127.0.0.1:8000/v1`` for a local OpenAI-compatible server.
+        api_key: the API key (local servers accept anything).
+        structured_output: how to ask for JSON that fits a schema; ``"auto"`` tries
+            ``json_schema``, then ``json_object`` with the schema, then plain
+            ``json_object``, moving on when a server refuses the request (HTTP 400, 404,
+            415, 422, 500 or 501), and keeps the first that works.
+        max_retries: the client's own retries of 429/5xx and connection errors.
+        timeout: seconds for a request (the client's timeout).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        client: AsyncOpenAI | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        structured_output: StructuredOutputMode | Sequence[StructuredOutputMode] | str = "auto",
+        max_retries: int | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        self.model = model
+        options: dict[str, Any] = {}
+        if max_retries is not None:
+            options["max_retries"] = max_retries
+        if timeout is not None:
+            options["timeout"] = timeout
+        if client is None:
+            client = AsyncOpenAI(base_url=base_url, api_key=api_key or "not-needed", **options)
+        elif options:
+            client = client.with_options(**options)
+        self.client = client
+        if structured_output == "auto":
+            self._modes: list[StructuredOutputMode] = list(_ORDER)
+        elif isinstance(structured_output, str):
+            if structured_output not in _ORDER:
+                raise ValueError(
+                    f"structured_output must be 'auto' or one of {list(_ORDER)}, got "
+                    f"{structured_output!r}"
+                )
+            self._modes = [structured_output]
+        else:
+            self._modes = list(structured_output)
+        self._settled: StructuredOutputMode | None = (
+            self._modes[0] if len(self._modes) == 1 else None
+        )
+
+    @property
+    def base_url(self) -> str:
+        return str(self.client.base_url)
+
+    @property
+    def structured_output_mode(self) -> StructuredOutputMode | None:
+        """The mode that worked (or was configured); ``None`` until a server has answered."""
+        return self._settled
+
+    def _params(self, request: ChatRequest) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "model": self.model,
+            "messages": request.messages,
+            "stream": True,
+        }
+        if request.tools:
+            params["tools"] = request.tools
+            if request.tool_choice is not None:
+                params["tool_choice"] = request.tool_choice
+        if request.max_tokens is not None:
+            params["max_tokens"] = request.max_tokens
+        if request.temperature is not None:
+            params["temperature"] = request.temperature
+        params.update(request.extra)
+        return params
+
+    async def _open(self, request: ChatRequest) -> openai.AsyncStream[Any]:
+        params = self._params(request)
+        if request.structured_output is None:
+            try:
+                return cast("openai.AsyncStream[Any]", await _create(self.client, params))
+            except openai.OpenAIError as exc:
+                raise _call_error(exc, self.base_url) from exc
+        modes = [self._settled] if self._settled is not None else self._modes
+        refusals: list[str] = []
+        for i, mode in enumerate(modes):
+            last = i == len(modes) - 1
+            # a refusal moves on to the next mode at once: no retries while probing
+            client = self.client if last else self.client.with_options(max_retries=0)
+            try:
+                stream = await _create(
+                    client, {**params, "response_format": _response_format(mode, request)}
+                )
+            except openai.APIStatusError as exc:
+                if last or exc.status_code not in _FALLBACK_STATUSES:
+                    if refusals:
+                        raise ModelCallError(
+                            f"the model server at {self.base_url} refused every structured "
+                            f"output mode: {'; '.join(refusals)}; then HTTP {exc.status_code}: "
+                            f"{exc.message}",
+                            status=exc.status_code,
+                        ) from exc
+                    raise _call_error(exc, self.base_url) from exc
+                refusals.append(f"{mode}: HTTP {exc.status_code}")
+                continue
+            except openai.OpenAIError as exc:
+                raise _call_error(exc, self.base_url) from exc
+            self._settled = mode
+            return cast("openai.AsyncStream[Any]", stream)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @asynccontextmanager
+    async def stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[ChatDelta]]:
+        """Stream the answer; leaving the block closes the HTTP connection."""
+        stream = await self._open(request)
+        try:
+            yield _Deltas(stream, self.base_url)
+        finally:
+            # shielded: a cancelled caller must still hang up, so the server stops generating
+            with anyio.move_on_after(_CLOSE_TIMEOUT, shield=True):
+                await stream.close()
+
+    async def aclose(self) -> None:
+        """Close the client's connections."""
+        await self.client.close()
+
+    async def __aenter__(self) -> OpenAIChatModel:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -1,0 +1,162 @@
+"""The structured-output planner: one streamed request per round, read as it arrives.
+
+The planner asks for the planner schema (``next_action`` first) and feeds every streamed
+delta to an incremental JSON reader. The moment the bytes settle ``next_action`` as
+``response`` — with ``execute`` and ``response`` the first character does — it leaves the
+stream, which closes the HTTP connection, and returns. With streaming dispatch, each
+command is handed over the moment its JSON object closes, so its tool starts while the rest
+of the plan is still being written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from time import perf_counter
+from typing import Any
+
+from .._errors import ModelOutputError
+from ..models._chat import ChatModel, ChatRequest, StructuredOutput
+from ..models._json_reader import JSONStreamReader, remaining_choices, settle_choice
+from ._base import Dispatch, PlannerContext, PlannerReply
+from ._prompt import PLANNER_SYSTEM_PROMPT, PlannerSchema, planner_messages
+
+__all__ = ["StructuredPlanner"]
+
+_CHOICES = ("execute", "response")
+_NEXT_ACTION = ("next_action",)
+
+
+class StructuredPlanner:
+    """Plans with a chat model's structured output, streamed and read incrementally.
+
+    Args:
+        model: any :class:`~toolloop.models.ChatModel` (e.g.
+            :class:`~toolloop.models.OpenAIChatModel`).
+        short_circuit: stop reading (and close the stream) as soon as ``next_action`` is
+            known to be ``response``.
+        strict: ask for a strict per-tool schema when every tool's parameters allow it.
+        max_tokens: the model's output limit; a plan cut off by it is a
+            :class:`~toolloop.ModelOutputError`.
+        temperature: passed to the model.
+        system_prompt: replaces the built-in instructions (the schema is appended).
+        max_result_chars: tool results longer than this (as JSON) are cut in the prompt.
+    """
+
+    def __init__(
+        self,
+        model: ChatModel,
+        *,
+        short_circuit: bool = True,
+        strict: bool = True,
+        max_tokens: int | None = 1024,
+        temperature: float | None = 0.0,
+        system_prompt: str = PLANNER_SYSTEM_PROMPT,
+        max_result_chars: int = 2000,
+    ) -> None:
+        self.model = model
+        self.short_circuit = short_circuit
+        self.strict = strict
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.system_prompt = system_prompt
+        self.max_result_chars = max_result_chars
+        self._schemas: dict[str, PlannerSchema] = {}
+
+    def _schema(self, tools: Sequence[dict[str, Any]]) -> PlannerSchema:
+        key = repr([t.get("name") for t in tools]) + repr(self.strict)
+        schema = self._schemas.get(key)
+        if schema is None:
+            schema = self._schemas[key] = PlannerSchema(tools, strict=self.strict)
+        return schema
+
+    def request(self, context: PlannerContext) -> ChatRequest:
+        """The request this planner sends for ``context``."""
+        schema = self._schema(context.available_tools)
+        return ChatRequest(
+            messages=planner_messages(
+                context,
+                schema.schema,
+                system_prompt=self.system_prompt,
+                max_result_chars=self.max_result_chars,
+            ),
+            structured_output=StructuredOutput(
+                schema=schema.schema, name="plan", strict=schema.strict
+            ),
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+        )
+
+    async def plan(self, context: PlannerContext) -> PlannerReply:
+        """Plan one round (see the class docs)."""
+        return await self._plan(context, None)
+
+    async def plan_streaming(self, context: PlannerContext, dispatch: Dispatch) -> PlannerReply:
+        """Plan one round, handing over each command as soon as its JSON object closes."""
+        return await self._plan(context, dispatch)
+
+    async def _plan(self, context: PlannerContext, dispatch: Dispatch | None) -> PlannerReply:
+        schema = self._schema(context.available_tools)
+        request = self.request(context)
+        reader = JSONStreamReader(string_deltas=lambda path: path == _NEXT_ACTION)
+        started = perf_counter()
+        prefix = ""
+        decided_after: float | None = None
+        finish: str | None = None
+        async with self.model.stream(request) as deltas:
+            async for delta in deltas:
+                if delta.finish_reason is not None:
+                    finish = delta.finish_reason
+                if not delta.content:
+                    continue
+                for event in reader.feed(delta.content):
+                    if event.kind == "string_delta" and event.path == _NEXT_ACTION:
+                        prefix += event.text
+                        choice = settle_choice(prefix, _CHOICES)
+                        if choice is not None and decided_after is None:
+                            decided_after = perf_counter() - started
+                        if choice == "response" and self.short_circuit:
+                            return PlannerReply(
+                                output={"next_action": "response", "execution_commands": []},
+                                short_circuited=True,
+                                decided_after=decided_after,
+                                chars_read=reader.offset,
+                            )
+                        if not remaining_choices(prefix, _CHOICES):
+                            raise ModelOutputError(
+                                f"next_action must be 'execute' or 'response'; the model wrote "
+                                f"{prefix!r}"
+                            )
+                    elif (
+                        event.kind == "value_done"
+                        and dispatch is not None
+                        and len(event.path) == 2
+                        and event.path[0] == "execution_commands"
+                        and isinstance(event.path[1], int)
+                    ):
+                        dispatch(event.path[1], self._clean(schema, event.value))
+                # once the JSON is complete only the end of the stream follows: reading it
+                # lets the connection be reused
+        if not reader.done:
+            cut = " (the model hit its token limit: raise max_tokens)" if finish == "length" else ""
+            try:
+                reader.close()
+            except ModelOutputError as exc:
+                raise ModelOutputError(f"{exc}{cut}") from exc
+        output = reader.value
+        if isinstance(output, dict):
+            commands = output.get("execution_commands")
+            if isinstance(commands, list):
+                output["execution_commands"] = [self._clean(schema, c) for c in commands]
+        return PlannerReply(
+            output=output,
+            decided_after=decided_after,
+            chars_read=reader.offset,
+        )
+
+    @staticmethod
+    def _clean(schema: PlannerSchema, command: Any) -> Any:
+        if isinstance(command, dict) and isinstance(command.get("tool_name"), str):
+            kwargs = schema.clean_kwargs(command["tool_name"], command.get("tool_kwargs"))
+            if kwargs is not command.get("tool_kwargs"):
+                command = {**command, "tool_kwargs": kwargs}
+        return command
