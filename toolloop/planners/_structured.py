@@ -24,6 +24,7 @@ __all__ = ["StructuredPlanner"]
 
 _CHOICES = ("execute", "response")
 _NEXT_ACTION = ("next_action",)
+_TRAILING_DELTAS = 8
 
 
 class StructuredPlanner:
@@ -102,10 +103,18 @@ class StructuredPlanner:
         prefix = ""
         decided_after: float | None = None
         finish: str | None = None
+        after_done = 0
         async with self.model.stream(request) as deltas:
             async for delta in deltas:
                 if delta.finish_reason is not None:
                     finish = delta.finish_reason
+                if reader.done:
+                    # only the end of the stream should follow: reading it lets the
+                    # connection be reused; a model that rambles on is cut off
+                    after_done += 1
+                    if after_done > _TRAILING_DELTAS:
+                        break
+                    continue
                 if not delta.content:
                     continue
                 for event in reader.feed(delta.content):
@@ -134,8 +143,6 @@ class StructuredPlanner:
                         and isinstance(event.path[1], int)
                     ):
                         dispatch(event.path[1], self._clean(schema, event.value))
-                # once the JSON is complete only the end of the stream follows: reading it
-                # lets the connection be reused
         if not reader.done:
             cut = " (the model hit its token limit: raise max_tokens)" if finish == "length" else ""
             try:
