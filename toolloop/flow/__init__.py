@@ -5,6 +5,7 @@ Knows nothing of LLMs or tools; the tool loop and the agents are flows built on 
 
 from __future__ import annotations
 
+from ._context import Context as Context
 from ._events import EventEmitted as EventEmitted
 from ._events import ExecutionFailed as ExecutionFailed
 from ._events import ExecutionFinished as ExecutionFinished
@@ -14,16 +15,15 @@ from ._events import FlowEvent as FlowEvent
 from ._events import StepFailed as StepFailed
 from ._events import StepFinished as StepFinished
 from ._events import StepStarted as StepStarted
-from ._execution import Context as Context
-from ._execution import EventStream as EventStream
 from ._execution import Execution as Execution
 from ._execution import ExecutionStatus as ExecutionStatus
-from ._execution import FlowResult as FlowResult
 from ._flow import Branch as Branch
 from ._flow import Chain as Chain
 from ._flow import Flow as Flow
 from ._flow import Target as Target
 from ._nodes import Step as Step
+from ._result import EventStream as EventStream
+from ._result import FlowResult as FlowResult
 from ._snapshot import FlowSnapshot as FlowSnapshot
 from ._snapshot import Wait as Wait
 from ._trace import Outcome as Outcome

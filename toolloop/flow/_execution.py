@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectSendStream
 
 from .._errors import (
     ExecutionError,
@@ -20,6 +20,7 @@ from .._errors import (
     ResumeError,
     StepFailedError,
 )
+from ._context import Context
 from ._events import (
     EventEmitted,
     ExecutionFailed,
@@ -28,6 +29,7 @@ from ._events import (
     ExecutionStarted,
     FlowEvent,
 )
+from ._result import EventStream, FlowResult
 from ._snapshot import FlowSnapshot, Wait
 from ._trace import RawEntry, TraceEntry, materialize
 
@@ -35,148 +37,11 @@ if TYPE_CHECKING:
     from ._flow import Flow
     from ._nodes import Node
 
-__all__ = ["Context", "EventStream", "Execution", "ExecutionStatus", "FlowResult"]
+__all__ = ["Execution", "ExecutionStatus"]
 
 S = TypeVar("S")
 
 ExecutionStatus = Literal["new", "running", "completed", "paused", "failed", "cancelled"]
-
-
-class Context(Generic[S]):
-    """What a step sees of its execution: the state, the deps, and ways to act on the run.
-
-    One is made per step call (it is two references), so ``ctx.step`` names the caller.
-    """
-
-    __slots__ = ("_ex", "step")
-
-    def __init__(self, ex: Execution[S], step: str) -> None:
-        self._ex = ex
-        self.step = step
-
-    @property
-    def state(self) -> S:
-        """The execution's own mutable state (isolated from other executions)."""
-        return self._ex.state
-
-    @property
-    def deps(self) -> Any:
-        """Services and configuration given to the execution (not part of its snapshot)."""
-        return self._ex.deps
-
-    @property
-    def execution_id(self) -> str:
-        return self._ex.id
-
-    def emit(self, event: str, value: Any = None) -> None:
-        """Start the handlers of ``event`` with ``value``, concurrently; returns at once.
-
-        The event must be declared in the emitting step's ``emits=`` and handled by a
-        ``flow.when(event)``. Emitting never waits for the handlers, so a loop of steps never
-        nests deeper per round.
-        """
-        self._ex._emit(event, value, by=self.step)
-
-    def end(self, value: Any = None) -> None:
-        """End the execution now with ``value`` as its result; everything else is cancelled."""
-        self._ex._finish(value)
-
-    def pause(self, event: str, request: Any = None) -> None:
-        """Wait for the external ``event``: when nothing else is left to run, the execution
-        pauses and can be snapshotted; :meth:`Execution.resume` continues it."""
-        self._ex._pause(event, request, self.step)
-
-    @property
-    def observed(self) -> bool:
-        """Whether anyone listens to this execution's events (skip building them if not)."""
-        return bool(self._ex._observers)
-
-    def publish(self, event: FlowEvent) -> None:
-        """Hand an event of your own to the execution's observers."""
-        if self._ex._observers:
-            self._ex._publish(event)
-
-    def elapsed(self) -> float:
-        """Seconds since the execution started."""
-        return self._ex._at(perf_counter())
-
-
-class FlowResult(Generic[S]):
-    """How an execution ended (or paused): its value, its state, its trace.
-
-    Attributes:
-        status: ``completed``, or ``paused`` waiting for external events.
-        value: what reached the end (``None`` when paused).
-        state: the execution's state.
-        execution_id: the execution's id.
-        waiting: when paused, the external events it waits for, with what each asks.
-        snapshot: when paused, everything needed to resume it elsewhere (JSON-ready).
-    """
-
-    __slots__ = ("_raw", "execution_id", "snapshot", "state", "status", "value", "waiting")
-
-    def __init__(
-        self,
-        status: Literal["completed", "paused"],
-        value: Any,
-        state: S,
-        raw_trace: list[RawEntry],
-        execution_id: str,
-        waiting: list[Wait] | None = None,
-        snapshot: FlowSnapshot | None = None,
-    ) -> None:
-        self.status = status
-        self.value = value
-        self.state = state
-        self._raw = raw_trace
-        self.execution_id = execution_id
-        self.waiting: list[Wait] = waiting or []
-        self.snapshot = snapshot
-
-    @property
-    def trace(self) -> list[TraceEntry]:
-        """What ran, in the order it finished."""
-        return materialize(self._raw)
-
-    @property
-    def paused(self) -> bool:
-        return self.status == "paused"
-
-    def __repr__(self) -> str:
-        return f"FlowResult(status={self.status!r}, value={self.value!r})"
-
-
-class EventStream:
-    """An async iterator over an execution's events; ends when the execution stops.
-
-    Use it as ``async with execution.events() as events: async for event in events: ...``.
-    """
-
-    def __init__(
-        self, receive: MemoryObjectReceiveStream[FlowEvent], unsubscribe: Callable[[], None]
-    ) -> None:
-        self._receive = receive
-        self._unsubscribe = unsubscribe
-
-    def __aiter__(self) -> EventStream:
-        return self
-
-    async def __anext__(self) -> FlowEvent:
-        try:
-            return await self._receive.receive()
-        except (anyio.EndOfStream, anyio.ClosedResourceError):
-            self._receive.close()  # read to the end: nothing left to close
-            raise StopAsyncIteration from None
-
-    async def aclose(self) -> None:
-        self._unsubscribe()
-        self._receive.close()
-
-    async def __aenter__(self) -> EventStream:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
 
 class Execution(Generic[S]):

@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar, cast
 from pydantic import BaseModel, TypeAdapter
 
 from .._errors import FlowDefinitionError, ResumeError
-from ._execution import Execution, FlowResult
+from ._execution import Execution
 from ._nodes import (
     BatchNode,
     CollectNode,
@@ -35,6 +35,7 @@ from ._nodes import (
     StepNode,
     _bind_router,
 )
+from ._result import FlowResult
 from ._snapshot import SNAPSHOT_VERSION, FlowSnapshot
 
 __all__ = ["Branch", "Chain", "Flow", "Target"]
