@@ -15,15 +15,15 @@ from ._chat import ChatRequest as ChatRequest
 from ._chat import StructuredOutput as StructuredOutput
 from ._chat import StructuredOutputMode as StructuredOutputMode
 from ._chat import ToolCallDelta as ToolCallDelta
-from ._json_reader import Done as Done
-from ._json_reader import JSONEvent as JSONEvent
-from ._json_reader import JSONPath as JSONPath
+from ._json_events import Done as Done
+from ._json_events import JSONEvent as JSONEvent
+from ._json_events import JSONPath as JSONPath
+from ._json_events import StringDelta as StringDelta
+from ._json_events import ValueDone as ValueDone
+from ._json_events import format_json_path as format_json_path
+from ._json_events import remaining_choices as remaining_choices
+from ._json_events import settle_choice as settle_choice
 from ._json_reader import JSONStreamReader as JSONStreamReader
-from ._json_reader import StringDelta as StringDelta
-from ._json_reader import ValueDone as ValueDone
-from ._json_reader import format_json_path as format_json_path
-from ._json_reader import remaining_choices as remaining_choices
-from ._json_reader import settle_choice as settle_choice
 
 if TYPE_CHECKING:
     from ._openai import OpenAIChatModel as OpenAIChatModel

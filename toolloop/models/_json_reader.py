@@ -20,64 +20,23 @@ from __future__ import annotations
 
 import json.decoder
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, TypeAlias, cast
+from collections.abc import Callable
+from typing import Any, TypeAlias, cast
 
 from toolloop._errors import ModelOutputError
 
-__all__ = [
-    "Done",
-    "JSONEvent",
-    "JSONPath",
-    "JSONStreamReader",
-    "StringDelta",
-    "ValueDone",
-    "format_json_path",
-    "remaining_choices",
-    "settle_choice",
-]
+from ._json_escapes import BadEscape as _BadEscape
+from ._json_escapes import decode_escape as _decode_escape
+from ._json_events import (
+    Done,
+    JSONEvent,
+    JSONPath,
+    StringDelta,
+    ValueDone,
+    format_json_path,
+)
 
-JSONPath: TypeAlias = tuple[str | int, ...]
-"""Where a value sits: object keys and array indexes from the top, ``()`` for the top."""
-
-
-@dataclass(frozen=True, slots=True)
-class StringDelta:
-    """New characters of the string value at ``path``, already unescaped; never empty.
-
-    Joined in order, the deltas of one path give the string's value.
-    """
-
-    path: JSONPath
-    text: str
-    kind: ClassVar[Literal["string_delta"]] = "string_delta"
-
-
-@dataclass(frozen=True, slots=True)
-class ValueDone:
-    """The value at ``path`` is complete; ``value`` is its Python value (as `json.loads`).
-
-    Object and array values are the very objects that end up in the top-level value: they
-    are complete and the reader no longer changes them, but they are not copies.
-    """
-
-    path: JSONPath
-    value: Any
-    kind: ClassVar[Literal["value_done"]] = "value_done"
-
-
-@dataclass(frozen=True, slots=True)
-class Done:
-    """The top-level value is complete (it follows the `ValueDone` of path ``()``)."""
-
-    value: Any
-    kind: ClassVar[Literal["done"]] = "done"
-
-
-JSONEvent: TypeAlias = StringDelta | ValueDone | Done
-"""What `JSONStreamReader.feed` reports, told apart by ``kind``."""
-
+__all__ = ["JSONStreamReader"]
 
 # States of the reader. `_VALUE`: a value is expected; `_FIRST_ITEM`: after ``[``;
 # `_FIRST_KEY`: after ``{``; `_KEY`: after ``,`` in an object; `_AFTER`: after a value
@@ -105,21 +64,8 @@ _NUM_RUN = cast(_RunMatcher, re.compile(r"[-+0-9.eE]*").match)
 # The string scanner of `json.loads` (in C on CPython); not in the typing stubs.
 _scanstring = cast(Callable[[str, int], tuple[str, int]], vars(json.decoder)["scanstring"])
 _NUM_FULL = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?").fullmatch
-_HEX = re.compile(r"[0-9a-fA-F]*").fullmatch
-_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 _START = re.compile(r"[{\[]").search
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*").fullmatch
 
-_SIMPLE_ESCAPES = {
-    '"': '"',
-    "\\": "\\",
-    "/": "/",
-    "b": "\b",
-    "f": "\f",
-    "n": "\n",
-    "r": "\r",
-    "t": "\t",
-}
 _LITERALS: dict[str, tuple[str, Any]] = {
     "t": ("true", True),
     "f": ("false", False),
@@ -127,110 +73,6 @@ _LITERALS: dict[str, tuple[str, Any]] = {
 }
 _NUMBER_START = frozenset("-0123456789")
 _WHITESPACE = frozenset(" \t\n\r")
-
-
-class _BadEscape(Exception):
-    """An escape sequence that is not JSON; the reader turns it into a ModelOutputError."""
-
-    def __init__(self, expected: str, got: str) -> None:
-        super().__init__(expected, got)
-        self.expected = expected
-        self.got = got
-
-
-def _check_hex(digits: str) -> None:
-    if not _HEX(digits):
-        bad = next(c for c in digits if c not in _HEX_DIGITS)
-        raise _BadEscape("4 hex digits after '\\u'", repr(bad))
-
-
-def _decode_escape(pending: str) -> tuple[str, int] | None:
-    """Decode the escape sequence at the start of ``pending`` (which starts with ``\\``).
-
-    Returns the character and how many characters of ``pending`` it used, or None when
-    more characters are needed to decide. A high surrogate followed by an escaped low
-    surrogate gives one character, as `json.loads` does; a lone surrogate is kept as is.
-    """
-    if len(pending) < 2:
-        return None
-    letter = pending[1]
-    if letter != "u":
-        char = _SIMPLE_ESCAPES.get(letter)
-        if char is None:
-            raise _BadEscape("""one of '"\\/bfnrtu' after '\\'""", repr(letter))
-        return char, 2
-    digits = pending[2:6]
-    _check_hex(digits)
-    if len(digits) < 4:
-        return None
-    code = int(digits, 16)
-    if not 0xD800 <= code <= 0xDBFF:
-        return chr(code), 6
-    # A high surrogate: one character with the next escape if that is a low surrogate.
-    if len(pending) < 8:
-        if len(pending) == 6 or pending[6] == "\\":
-            return None
-        return chr(code), 6
-    if pending[6:8] != "\\u":
-        return chr(code), 6
-    low_digits = pending[8:12]
-    _check_hex(low_digits)
-    if len(low_digits) < 4:
-        return None
-    low = int(low_digits, 16)
-    if 0xDC00 <= low <= 0xDFFF:
-        return chr(0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)), 12
-    return chr(code), 6
-
-
-def format_json_path(path: JSONPath) -> str:
-    """Write a path for people: ``execution_commands[1].tool_kwargs``; ``$`` for the top."""
-    parts: list[str] = []
-    for step in path:
-        if isinstance(step, int):
-            parts.append(f"[{step}]")
-        elif _IDENTIFIER(step):
-            parts.append(f".{step}" if parts else step)
-        else:
-            parts.append(f"[{step!r}]")
-    return "".join(parts) or "$"
-
-
-def remaining_choices(prefix: str, choices: Sequence[str]) -> list[str]:
-    """The choices that start with ``prefix``, in their order.
-
-    Empty means the string can no longer become any of the choices: the consumer may stop
-    reading and report the model's output as unusable.
-    """
-    return [choice for choice in choices if choice.startswith(prefix)]
-
-
-def settle_choice(prefix: str, choices: Sequence[str], *, complete: bool = False) -> str | None:
-    """The one choice a string can still become, from the ``prefix`` streamed so far.
-
-    Returns None while several choices remain, and also when none does; tell the two apart
-    with `remaining_choices` (empty when none fits). With ``complete=True`` (the string is
-    finished, e.g. on its `ValueDone`) only an exact match counts.
-
-    A choice settled early is the answer *if the rest of the document is valid*; the
-    string's `ValueDone` confirms it (its value may still differ, e.g. ``"rx"`` with
-    choices ``["response"]``).
-
-    Example:
-        >>> settle_choice("r", ["execute", "response"])
-        'response'
-        >>> settle_choice("", ["execute", "response"]) is None
-        True
-    """
-    if complete:
-        return prefix if prefix in choices else None
-    found: str | None = None
-    for choice in choices:
-        if choice.startswith(prefix):
-            if found is not None and choice != found:
-                return None
-            found = choice
-    return found
 
 
 class JSONStreamReader:
