@@ -8,6 +8,9 @@ Subpackages: :mod:`toolloop.flow` (the engine), :mod:`toolloop.tools`, :mod:`too
 
 from __future__ import annotations
 
+from ._answer import final_answer as final_answer
+from ._answer import final_answer_messages as final_answer_messages
+from ._answer import stream_final_answer as stream_final_answer
 from ._errors import DefinitionError as DefinitionError
 from ._errors import ExecutionError as ExecutionError
 from ._errors import ExecutionStalledError as ExecutionStalledError
@@ -60,6 +63,7 @@ from .loop import plan_and_execute as plan_and_execute
 from .loop import stream_plan_and_execute as stream_plan_and_execute
 from .loop import to_action_results as to_action_results
 from .planners import PLANNER_SYSTEM_PROMPT as PLANNER_SYSTEM_PROMPT
+from .planners import TOOL_CALLING_SYSTEM_PROMPT as TOOL_CALLING_SYSTEM_PROMPT
 from .planners import Dispatch as Dispatch
 from .planners import Planner as Planner
 from .planners import PlannerContext as PlannerContext
@@ -68,8 +72,11 @@ from .planners import PlannerReply as PlannerReply
 from .planners import PlannerSchema as PlannerSchema
 from .planners import StreamingPlanner as StreamingPlanner
 from .planners import StructuredPlanner as StructuredPlanner
+from .planners import ToolCallingPlanner as ToolCallingPlanner
+from .planners import ToolChoice as ToolChoice
 from .planners import planner_messages as planner_messages
 from .planners import planner_schema as planner_schema
+from .planners import tool_calling_messages as tool_calling_messages
 from .tools import Tool as Tool
 from .tools import ToolRegistry as ToolRegistry
 from .tools import async_call_tool as async_call_tool
@@ -81,6 +88,7 @@ __all__ = [
     "DEFAULT_PURPOSE",
     "EXTRA_INSTRUCTION",
     "PLANNER_SYSTEM_PROMPT",
+    "TOOL_CALLING_SYSTEM_PROMPT",
     "CommandFinished",
     "CommandStarted",
     "Context",
@@ -126,6 +134,8 @@ __all__ = [
     "Tool",
     "ToolArgumentsError",
     "ToolCallError",
+    "ToolCallingPlanner",
+    "ToolChoice",
     "ToolCommand",
     "ToolDefinitionError",
     "ToolExecutionRecord",
@@ -136,12 +146,16 @@ __all__ = [
     "TraceEntry",
     "async_call_tool",
     "async_plan_and_execute",
+    "final_answer",
+    "final_answer_messages",
     "loop_flow",
     "normalize_plan",
     "plan_and_execute",
     "planner_messages",
     "planner_schema",
+    "stream_final_answer",
     "stream_plan_and_execute",
     "to_action_results",
     "tool",
+    "tool_calling_messages",
 ]

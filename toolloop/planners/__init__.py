@@ -13,9 +13,14 @@ from ._prompt import PlannerSchema as PlannerSchema
 from ._prompt import planner_messages as planner_messages
 from ._prompt import planner_schema as planner_schema
 from ._structured import StructuredPlanner as StructuredPlanner
+from ._tool_calling import TOOL_CALLING_SYSTEM_PROMPT as TOOL_CALLING_SYSTEM_PROMPT
+from ._tool_calling import ToolCallingPlanner as ToolCallingPlanner
+from ._tool_calling import ToolChoice as ToolChoice
+from ._tool_calling import tool_calling_messages as tool_calling_messages
 
 __all__ = [
     "PLANNER_SYSTEM_PROMPT",
+    "TOOL_CALLING_SYSTEM_PROMPT",
     "Dispatch",
     "Planner",
     "PlannerContext",
@@ -24,6 +29,9 @@ __all__ = [
     "PlannerSchema",
     "StreamingPlanner",
     "StructuredPlanner",
+    "ToolCallingPlanner",
+    "ToolChoice",
     "planner_messages",
     "planner_schema",
+    "tool_calling_messages",
 ]
