@@ -7,6 +7,8 @@ Needs only Python 3.10+. The first call creates ``.venv`` and installs toolloop 
 - ``demo``: the main job, a real run of the plan/execute loop.
 - ``test``: the whole suite: ruff (lint and format), mypy (strict), pytest on asyncio and trio.
 - ``bench``: the benchmarks, printing their figures.
+- ``docs``: build the documentation site into ``site/`` (``mkdocs build --strict``);
+  ``serve`` to browse it live.
 - anything else is run inside the venv, e.g. ``python3 dev.py pytest -k flow``.
 """
 
@@ -20,6 +22,7 @@ import venv
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
+os.environ.setdefault("NO_MKDOCS_2_WARNING", "1")  # a theme banner, not a problem of ours
 VENV = ROOT / ".venv"
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PY = BIN / ("python.exe" if os.name == "nt" else "python")
@@ -55,6 +58,8 @@ JOBS: dict[str, list[list[str]]] = {
         ["python", "-m", "pytest"],
     ],
     "bench": [["python", "benchmarks/run_all.py"]],
+    "docs": [["mkdocs", "build", "--strict"]],
+    "serve": [["mkdocs", "serve"]],
 }
 
 
