@@ -21,7 +21,6 @@ An optional shared :class:`anyio.CapacityLimiter` bounds calls across rounds and
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Iterable
 from time import perf_counter
 from types import TracebackType
@@ -192,6 +191,7 @@ class ExecutionRound:
         "_commands",
         "_executor",
         "_limit",
+        "_next",
         "_on_finish",
         "_on_start",
         "_queue",
@@ -218,7 +218,8 @@ class ExecutionRound:
         self._commands: list[ToolCommand] = []
         self._records: list[ToolExecutionRecord | None] = []
         self._started: list[float | None] = []
-        self._queue: deque[int] = deque()
+        self._queue: list[int] = []  # waiting commands; _next is the first not yet taken
+        self._next = 0
         self._workers = 0
         self._state = 0  # 0 new, 1 open, 2 closed
         self._task_group: anyio.abc.TaskGroup | None = None
@@ -307,9 +308,10 @@ class ExecutionRound:
         try:
             while True:
                 await self._call(index)
-                if not self._queue:
+                if self._next >= len(self._queue):
                     return
-                index = self._queue.popleft()
+                index = self._queue[self._next]
+                self._next += 1
         finally:
             self._workers -= 1
 
@@ -332,6 +334,7 @@ class ExecutionRound:
         """Give every command without a record a cancelled one; hand the records over."""
         self._state = 2
         self._queue.clear()
+        self._next = 0
         records = self._records
         now = perf_counter()
         for index, record in enumerate(records):

@@ -62,26 +62,31 @@ class ToolExecutionRecord(BaseModel):
         """Mirrors ``todo_suggestion``."""
         return self.todo_suggestion
 
+    # The two constructors copy fields of an already valid command, so they skip validation
+    # (every field is given: pydantic's model_construct is slow on omitted default factories).
+
     @classmethod
     def succeeded(cls, command: ToolCommand, result: Any) -> ToolExecutionRecord:
         """The record of a command whose tool returned ``result``."""
-        return cls(
+        return cls.model_construct(
             purpose=command.purpose,
             tool_name=command.tool_name,
             kwargs=command.tool_kwargs,
             todo_suggestion=command.todo_suggestion,
             success=True,
             result=result,
+            error=None,
         )
 
     @classmethod
     def failed(cls, command: ToolCommand, error: str) -> ToolExecutionRecord:
         """The record of a command that did not succeed, with what went wrong."""
-        return cls(
+        return cls.model_construct(
             purpose=command.purpose,
             tool_name=command.tool_name,
             kwargs=command.tool_kwargs,
             todo_suggestion=command.todo_suggestion,
             success=False,
-            error=error,
+            result=None,
+            error=str(error),
         )

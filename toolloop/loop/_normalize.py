@@ -191,27 +191,31 @@ def normalize_command(
 ) -> PlanItem | None:
     """One raw command: a :class:`ToolCommand`, the failed record of one that cannot run,
     or ``None`` (dropped, with the reason appended to ``notes``)."""
-    if isinstance(entry, BaseModel):
-        entry = entry.model_dump()
-    if not isinstance(entry, Mapping):
-        notes.append(f"command {index} is not an object ({_short(entry)}): dropped")
-        return None
+    if type(entry) is not dict:
+        if isinstance(entry, BaseModel):
+            entry = entry.model_dump()
+        if not isinstance(entry, Mapping):
+            notes.append(f"command {index} is not an object ({_short(entry)}): dropped")
+            return None
     name = entry.get("tool_name")
-    if not isinstance(name, str) or not name.strip():
+    if type(name) is not str or not (name := name.strip()):
         notes.append(f"command {index} has no tool_name ({_short(dict(entry))}): dropped")
         return None
-    purpose = _as_text(entry.get("purpose")).strip() or DEFAULT_PURPOSE
-    todo = _as_text(entry.get("todo_suggestion", entry.get("next")))
+    purpose = entry.get("purpose")
+    purpose = (purpose if type(purpose) is str else _as_text(purpose)).strip() or DEFAULT_PURPOSE
+    todo = entry.get("todo_suggestion", entry.get("next"))
+    if type(todo) is not str:
+        todo = _as_text(todo)
     kwargs: Any = entry.get("tool_kwargs")
     if kwargs is None:
         kwargs = {}
-    if isinstance(kwargs, str) and kwargs.strip().startswith("{"):
+    elif type(kwargs) is str and kwargs.strip().startswith("{"):
         try:
             kwargs = json.loads(kwargs)
         except ValueError:
             pass
     problem: str | None = None
-    if not isinstance(kwargs, Mapping):
+    if type(kwargs) is not dict and not isinstance(kwargs, Mapping):
         problem = (
             f"not run: tool_kwargs must be an object of arguments, got "
             f"{type(kwargs).__name__} {_short(kwargs)}"
@@ -219,22 +223,46 @@ def normalize_command(
         kwargs = {}
     else:
         kwargs = dict(kwargs)
-        try:
-            size = len(json.dumps(kwargs, ensure_ascii=False, default=str))
-        except (TypeError, ValueError):
-            size = 0
+        size = _json_size(kwargs, max_kwargs_bytes)
         if size > max_kwargs_bytes:
             problem = (
                 f"not run: tool_kwargs are {size} bytes as JSON, more than the limit of "
                 f"{max_kwargs_bytes}"
             )
             kwargs = {"omitted": f"{size} bytes"}
-        elif not all(isinstance(k, str) for k in kwargs):
+        elif not all(type(k) is str for k in kwargs):
             problem = "not run: tool_kwargs keys must be strings"
             kwargs = {str(k): v for k, v in kwargs.items()}
-    command = ToolCommand(
-        purpose=purpose, tool_name=name.strip(), tool_kwargs=kwargs, todo_suggestion=todo
+    # every field is checked above, so the model is built without validating it again
+    command = ToolCommand.model_construct(
+        purpose=purpose, tool_name=name, tool_kwargs=kwargs, todo_suggestion=todo
     )
     if problem is not None:
         return ToolExecutionRecord.failed(command, problem)
     return command
+
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)
+_SCALARS = (int, float, bool, type(None))
+
+
+def _json_size(kwargs: dict[str, Any], limit: int) -> int:
+    """The size of ``kwargs`` as JSON, or a bound below ``limit`` when that is obvious
+    (short scalar arguments: a JSON string is at most six characters per character)."""
+    bound = 2
+    for key, value in kwargs.items():
+        if type(key) is not str:
+            break
+        if type(value) is str:
+            bound += 6 * (len(key) + len(value)) + 6
+        elif isinstance(value, _SCALARS):
+            bound += 6 * len(key) + 32
+        else:
+            break
+    else:
+        if bound <= limit:
+            return bound
+    try:
+        return len(_ENCODER.encode(kwargs))
+    except (TypeError, ValueError):
+        return 0

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 from pydantic_core import to_jsonable_python
 
 from .._records import ToolExecutionRecord
@@ -57,10 +58,25 @@ class LoopResult(BaseModel):
     stop_reason: StopReason
     notes: list[str] = Field(default_factory=list)
     """What normalization set aside in the planner's outputs, round by round."""
-    prompt: dict[str, Any] = Field(default_factory=dict)
-    """``{"action_results": ..., "extra_instruction": ...}`` when there are records."""
-    extra: dict[str, Any] = Field(default_factory=dict)
-    """``{"tool_logs": [records as dicts]}`` when there are records."""
+
+    @computed_field  # type: ignore[prop-decorator]
+    @cached_property
+    def prompt(self) -> dict[str, Any]:
+        """``{"action_results": ..., "extra_instruction": ...}`` when there are records."""
+        if not self.done_plans:
+            return {}
+        return {
+            "action_results": to_action_results(self.done_plans),
+            "extra_instruction": EXTRA_INSTRUCTION,
+        }
+
+    @computed_field  # type: ignore[prop-decorator]
+    @cached_property
+    def extra(self) -> dict[str, Any]:
+        """``{"tool_logs": [records as dicts]}`` when there are records."""
+        if not self.done_plans:
+            return {}
+        return {"tool_logs": [r.model_dump(mode="json", fallback=str) for r in self.done_plans]}
 
     @property
     def action_results(self) -> dict[str, Any] | None:
@@ -96,22 +112,11 @@ class LoopResult(BaseModel):
         stop_reason: StopReason,
         notes: Sequence[str] = (),
     ) -> LoopResult:
-        """Fold the records in; with none, nothing is injected."""
-        records = list(done_plans)
-        prompt: dict[str, Any] = {}
-        extra: dict[str, Any] = {}
-        if records:
-            prompt = {
-                "action_results": to_action_results(records),
-                "extra_instruction": EXTRA_INSTRUCTION,
-            }
-            extra = {"tool_logs": [r.model_dump(mode="json", fallback=str) for r in records]}
-        return cls(
+        """Fold the records in (when read); with none, nothing is injected."""
+        return cls.model_construct(
             user_input=user_input,
-            done_plans=records,
+            done_plans=list(done_plans),
             rounds=rounds,
             stop_reason=stop_reason,
             notes=list(notes),
-            prompt=prompt,
-            extra=extra,
         )

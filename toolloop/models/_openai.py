@@ -20,6 +20,8 @@ from ._chat import ChatDelta, ChatRequest, StructuredOutputMode, ToolCallDelta
 __all__ = ["OpenAIChatModel"]
 
 _CLOSE_TIMEOUT = 2.0
+_RETRY_DELAY = 0.5  # the client's first backoff
+_MAX_RETRY_AFTER = 60.0
 _FALLBACK_STATUSES = frozenset({400, 404, 415, 422, 500, 501})
 _ORDER: tuple[StructuredOutputMode, ...] = ("json_schema", "json_object_schema", "json_object")
 
@@ -37,7 +39,9 @@ def _response_format(mode: StructuredOutputMode, request: ChatRequest) -> dict[s
     return {"type": "json_object"}
 
 
-def _call_error(exc: openai.OpenAIError, base_url: str) -> ModelCallError:
+def _call_error(
+    exc: openai.OpenAIError, base_url: str, *, streaming: bool = False
+) -> ModelCallError:
     if isinstance(exc, openai.APIStatusError):
         return ModelCallError(
             f"the model server at {base_url} answered HTTP {exc.status_code}: {exc.message}",
@@ -48,6 +52,11 @@ def _call_error(exc: openai.OpenAIError, base_url: str) -> ModelCallError:
     if isinstance(exc, openai.APIConnectionError):
         cause = exc.__cause__
         detail = f" ({cause})" if cause else ""
+        if streaming:
+            return ModelCallError(
+                f"the model server at {base_url} broke off the stream before its end{detail}; "
+                "try again"
+            )
         return ModelCallError(
             f"the connection to the model server at {base_url} failed{detail}; is it running?"
         )
@@ -58,6 +67,29 @@ async def _create(client: AsyncOpenAI, params: dict[str, Any]) -> Any:
     # the parameters are built at run time, so the client's typed overloads cannot be used
     create: Any = client.chat.completions.create
     return await create(**params)
+
+
+def _retryable(exc: openai.APIStatusError) -> bool:
+    """Whether the client would retry this answer (its rules: ``x-should-retry``, 408, 409,
+    429, 5xx)."""
+    flag = exc.response.headers.get("x-should-retry")
+    if flag in ("true", "false"):
+        return flag == "true"
+    return exc.status_code in (408, 409, 429) or exc.status_code >= 500
+
+
+def _retry_delay(exc: openai.APIStatusError) -> float:
+    """The wait the server asked for (``retry-after-ms``, ``retry-after`` in seconds), else
+    the client's first backoff."""
+    headers = exc.response.headers
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        try:
+            wait = float(headers.get(name, "")) * scale
+        except ValueError:
+            continue
+        if 0 < wait <= _MAX_RETRY_AFTER:
+            return wait
+    return _RETRY_DELAY
 
 
 class _Deltas:
@@ -78,7 +110,7 @@ class _Deltas:
             try:
                 chunk = await self._stream.__anext__()
             except openai.OpenAIError as exc:
-                raise _call_error(exc, self._base_url) from exc
+                raise _call_error(exc, self._base_url, streaming=True) from exc
             if not chunk.choices:  # e.g. the usage chunk
                 continue
             choice = chunk.choices[0]
@@ -189,11 +221,10 @@ class OpenAIChatModel:
         refusals: list[str] = []
         for i, mode in enumerate(modes):
             last = i == len(modes) - 1
-            # a refusal moves on to the next mode at once: no retries while probing
-            client = self.client if last else self.client.with_options(max_retries=0)
             try:
-                stream = await _create(
-                    client, {**params, "response_format": _response_format(mode, request)}
+                stream = await self._create_probing(
+                    {**params, "response_format": _response_format(mode, request)},
+                    probing=not last,
                 )
             except openai.APIStatusError as exc:
                 if last or exc.status_code not in _FALLBACK_STATUSES:
@@ -212,6 +243,26 @@ class OpenAIChatModel:
             self._settled = mode
             return cast("openai.AsyncStream[Any]", stream)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _create_probing(self, params: dict[str, Any], *, probing: bool) -> Any:
+        """Make the request. While probing (another mode is left to try) a refusal must move
+        on at once, so the first attempt is made without the client's retries; an answer
+        that is not a refusal but that the client would retry (429, 503, a connection that
+        failed) is then retried as the client would have."""
+        if not probing:
+            return await _create(self.client, params)
+        retries = self.client.max_retries
+        try:
+            return await _create(self.client.with_options(max_retries=0), params)
+        except openai.APIStatusError as exc:
+            if exc.status_code in _FALLBACK_STATUSES or retries < 1 or not _retryable(exc):
+                raise
+            await anyio.sleep(_retry_delay(exc))
+        except openai.APIConnectionError:
+            if retries < 1:
+                raise
+            await anyio.sleep(_RETRY_DELAY)
+        return await _create(self.client.with_options(max_retries=retries - 1), params)
 
     @asynccontextmanager
     async def stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[ChatDelta]]:

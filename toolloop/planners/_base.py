@@ -85,9 +85,9 @@ PlannerLike = Planner | Callable[[PlannerContext], Any] | Callable[[PlannerConte
 
 async def call_planner(planner: PlannerLike, context: PlannerContext) -> Any:
     """Ask ``planner`` for the output of one round."""
-    if isinstance(planner, Planner):
-        return await planner.plan(context)
-    result = planner(context)
+    # a runtime-checkable Protocol's isinstance is slow: look for the method instead
+    plan = getattr(planner, "plan", None)
+    result = plan(context) if callable(plan) else planner(context)  # type: ignore[operator]
     if inspect.isawaitable(result):
         result = await result
     return result

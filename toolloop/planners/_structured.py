@@ -93,7 +93,8 @@ class StructuredPlanner:
         return await self._plan(context, None)
 
     async def plan_streaming(self, context: PlannerContext, dispatch: Dispatch) -> PlannerReply:
-        """Plan one round, handing over each command as soon as its JSON object closes."""
+        """Plan one round, handing over each command as soon as its JSON object closes
+        (once ``next_action`` is settled as ``execute``)."""
         return await self._plan(context, dispatch)
 
     async def _plan(self, context: PlannerContext, dispatch: Dispatch | None) -> PlannerReply:
@@ -102,6 +103,8 @@ class StructuredPlanner:
         reader = JSONStreamReader(string_deltas=lambda path: path == _NEXT_ACTION)
         started = perf_counter()
         prefix = ""
+        choice: str | None = None
+        watching = True  # next_action is not settled yet
         decided_after: float | None = None
         finish: str | None = None
         after_done = 0
@@ -120,9 +123,12 @@ class StructuredPlanner:
                     continue
                 for event in reader.feed(delta.content):
                     if event.kind == "string_delta" and event.path == _NEXT_ACTION:
+                        if not watching:
+                            continue
                         prefix += event.text
                         choice = settle_choice(prefix, _CHOICES)
-                        if choice is not None and decided_after is None:
+                        if choice is not None:
+                            watching = False
                             decided_after = perf_counter() - started
                         if choice == "response" and self.short_circuit:
                             return PlannerReply(
@@ -131,14 +137,14 @@ class StructuredPlanner:
                                 decided_after=decided_after,
                                 chars_read=reader.offset,
                             )
-                        if not remaining_choices(prefix, _CHOICES):
-                            raise ModelOutputError(
-                                f"next_action must be 'execute' or 'response'; the model wrote "
-                                f"{prefix!r}"
-                            )
+                        if choice is None and not remaining_choices(prefix, _CHOICES):
+                            # not one of the choices: read it all, the loop's normalization
+                            # decides (and says why in its notes)
+                            watching = False
                     elif (
                         event.kind == "value_done"
                         and dispatch is not None
+                        and choice == "execute"  # a plan that does not execute runs nothing
                         and len(event.path) == 2
                         and event.path[0] == "execution_commands"
                         and isinstance(event.path[1], int)

@@ -1,12 +1,17 @@
 """Public test doubles for toolloop and for code built on it.
 
 `ScriptedPlanner` answers the tool loop's planner calls from a script.
+`ScriptedChatModel` is a chat model (the `toolloop.models.ChatModel` seam) that answers from
+a script, offline, and records what its consumers read.
 `FakeOpenAIServer` is a local OpenAI-compatible HTTP server that the real `openai` client
 talks to, with scripted (optionally streamed) replies and a record of what happened.
 """
 
 from __future__ import annotations
 
+from ._chat_model import ScriptedChatModel as ScriptedChatModel
+from ._chat_model import ScriptedChatReply as ScriptedChatReply
+from ._chat_model import ScriptedChatStream as ScriptedChatStream
 from ._openai_replies import FakeErrorReply as FakeErrorReply
 from ._openai_replies import FakeReply as FakeReply
 from ._openai_replies import FakeToolCall as FakeToolCall
@@ -23,6 +28,9 @@ __all__ = [
     "FakeToolCall",
     "RecordedRequest",
     "Responder",
+    "ScriptedChatModel",
+    "ScriptedChatReply",
+    "ScriptedChatStream",
     "ScriptedPlanner",
     "StreamRecord",
 ]

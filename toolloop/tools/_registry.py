@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import difflib
+import inspect
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -25,18 +27,19 @@ class ToolRegistry:
         ToolDefinitionError: two tools share a name, or a function cannot be a tool.
     """
 
-    __slots__ = ("_tools",)
+    __slots__ = ("_specs", "_tools")
 
     def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = ()) -> None:
         self._tools: dict[str, Tool] = {}
         for item in tools:
-            tool = item if isinstance(item, Tool) else Tool.from_function(item)
+            tool = item if isinstance(item, Tool) else _tool_for(item)
             if tool.name in self._tools:
                 raise ToolDefinitionError(
                     f"two tools are named {tool.name!r}; tool names must be unique: rename "
                     "one (Tool.from_function(fn, name='...') or @tool(name='...'))"
                 )
             self._tools[tool.name] = tool
+        self._specs = [tool.spec() for tool in self._tools.values()]
 
     def get(self, name: str) -> Tool:
         """The tool called ``name``.
@@ -82,8 +85,22 @@ class ToolRegistry:
 
         The ``parameters`` schemas are the tools' own: treat them as read-only.
         """
-        return [tool.spec() for tool in self._tools.values()]
+        return list(self._specs)
 
     def openai_tools(self) -> list[dict[str, Any]]:
         """The tools in the OpenAI Chat Completions ``tools`` format."""
         return [tool.openai_tool() for tool in self._tools.values()]
+
+
+_FUNCTION_TOOLS: weakref.WeakKeyDictionary[Callable[..., Any], Tool] = weakref.WeakKeyDictionary()
+
+
+def _tool_for(function: Callable[..., Any]) -> Tool:
+    """The tool of a plain function, made once: ``tools=[fn]`` on every run costs nothing
+    after the first."""
+    if not inspect.isfunction(function):  # bound methods, partials, callables: not cached
+        return Tool.from_function(function)
+    tool = _FUNCTION_TOOLS.get(function)
+    if tool is None:
+        tool = _FUNCTION_TOOLS[function] = Tool.from_function(function)
+    return tool

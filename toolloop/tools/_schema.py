@@ -73,6 +73,7 @@ class ArgumentsSchema:
     Args:
         schema: a JSON schema (Draft 2020-12) describing a JSON object.
         owner: who the schema belongs to, for messages (e.g. ``"tool 'search'"``).
+        trusted: the schema was generated (by pydantic), so it is not checked again.
 
     Raises:
         ValueError: the schema is not a valid JSON schema, or a ``$ref`` in it does not
@@ -81,9 +82,10 @@ class ArgumentsSchema:
 
     __slots__ = ("_check", "_validator", "schema")
 
-    def __init__(self, schema: Mapping[str, Any], *, owner: str) -> None:
+    def __init__(self, schema: Mapping[str, Any], *, owner: str, trusted: bool = False) -> None:
         try:
-            _Validator.check_schema(schema)
+            if not trusted:  # pydantic's own schemas need no check (it costs ~1 ms)
+                _Validator.check_schema(schema)
         except jsonschema.exceptions.SchemaError as exc:
             path = format_path(exc.absolute_path)
             where = f" at {path!r}" if path else ""

@@ -114,6 +114,7 @@ class Tool:
             thread=thread,
             convert=None,
             is_async=is_async_callable(function),
+            trusted=False,
         )
 
     @classmethod
@@ -149,6 +150,7 @@ class Tool:
             thread=thread,
             convert=signature.convert,
             is_async=signature.is_async,
+            trusted=True,
         )
         return self
 
@@ -163,6 +165,7 @@ class Tool:
         thread: bool,
         convert: Callable[[dict[str, Any]], dict[str, Any]] | None,
         is_async: bool,
+        trusted: bool,
     ) -> None:
         if not isinstance(name, str) or not _NAME.match(name):
             raise ToolDefinitionError(
@@ -190,7 +193,7 @@ class Tool:
                 "function is async; drop thread=True"
             )
         try:
-            schema = ArgumentsSchema(parameters, owner=owner)
+            schema = ArgumentsSchema(parameters, owner=owner, trusted=trusted)
         except ValueError as exc:
             raise ToolDefinitionError(f"{owner}: {exc}") from exc
         self.name = name

@@ -1,0 +1,315 @@
+"""A chat model that follows a script, offline: the :class:`~toolloop.models.ChatModel` seam
+without HTTP.
+
+`ScriptedChatModel` answers each ``stream(request)`` with the next scripted reply (content
+cut into deltas, tool-call deltas, a finish reason, pauses between deltas, or an exception
+at open or mid-stream), records every request, and records for every stream how much the
+consumer read and whether it left before the end.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+
+import anyio
+import anyio.lowlevel
+
+from .._errors import ModelCallError
+from ..models._chat import ChatDelta, ChatRequest, ToolCallDelta
+from ._openai_replies import FakeToolCall
+
+__all__ = ["ScriptedChatModel", "ScriptedChatReply", "ScriptedChatStream"]
+
+
+@dataclass(frozen=True)
+class ScriptedChatReply:
+    """One scripted answer of :class:`ScriptedChatModel`.
+
+    The content is cut into deltas: the explicit ``chunks`` if given (their concatenation is
+    the content), else ``chunk_size`` characters per delta (``None``: the whole content in
+    one delta). Each tool call gives a delta with its id and name, then its arguments in
+    ``chunk_size`` pieces. A last delta carries ``finish_reason`` (``"tool_calls"`` when
+    there are tool calls and none is given, else ``"stop"``).
+
+    Timing: ``first_delay`` seconds before the first delta, ``delay`` before every delta.
+
+    ``error``: raised when the stream is opened (``error_after`` is ``None``), or after
+    ``error_after`` deltas were handed over, instead of the rest (a stream cut mid-way;
+    without ``error``, a :class:`~toolloop.ModelCallError` saying so).
+    """
+
+    content: str = ""
+    chunks: tuple[str, ...] | None = None
+    chunk_size: int | None = None
+    tool_calls: tuple[FakeToolCall, ...] = ()
+    finish_reason: str | None = None
+    delay: float = 0.0
+    first_delay: float = 0.0
+    error: BaseException | None = None
+    error_after: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.chunks is not None:
+            joined = "".join(self.chunks)
+            if self.content and self.content != joined:
+                raise ValueError(
+                    "ScriptedChatReply got both `content` and `chunks`, and the chunks do not "
+                    "join to the content; give only one of them"
+                )
+            object.__setattr__(self, "content", joined)
+        if self.chunk_size is not None and self.chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1 or None, got {self.chunk_size}")
+        if self.delay < 0 or self.first_delay < 0:
+            raise ValueError("ScriptedChatReply delays must be >= 0")
+        if self.error_after is not None:
+            if self.error_after < 0:
+                raise ValueError(f"error_after must be >= 0, got {self.error_after}")
+            if self.error is None:
+                cut = ModelCallError(
+                    f"ScriptedChatModel: the stream was cut after {self.error_after} deltas "
+                    "(scripted)"
+                )
+                object.__setattr__(self, "error", cut)
+
+    def deltas(self) -> list[ChatDelta]:
+        """Every delta of the reply, in order (the finish delta last)."""
+        out: list[ChatDelta] = []
+        if self.chunks is not None:
+            pieces = [c for c in self.chunks if c]
+        else:
+            pieces = _split(self.content, self.chunk_size)
+        out.extend(ChatDelta(content=piece) for piece in pieces)
+        for index, call in enumerate(self.tool_calls):
+            header = ToolCallDelta(index=index, id=call.id or f"call_{index}", name=call.name)
+            out.append(ChatDelta(tool_calls=(header,)))
+            out.extend(
+                ChatDelta(tool_calls=(ToolCallDelta(index=index, arguments=piece),))
+                for piece in _split(call.arguments, self.chunk_size)
+            )
+        finish = self.finish_reason or ("tool_calls" if self.tool_calls else "stop")
+        out.append(ChatDelta(finish_reason=finish))
+        return out
+
+
+ScriptedItem = ScriptedChatReply | str | BaseException
+"""A scripted answer: a reply, a plain content string, or an exception raised at open."""
+
+ChatResponder = Callable[[ChatRequest], "ScriptedItem | Awaitable[ScriptedItem]"]
+
+
+@dataclass(eq=False)
+class ScriptedChatStream:
+    """What happened to one stream of :class:`ScriptedChatModel` (``model.streams[i]``).
+
+    Times are ``time.monotonic()``.
+    """
+
+    request_index: int
+    reply: ScriptedChatReply
+    chunks_planned: int
+    """Deltas in the reply (the finish delta included)."""
+    started_at: float
+    chunks_sent: int = 0
+    """Deltas handed to the consumer so far."""
+    completed: bool = False
+    """Every delta was handed to the consumer."""
+    failed: bool = False
+    """The scripted ``error`` was raised mid-stream."""
+    closed: bool = False
+    """The consumer left the ``async with`` block."""
+    closed_early: bool = False
+    """The consumer left before every delta was handed over (it stopped reading, raised or
+    was cancelled): an HTTP model would have closed the connection mid-stream."""
+    ended_at: float | None = None
+    _content: list[str] = field(default_factory=list, repr=False)
+
+    @property
+    def content_sent(self) -> str:
+        """The content of the deltas handed over so far, joined."""
+        return "".join(self._content)
+
+
+class ScriptedChatModel:
+    """A :class:`~toolloop.models.ChatModel` that answers from a script, without HTTP.
+
+    ```python
+    model = ScriptedChatModel()
+    model.add_reply('{"next_action": "response", "execution_commands": []}', chunk_size=4)
+    planner = StructuredPlanner(model)
+    ```
+
+    Each ``stream(request)`` takes the next scripted answer (``replies``, then
+    :meth:`add_reply` / :meth:`add_error`, in order); when none is left the ``responder`` is
+    asked (sync or async, given the :class:`~toolloop.models.ChatRequest`), and without one
+    opening the stream raises :class:`~toolloop.ModelCallError`. Every request is kept in
+    ``requests`` (also those whose stream failed to open), every opened stream in
+    ``streams``.
+
+    Args:
+        replies: answers to queue: a :class:`ScriptedChatReply`, a content string (one
+            delta), or an exception to raise when the stream is opened.
+        responder: asked when the queue is empty.
+    """
+
+    def __init__(
+        self,
+        replies: Iterable[ScriptedItem] = (),
+        *,
+        responder: ChatResponder | None = None,
+    ) -> None:
+        self.requests: list[ChatRequest] = []
+        self.streams: list[ScriptedChatStream] = []
+        self._queue: deque[ScriptedItem] = deque(replies)
+        self._responder = responder
+
+    def add_reply(
+        self,
+        content: str = "",
+        *,
+        chunks: Sequence[str] | None = None,
+        chunk_size: int | None = None,
+        tool_calls: Sequence[FakeToolCall | Mapping[str, str]] = (),
+        finish_reason: str | None = None,
+        delay: float = 0.0,
+        first_delay: float = 0.0,
+        error: BaseException | None = None,
+        error_after: int | None = None,
+    ) -> ScriptedChatReply:
+        """Queue a reply (see :class:`ScriptedChatReply`); tool calls may be dicts with
+        ``name``, ``arguments`` and optionally ``id``."""
+        reply = ScriptedChatReply(
+            content=content,
+            chunks=None if chunks is None else tuple(chunks),
+            chunk_size=chunk_size,
+            tool_calls=tuple(
+                call if isinstance(call, FakeToolCall) else FakeToolCall(**call)
+                for call in tool_calls
+            ),
+            finish_reason=finish_reason,
+            delay=delay,
+            first_delay=first_delay,
+            error=error,
+            error_after=error_after,
+        )
+        self._queue.append(reply)
+        return reply
+
+    def add_error(self, error: BaseException) -> None:
+        """Queue an exception to raise when the next stream is opened."""
+        self._queue.append(error)
+
+    @property
+    def pending_replies(self) -> int:
+        """How many queued answers no request has taken yet."""
+        return len(self._queue)
+
+    def stream(self, request: ChatRequest) -> _Stream:
+        """Start streaming the next scripted answer to ``request``."""
+        return _Stream(self, request)
+
+    async def _next(self, request: ChatRequest) -> ScriptedChatReply:
+        index = len(self.requests)
+        self.requests.append(request)
+        item: ScriptedItem
+        if self._queue:
+            item = self._queue.popleft()
+        elif self._responder is not None:
+            answer = self._responder(request)
+            item = await answer if inspect.isawaitable(answer) else answer
+        else:
+            raise ModelCallError(
+                f"ScriptedChatModel has no scripted reply left for request #{index}; queue "
+                "one with add_reply() / add_error(), or pass responder="
+            )
+        if isinstance(item, BaseException):
+            raise item
+        if isinstance(item, str):
+            item = ScriptedChatReply(content=item)
+        if item.error is not None and item.error_after is None:
+            raise item.error
+        return item
+
+
+class _Stream:
+    """The context manager and the iterator of one scripted stream (no async generator, so
+    an early exit leaves nothing to finalize)."""
+
+    __slots__ = ("_deltas", "_model", "_record", "_request")
+
+    def __init__(self, model: ScriptedChatModel, request: ChatRequest) -> None:
+        self._model = model
+        self._request = request
+        self._record: ScriptedChatStream | None = None
+        self._deltas: list[ChatDelta] = []
+
+    async def __aenter__(self) -> AsyncIterator[ChatDelta]:
+        if self._record is not None:
+            raise RuntimeError("a stream is opened once: call model.stream(request) again")
+        await anyio.lowlevel.checkpoint()
+        model = self._model
+        reply = await model._next(self._request)
+        self._deltas = reply.deltas()
+        self._record = ScriptedChatStream(
+            request_index=len(model.requests) - 1,
+            reply=reply,
+            chunks_planned=len(self._deltas),
+            started_at=time.monotonic(),
+        )
+        model.streams.append(self._record)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        record = self._record
+        assert record is not None
+        record.closed = True
+        if record.ended_at is None:
+            record.closed_early = True
+            record.ended_at = time.monotonic()
+
+    def __aiter__(self) -> _Stream:
+        return self
+
+    async def __anext__(self) -> ChatDelta:
+        record = self._record
+        if record is None or record.closed:
+            raise RuntimeError("read a scripted stream inside its `async with` block")
+        reply = record.reply
+        sent = record.chunks_sent
+        total = len(self._deltas)
+        if reply.error is not None and sent == min(reply.error_after or 0, total):
+            record.failed = True
+            record.ended_at = time.monotonic()
+            raise reply.error
+        if sent >= total:
+            raise StopAsyncIteration
+        pause = reply.delay + (reply.first_delay if sent == 0 else 0.0)
+        if pause > 0:
+            await anyio.sleep(pause)
+        else:
+            await anyio.lowlevel.checkpoint()
+        delta = self._deltas[sent]
+        record.chunks_sent = sent + 1
+        if delta.content:
+            record._content.append(delta.content)
+        if sent + 1 == total and reply.error is None:
+            record.completed = True
+            record.ended_at = time.monotonic()
+        return delta
+
+
+def _split(text: str, size: int | None) -> list[str]:
+    if not text:
+        return []
+    if size is None:
+        return [text]
+    return [text[i : i + size] for i in range(0, len(text), size)]
