@@ -468,9 +468,12 @@ async def _send_events(
     disconnect_after: int | None,
 ) -> None:
     limit = len(events) if disconnect_after is None else min(disconnect_after, len(events))
+    # paced against a schedule, so the overshoot of each sleep does not add up
+    due = anyio.current_time()
     for number, event in enumerate(events[:limit], start=1):
         if event.delay > 0:
-            await anyio.sleep(event.delay)
+            due += event.delay
+            await anyio.sleep_until(due)
         frame = b"%x\r\n%s\r\n" % (len(event.data), event.data)
         if number == len(events) and disconnect_after is None:
             frame += b"0\r\n\r\n"
