@@ -132,7 +132,8 @@ async def plan(_: Any, ctx: Context[RoundState]) -> NormalizedPlan:
             item = normalize_command(i, raw, [], max_kwargs_bytes=deps.max_kwargs_bytes)
             if item is None:
                 return  # dropped; the final normalization says why
-            if isinstance(item, ToolCommand) and inflight.commands >= deps.max_commands:
+            # counted as normalize_plan counts: every item kept so far, failed ones too
+            if isinstance(item, ToolCommand) and len(inflight.items) >= deps.max_commands:
                 item = over_limit(item, deps.max_commands)
             if inflight.add(i, item):
                 ctx.emit(COMMAND_READY, (inflight, i))

@@ -180,13 +180,19 @@ class OpenAIChatModel:
             self._modes = [structured_output]
         else:
             self._modes = list(structured_output)
+            unknown = [m for m in self._modes if m not in _ORDER]
+            if not self._modes or unknown:
+                raise ValueError(
+                    f"structured_output must be 'auto', one of {list(_ORDER)} or a non-empty "
+                    f"list of them, got {structured_output!r}"
+                )
         self._settled: StructuredOutputMode | None = (
             self._modes[0] if len(self._modes) == 1 else None
         )
 
     @property
     def base_url(self) -> str:
-        return str(self.client.base_url)
+        return str(self.client.base_url).rstrip("/")
 
     @property
     def structured_output_mode(self) -> StructuredOutputMode | None:

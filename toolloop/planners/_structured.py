@@ -4,12 +4,14 @@ The planner asks for the planner schema (``next_action`` first) and feeds every 
 delta to an incremental JSON reader. The moment the bytes settle ``next_action`` as
 ``response`` — with ``execute`` and ``response`` the first character does — it leaves the
 stream, which closes the HTTP connection, and returns. With streaming dispatch, each
-command is handed over the moment its JSON object closes, so its tool starts while the rest
-of the plan is still being written.
+command of a plan settled as ``execute`` is handed over the moment its JSON object closes,
+so its tool starts while the rest of the plan is still being written. A ``next_action``
+that is neither choice is read to the end and left to the loop's normalization.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from time import perf_counter
 from typing import Any
@@ -65,7 +67,7 @@ class StructuredPlanner:
         self._schemas: dict[str, PlannerSchema] = {}
 
     def _schema(self, tools: Sequence[dict[str, Any]]) -> PlannerSchema:
-        key = repr([t.get("name") for t in tools]) + repr(self.strict)
+        key = json.dumps(tools, sort_keys=True, default=str)
         schema = self._schemas.get(key)
         if schema is None:
             schema = self._schemas[key] = PlannerSchema(tools, strict=self.strict)

@@ -1,0 +1,359 @@
+"""OpenAIChatModel over real HTTP: the real `openai` client against FakeOpenAIServer."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+
+from toolloop import ModelCallError
+from toolloop.models import ChatDelta, ChatModel, ChatRequest, OpenAIChatModel, StructuredOutput
+from toolloop.testing import FakeErrorReply, FakeOpenAIServer, FakeReply, RecordedRequest
+
+pytestmark = [
+    pytest.mark.anyio,
+    # on trio the openai client leaves its inner async generators to the garbage collector
+    pytest.mark.filterwarnings(
+        r"ignore:Async generator '(openai|httpx2|httpcore2)\.[\w.]+' was garbage collected"
+        ":ResourceWarning"
+    ),
+]
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"answer": {"type": "string"}},
+    "required": ["answer"],
+    "additionalProperties": False,
+}
+MESSAGES: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
+STRUCTURED = ChatRequest(messages=MESSAGES, structured_output=StructuredOutput(SCHEMA, name="out"))
+BODY = '{"answer": "42"}'
+
+
+@asynccontextmanager
+async def serving(
+    server: FakeOpenAIServer | None = None, **options: Any
+) -> AsyncIterator[tuple[FakeOpenAIServer, OpenAIChatModel]]:
+    options.setdefault("max_retries", 0)
+    async with server or FakeOpenAIServer() as running:
+        async with OpenAIChatModel("fake-model", base_url=running.base_url, **options) as model:
+            yield running, model
+
+
+async def read_all(model: ChatModel, request: ChatRequest = STRUCTURED) -> list[ChatDelta]:
+    async with model.stream(request) as deltas:
+        return [delta async for delta in deltas]
+
+
+async def read_into(model: ChatModel, got: list[ChatDelta]) -> None:
+    async with model.stream(STRUCTURED) as deltas:
+        async for delta in deltas:
+            got.append(delta)
+
+
+def content(deltas: list[ChatDelta]) -> str:
+    return "".join(d.content for d in deltas)
+
+
+def formats(server: FakeOpenAIServer) -> list[Any]:
+    return [r.body.get("response_format") for r in server.requests]
+
+
+def format_types(server: FakeOpenAIServer) -> list[str]:
+    return [
+        "json_object_schema" if "schema" in f else f["type"]
+        for f in formats(server)
+        if isinstance(f, dict)
+    ]
+
+
+def test_is_a_chat_model() -> None:
+    assert isinstance(OpenAIChatModel("m", base_url="http://127.0.0.1:1/v1"), ChatModel)
+
+
+def test_structured_output_must_be_a_known_mode() -> None:
+    with pytest.raises(ValueError, match="structured_output must be 'auto' or one of"):
+        OpenAIChatModel("m", base_url="http://127.0.0.1:1/v1", structured_output="xml")
+
+
+# -- the request ---------------------------------------------------------------------------
+
+
+async def test_the_request_is_streamed_with_its_parameters() -> None:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    request = ChatRequest(
+        messages=MESSAGES,
+        tools=tools,
+        tool_choice="required",
+        max_tokens=77,
+        temperature=0.25,
+        extra={"seed": 7, "top_p": 0.5},
+    )
+    async with serving() as (server, model):
+        server.add_reply("hello")
+        assert content(await read_all(model, request)) == "hello"
+    body = server.requests[0].body
+    assert body["model"] == "fake-model"
+    assert body["stream"] is True
+    assert body["messages"] == MESSAGES
+    assert body["max_tokens"] == 77
+    assert body["temperature"] == 0.25
+    assert body["tools"] == tools
+    assert body["tool_choice"] == "required"
+    assert (body["seed"], body["top_p"]) == (7, 0.5)
+    assert "response_format" not in body
+
+
+async def test_optional_parameters_are_left_out() -> None:
+    async with serving() as (server, model):
+        server.add_reply("x")
+        await read_all(model, ChatRequest(messages=MESSAGES, tool_choice="auto"))
+    body = server.requests[0].body
+    for key in ("max_tokens", "temperature", "tools", "tool_choice", "response_format"):
+        assert key not in body
+
+
+async def test_json_schema_is_asked_first() -> None:
+    async with serving() as (server, model):
+        server.add_reply(BODY)
+        assert model.structured_output_mode is None
+        assert content(await read_all(model)) == BODY
+        assert model.structured_output_mode == "json_schema"
+    assert formats(server) == [
+        {"type": "json_schema", "json_schema": {"name": "out", "schema": SCHEMA, "strict": True}}
+    ]
+
+
+# -- the deltas ----------------------------------------------------------------------------
+
+
+async def test_content_deltas_and_the_finish_reason() -> None:
+    async with serving() as (server, model):
+        server.add_reply(BODY, chunk_size=3, finish_reason="length")
+        deltas = await read_all(model)
+    assert content(deltas) == BODY
+    assert [d.content for d in deltas if d.content][:2] == ['{"a', "nsw"]
+    assert deltas[-1].finish_reason == "length"
+    assert [d.finish_reason for d in deltas[:-1]] == [None] * (len(deltas) - 1)
+    assert server.streams[0].completed
+
+
+async def test_tool_call_deltas() -> None:
+    async with serving() as (server, model):
+        server.add_reply(
+            tool_calls=[
+                {"name": "get_weather", "arguments": '{"city": "Lisbon"}', "id": "call_1"},
+                {"name": "noop", "arguments": "{}"},
+            ],
+            chunk_size=5,
+        )
+        deltas = await read_all(model, ChatRequest(messages=MESSAGES))
+    calls = [call for d in deltas for call in d.tool_calls]
+    first = [c for c in calls if c.index == 0]
+    assert (first[0].id, first[0].name) == ("call_1", "get_weather")
+    assert "".join(c.arguments for c in first) == '{"city": "Lisbon"}'
+    assert all(c.name is None for c in first[1:])
+    second = [c for c in calls if c.index == 1]
+    assert second[0].name == "noop" and second[0].id
+    assert deltas[-1].finish_reason == "tool_calls"
+
+
+# -- falling back when a server refuses a structured-output mode ---------------------------
+
+
+async def test_a_server_refusing_json_schema_gets_json_object_with_the_schema() -> None:
+    # llama-cpp-python answers HTTP 500 to json_schema and enforces {"type": "json_object",
+    # "schema": ...} with a grammar; the probe does not retry the refusal
+    server = FakeOpenAIServer(reject_response_formats={"json_schema"})
+    async with serving(server, max_retries=2) as (server, model):
+        server.add_reply(BODY)
+        server.add_reply(BODY)
+        assert content(await read_all(model)) == BODY
+        assert model.structured_output_mode == "json_object_schema"
+        assert format_types(server) == ["json_schema", "json_object_schema"]
+        assert formats(server)[1] == {"type": "json_object", "schema": SCHEMA}
+        # remembered: the next request goes straight there
+        assert content(await read_all(model)) == BODY
+    assert format_types(server) == ["json_schema", "json_object_schema", "json_object_schema"]
+
+
+async def test_a_server_refusing_schemas_gets_plain_json_object() -> None:
+    def responder(request: RecordedRequest) -> FakeReply | FakeErrorReply:
+        response_format = request.body["response_format"]
+        if response_format["type"] != "json_object" or "schema" in response_format:
+            return FakeErrorReply(400, "schemas are not supported")
+        return FakeReply(BODY)
+
+    async with serving(FakeOpenAIServer(responder=responder)) as (server, model):
+        assert content(await read_all(model)) == BODY
+        assert model.structured_output_mode == "json_object"
+        assert content(await read_all(model)) == BODY
+    assert format_types(server) == [
+        "json_schema",
+        "json_object_schema",
+        "json_object",
+        "json_object",
+    ]
+    assert formats(server)[2] == {"type": "json_object"}
+
+
+@pytest.mark.parametrize("status", [404, 415, 422, 501])
+async def test_other_refusal_statuses_fall_back(status: int) -> None:
+    async with serving() as (server, model):
+        server.add_error(status)
+        server.add_reply(BODY)
+        await read_all(model)
+    assert format_types(server) == ["json_schema", "json_object_schema"]
+
+
+async def test_a_configured_mode_is_the_only_one_sent() -> None:
+    async with serving(structured_output="json_object_schema") as (server, model):
+        assert model.structured_output_mode == "json_object_schema"
+        server.add_reply(BODY)
+        await read_all(model)
+        server.add_error(500, "no grammar for you")
+        with pytest.raises(ModelCallError, match="answered HTTP 500") as info:
+            await read_all(model)
+    assert info.value.status == 500
+    assert format_types(server) == ["json_object_schema", "json_object_schema"]
+
+
+async def test_a_list_of_modes_is_tried_in_its_order() -> None:
+    server = FakeOpenAIServer(reject_response_formats={"json_schema"})
+    async with serving(server, structured_output=["json_schema", "json_object"]) as (server, model):
+        server.add_reply(BODY)
+        await read_all(model)
+        assert model.structured_output_mode == "json_object"
+    assert format_types(server) == ["json_schema", "json_object"]
+
+
+async def test_refusing_every_mode_names_them() -> None:
+    server = FakeOpenAIServer(reject_response_formats={"json_schema", "json_object"})
+    async with serving(server) as (server, model):
+        with pytest.raises(ModelCallError) as info:
+            await read_all(model)
+        assert model.structured_output_mode is None
+    message = str(info.value)
+    assert "refused every structured output mode" in message
+    assert "json_schema: HTTP 500; json_object_schema: HTTP 500; then HTTP 500" in message
+    assert "not supported by this server" in message
+    assert info.value.status == 500
+    assert format_types(server) == ["json_schema", "json_object_schema", "json_object"]
+
+
+async def test_an_error_that_is_no_refusal_does_not_fall_back() -> None:
+    async with serving() as (server, model):
+        server.add_error(401, "Incorrect API key provided")
+        with pytest.raises(ModelCallError, match=r"HTTP 401.*Incorrect API key") as info:
+            await read_all(model)
+    assert info.value.status == 401
+    assert len(server.requests) == 1
+
+
+# -- retries, errors, connections ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["auto", "json_schema"])
+async def test_a_rate_limit_is_retried_by_the_client(mode: str) -> None:
+    # while probing modes too: a 429 is no refusal, the request is retried as it is
+    async with serving(max_retries=2, structured_output=mode) as (server, model):
+        server.add_error(429, headers={"retry-after-ms": "1"})
+        server.add_error(503, headers={"retry-after-ms": "1"})
+        server.add_reply(BODY)
+        started = time.monotonic()
+        assert content(await read_all(model)) == BODY
+        assert time.monotonic() - started < 1.0
+        assert model.structured_output_mode == "json_schema"
+    assert format_types(server) == ["json_schema"] * 3
+
+
+async def test_retries_run_out() -> None:
+    async with serving(max_retries=1) as (server, model):
+        for _ in range(2):
+            server.add_error(429, "slow down", headers={"retry-after-ms": "1"})
+        with pytest.raises(ModelCallError, match=r"HTTP 429.*slow down") as info:
+            await read_all(model)
+    assert info.value.status == 429
+    assert len(server.requests) == 2  # one try and one retry, not more
+
+
+async def test_no_retries_with_max_retries_0() -> None:
+    async with serving(max_retries=0) as (server, model):
+        server.add_error(429, headers={"retry-after-ms": "1"})
+        with pytest.raises(ModelCallError) as info:
+            await read_all(model)
+    assert info.value.status == 429
+    assert len(server.requests) == 1
+
+
+async def test_a_stream_cut_mid_way_is_a_model_call_error() -> None:
+    async with serving() as (server, model):
+        server.add_reply(BODY, chunk_size=2, disconnect_after=3)
+        got: list[ChatDelta] = []
+        with pytest.raises(ModelCallError, match="broke off the stream before its end"):
+            await read_into(model, got)
+    assert content(got) == BODY[:4]
+    assert server.streams[0].server_disconnected
+
+
+async def test_a_server_that_is_not_there() -> None:
+    async with FakeOpenAIServer() as server:
+        base_url = server.base_url
+    # the port is free again: nothing listens there
+    async with OpenAIChatModel("m", base_url=base_url, max_retries=0) as model:
+        with pytest.raises(ModelCallError, match=r"connection .* failed .*is it running\?"):
+            await read_all(model)
+
+
+async def test_the_client_timeout() -> None:
+    async with serving(timeout=0.2) as (server, model):
+        server.add_reply(BODY, first_delay=2.0)
+        started = time.monotonic()
+        with pytest.raises(ModelCallError, match="did not answer in time"):
+            await read_all(model)
+        assert time.monotonic() - started < 1.5
+
+
+# -- closing the stream --------------------------------------------------------------------
+
+
+async def test_leaving_the_block_closes_the_connection() -> None:
+    async with serving() as (server, model):
+        server.add_reply("x" * 200, chunk_size=1, delay=0.005)
+        async with model.stream(STRUCTURED) as deltas:
+            async for delta in deltas:
+                if delta.content:
+                    break
+        record = await server.wait_disconnected(0, timeout=2)
+    assert record.client_disconnected and not record.completed
+    assert record.chunks_sent < record.chunks_planned // 2
+
+
+async def test_a_cancelled_reader_still_closes_the_connection() -> None:
+    async with serving() as (server, model):
+        server.add_reply("x" * 200, chunk_size=1, delay=0.01)
+        with anyio.move_on_after(0.1) as scope:
+            await read_all(model)
+        assert scope.cancelled_caught
+        record = await server.wait_disconnected(0, timeout=2)
+    assert record.chunks_sent < record.chunks_planned // 2
+
+
+async def test_a_given_client_gets_the_options() -> None:
+    import openai
+
+    async with FakeOpenAIServer() as server:
+        client = openai.AsyncOpenAI(base_url=server.base_url, api_key="k")
+        model = OpenAIChatModel("m", client=client, max_retries=0, timeout=5)
+        assert model.client.max_retries == 0
+        assert model.client.timeout == 5
+        assert model.base_url.startswith(server.base_url)
+        server.add_reply(json.dumps({"answer": "a"}))
+        async with model:
+            assert json.loads(content(await read_all(model))) == {"answer": "a"}
+        await client.close()
