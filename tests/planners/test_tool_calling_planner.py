@@ -402,6 +402,7 @@ async def test_end_to_end_two_rounds_and_the_final_answer() -> None:
         "add #1": 21,
     }
     assert answer == "Both sunny; 21."
+    assert result.planner_text == "I have what I need."  # the last reply's own text
     assert len(server.requests) == 4  # three planner rounds, then the one final answer
     final_messages = server.requests[3].body["messages"]
     assert "tools" not in server.requests[3].body

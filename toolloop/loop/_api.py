@@ -98,6 +98,7 @@ async def _run(
         rounds=state.round_index,
         stop_reason=stop,
         notes=deps.notes,
+        planner_text=deps.planner_text,
     )
 
 

@@ -78,6 +78,7 @@ class LoopDeps:
     available_tools: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     stop_reason: StopReason | None = None
+    planner_text: str | None = None
     inflight: Inflight | None = None
     slots: anyio.Semaphore | None = None
 
@@ -163,6 +164,9 @@ async def plan(_: Any, ctx: Context[RoundState]) -> NormalizedPlan:
     if inflight is not None:
         decided = _merge_streamed(decided, inflight, ctx)
     deps.notes.extend(f"round {index}: {note}" for note in decided.notes)
+    output = raw.output if isinstance(raw, PlannerReply) else raw
+    text = output.get("content") if isinstance(output, dict) else None
+    deps.planner_text = text if isinstance(text, str) and text.strip() else None
     if ctx.observed:
         ctx.publish(
             PlanDecided(

@@ -58,6 +58,9 @@ class LoopResult(BaseModel):
     stop_reason: StopReason
     notes: list[str] = Field(default_factory=list)
     """What normalization set aside in the planner's outputs, round by round."""
+    planner_text: str | None = None
+    """Text the planner's model wrote beside its last plan, e.g. the answer of a
+    tool-calling model that called no tool (``None`` when there was none)."""
 
     @computed_field  # type: ignore[prop-decorator]
     @cached_property
@@ -111,6 +114,7 @@ class LoopResult(BaseModel):
         rounds: int,
         stop_reason: StopReason,
         notes: Sequence[str] = (),
+        planner_text: str | None = None,
     ) -> LoopResult:
         """Fold the records in (when read); with none, nothing is injected."""
         return cls.model_construct(
@@ -119,4 +123,5 @@ class LoopResult(BaseModel):
             rounds=rounds,
             stop_reason=stop_reason,
             notes=list(notes),
+            planner_text=planner_text,
         )
