@@ -9,6 +9,8 @@ Needs only Python 3.10+. The first call creates ``.venv`` and installs toolloop 
 - ``bench``: the benchmarks, printing their figures.
 - ``docs``: build the documentation site into ``site/`` (``mkdocs build --strict``);
   ``serve`` to browse it live.
+- ``real-model``: the opt-in suite against a real small model served on 127.0.0.1 (the first
+  run compiles llama.cpp, ~30 minutes; see the README).
 - anything else is run inside the venv, e.g. ``python3 dev.py pytest -k flow``.
 """
 
@@ -60,6 +62,9 @@ JOBS: dict[str, list[list[str]]] = {
     "bench": [["python", "benchmarks/run_all.py"]],
     "docs": [["mkdocs", "build", "--strict"]],
     "serve": [["mkdocs", "serve"]],
+    # opt-in: installs llama-cpp-python (its first build takes ~30 min) and a small model
+    # into .venv-model, serves it, runs the real_model tests against it, stops the server
+    "real-model": [["python", "tests/real_model/run.py"]],
 }
 
 

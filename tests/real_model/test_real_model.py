@@ -1,0 +1,645 @@
+"""The real-model suite: toolloop against a real model behind a real OpenAI-compatible server.
+
+Opt-in: every test is marked ``real_model`` and skipped unless ``TOOLLOOP_REAL_MODEL_URL``
+names a server that answers (e.g. ``http://127.0.0.1:8765/v1``). ``python3 dev.py
+real-model`` installs llama-cpp-python and Gemma 3 270M, serves it, runs this suite and stops
+the server (see ``tests/real_model/run.py``).
+
+The model is a 270M *base* model: what it writes is nonsense (it echoes the prompt, invents
+arguments), but under a schema its output is JSON of the right shape. So the tests check the
+protocol, not the answers: streamed structured output, the fallback from ``json_schema``, the
+short-circuit closing a real connection, whatever the model proposes becoming records (an
+unknown tool or bad arguments a failed record, no tool ever run with invalid arguments), a
+cut-off plan a clear error, native tool calls becoming commands.
+
+Variables: ``TOOLLOOP_REAL_MODEL_URL`` (the server's base URL, with ``/v1``),
+``TOOLLOOP_REAL_MODEL_NAME`` (default: the first model the server lists),
+``TOOLLOOP_REAL_MODEL_REQUIRED=1`` (a server that does not answer fails instead of skipping),
+``TOOLLOOP_REAL_MODEL_LOG`` (the server's log, when it is llama-cpp-python's: lets the
+short-circuit test see the server notice the client going).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from time import perf_counter
+from typing import Any, Literal
+
+import anyio
+import jsonschema
+import pytest
+
+from toolloop import (
+    LoopResult,
+    ModelCallError,
+    ModelOutputError,
+    PlanDecided,
+    PlannerError,
+    ToolExecutionRecord,
+    ToolRegistry,
+    async_plan_and_execute,
+)
+from toolloop.flow import FlowEvent
+from toolloop.models import (
+    ChatDelta,
+    ChatModel,
+    ChatRequest,
+    OpenAIChatModel,
+    StructuredOutput,
+    StructuredOutputMode,
+)
+from toolloop.planners import (
+    PlannerContext,
+    PlannerReply,
+    PlannerSchema,
+    StructuredPlanner,
+    planner_messages,
+)
+
+URL_VAR = "TOOLLOOP_REAL_MODEL_URL"
+NAME_VAR = "TOOLLOOP_REAL_MODEL_NAME"
+REQUIRED_VAR = "TOOLLOOP_REAL_MODEL_REQUIRED"
+LOG_VAR = "TOOLLOOP_REAL_MODEL_LOG"
+
+MAX_TOKENS = 300  # a free-form tool_kwargs lets the model ramble: less cuts most plans off
+REQUEST_TIMEOUT = 300.0  # ~7 tokens/s under a grammar on a busy 2-core machine
+RUN_TIMEOUT = 480.0
+# after a short-circuit, the server must be free again at once: with the rest of the reply
+# still being generated (>= MAX_TOKENS tokens, ~30 s here) a request would wait far longer
+FOLLOW_UP_LIMIT = 20.0
+PADDING_ITEMS = 400  # forces a reply longer than MAX_TOKENS behind the decision
+
+pytestmark = [
+    pytest.mark.real_model,
+    pytest.mark.anyio,
+    pytest.mark.timeout(900),
+    pytest.mark.skipif(
+        not os.environ.get(URL_VAR),
+        reason=f"{URL_VAR} is not set: the real-model suite is opt-in; run it with "
+        "`python3 dev.py real-model` (installs and serves a small model) or point "
+        f"{URL_VAR} at an OpenAI-compatible server, e.g. http://127.0.0.1:8765/v1",
+    ),
+]
+
+
+# --- the server ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str
+    model: str
+    log: Path | None
+
+
+@pytest.fixture(scope="module")
+def server() -> Server:
+    """The server named by the environment, or a skip (a failure when it is required)."""
+    url = os.environ.get(URL_VAR, "").rstrip("/")
+    try:
+        with urllib.request.urlopen(f"{url}/models", timeout=10) as reply:
+            listing = json.load(reply)
+        name = os.environ.get(NAME_VAR) or listing["data"][0]["id"]
+    except (OSError, ValueError, LookupError, TypeError) as exc:
+        reason = (
+            f"no OpenAI-compatible server answers GET {url}/models ({type(exc).__name__}: "
+            f"{exc}); start one with `python3 dev.py real-model`, or unset {URL_VAR}"
+        )
+        if os.environ.get(REQUIRED_VAR):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    log = os.environ.get(LOG_VAR)
+    return Server(url=url, model=str(name), log=Path(log) if log else None)
+
+
+@asynccontextmanager
+async def openai_model(
+    server: Server, mode: StructuredOutputMode | Literal["auto"] = "json_object_schema"
+) -> AsyncIterator[OpenAIChatModel]:
+    # no retries: a retried generation would only double the wait and hide what happened
+    model = OpenAIChatModel(
+        server.model,
+        base_url=server.url,
+        structured_output=mode,
+        max_retries=0,
+        timeout=REQUEST_TIMEOUT,
+    )
+    async with model:
+        yield model
+
+
+# --- a model that keeps what was said ------------------------------------------------------
+
+
+@dataclass
+class Exchange:
+    """One streamed request and what came back of it."""
+
+    request: ChatRequest
+    text: str = ""
+    tool_names: dict[int, str] = field(default_factory=dict)
+    tool_arguments: dict[int, list[str]] = field(default_factory=dict)
+    finish_reason: str | None = None
+    deltas: int = 0
+    read_to_end: bool = False
+
+    def describe(self) -> str:
+        calls = [
+            f"{self.tool_names.get(i, '?')}({''.join(parts)})"
+            for i, parts in self.tool_arguments.items()
+        ]
+        end = "to its end" if self.read_to_end else "closed early"
+        return (
+            f"{self.deltas} deltas, {len(self.text)} chars, finish_reason="
+            f"{self.finish_reason!r}, read {end}: text={self.text[:400]!r}"
+            + (f" tool_calls={calls}" if calls else "")
+        )
+
+
+class _Recorded:
+    __slots__ = ("_deltas", "_exchange")
+
+    def __init__(self, deltas: AsyncIterator[ChatDelta], exchange: Exchange) -> None:
+        self._deltas = deltas
+        self._exchange = exchange
+
+    def __aiter__(self) -> _Recorded:
+        return self
+
+    async def __anext__(self) -> ChatDelta:
+        try:
+            delta = await self._deltas.__anext__()
+        except StopAsyncIteration:
+            self._exchange.read_to_end = True
+            raise
+        exchange = self._exchange
+        exchange.deltas += 1
+        exchange.text += delta.content
+        for call in delta.tool_calls:  # some servers repeat the name in every piece
+            if call.name:
+                exchange.tool_names.setdefault(call.index, call.name)
+            exchange.tool_arguments.setdefault(call.index, []).append(call.arguments)
+        if delta.finish_reason is not None:
+            exchange.finish_reason = delta.finish_reason
+        return delta
+
+
+class RecordingModel:
+    """A :class:`ChatModel` around another that notes every exchange (for the checks and
+    for the report of what the model wrote)."""
+
+    def __init__(self, inner: ChatModel) -> None:
+        self.inner = inner
+        self.exchanges: list[Exchange] = []
+
+    @asynccontextmanager
+    async def stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[ChatDelta]]:
+        exchange = Exchange(request)
+        self.exchanges.append(exchange)
+        async with self.inner.stream(request) as deltas:
+            yield _Recorded(deltas, exchange)
+
+    def report(self, title: str) -> None:
+        print(f"\n--- {title}: {len(self.exchanges)} request(s)")
+        for i, exchange in enumerate(self.exchanges):
+            print(f"  [{i}] {exchange.describe()}")
+
+    def check_streams(self) -> None:
+        """A stream read to its end must say why it ended: one that stops without a
+        finish_reason was broken off (e.g. the server failed after sending its headers)."""
+        for i, exchange in enumerate(self.exchanges):
+            if exchange.read_to_end:
+                assert exchange.finish_reason is not None, (
+                    f"request {i}: the stream ended without a finish_reason, so the server "
+                    f"broke it off; {exchange.describe()}"
+                )
+
+
+# --- tools that note how they were called --------------------------------------------------
+
+
+class Toolbox:
+    """Two typed tools; every call is noted with its arguments."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        calls = self.calls
+
+        async def get_weather(city: str) -> dict[str, str]:
+            """The weather forecast for a city.
+
+            Args:
+                city: the city's name.
+            """
+            calls.append(("get_weather", {"city": city}))
+            return {"city": city, "sky": "sunny"}
+
+        async def add(a: int, b: int) -> int:
+            """Add two whole numbers.
+
+            Args:
+                a: the first number.
+                b: the second number.
+            """
+            calls.append(("add", {"a": a, "b": b}))
+            return a + b
+
+        self.registry = ToolRegistry([get_weather, add])
+
+    def valid(self, tool_name: str, kwargs: Any) -> bool:
+        """Whether ``kwargs`` fit the tool's schema (checked here with jsonschema itself)."""
+        schema = self.registry.get(tool_name).parameters
+        return isinstance(kwargs, dict) and jsonschema.Draft202012Validator(schema).is_valid(kwargs)
+
+    def check(self, records: Sequence[ToolExecutionRecord]) -> None:
+        """Whatever was proposed became records that say what happened, and no tool ran with
+        arguments that do not fit its schema."""
+        for name, kwargs in self.calls:
+            assert self.valid(name, kwargs), f"{name} ran with invalid arguments {kwargs!r}"
+        unmatched = list(self.calls)
+        for record in records:
+            if record.tool_name not in self.registry:
+                assert not record.success, record
+                assert record.error and "no tool named" in record.error, record
+            elif record.success:
+                assert self.valid(record.tool_name, record.kwargs), record
+                call = (record.tool_name, record.kwargs)
+                assert call in unmatched, f"a successful record without its call: {record}"
+                unmatched.remove(call)
+            else:
+                assert record.error, record
+                assert (
+                    not self.valid(record.tool_name, record.kwargs)
+                    or "not run" in record.error
+                    or "cancelled" in record.error
+                ), f"a call with valid arguments failed: {record}"
+        # a call without a successful record can only be one a cancellation cut short
+        assert len(unmatched) <= sum(
+            1 for r in records if not r.success and r.error and "cancelled" in r.error
+        ), unmatched
+
+
+def report_records(records: Sequence[ToolExecutionRecord]) -> None:
+    for record in records:
+        outcome = f"ok -> {record.result!r}" if record.success else f"FAILED: {record.error}"
+        print(f"  record {record.tool_name}({record.kwargs!r}) [{record.purpose!r}]: {outcome}")
+
+
+def decided(events: Sequence[FlowEvent]) -> list[PlanDecided]:
+    return [e for e in events if isinstance(e, PlanDecided)]
+
+
+def check_commands_recorded(
+    events: Sequence[FlowEvent], records: Sequence[ToolExecutionRecord]
+) -> None:
+    """Every command of a plan that executed has its record."""
+    planned = Counter(
+        (c.purpose, c.tool_name)
+        for e in decided(events)
+        if e.next_action == "execute"
+        for c in e.commands
+    )
+    made = Counter((r.purpose, r.tool_name) for r in records)
+    assert not planned - made, f"commands without a record: {planned - made}"
+
+
+# --- planners shaped for the tests ---------------------------------------------------------
+
+
+class _SchemaPlanner(StructuredPlanner):
+    """A :class:`StructuredPlanner` that asks for another schema (prompt and grammar)."""
+
+    def schema_for(self, tools: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def request(self, context: PlannerContext) -> ChatRequest:
+        schema = self.schema_for(context.available_tools)
+        return replace(
+            super().request(context),
+            messages=planner_messages(
+                context,
+                schema,
+                system_prompt=self.system_prompt,
+                max_result_chars=self.max_result_chars,
+            ),
+            structured_output=StructuredOutput(schema=schema, name="plan", strict=False),
+        )
+
+
+class FreeFormPlanner(_SchemaPlanner):
+    """Any tool name, any arguments: the grammar keeps only the plan's shape, so the model
+    can propose unknown tools and arguments that do not fit."""
+
+    def schema_for(self, tools: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        return PlannerSchema([], strict=False).schema
+
+
+class ResponseOnlyPlanner(_SchemaPlanner):
+    """``next_action`` can only be ``response``, and a long ``padding`` follows it, so the
+    reply behind the decision is longer than the token limit: reading it all would take
+    the whole generation; the short-circuit needs the first characters only."""
+
+    def schema_for(self, tools: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        schema = copy.deepcopy(PlannerSchema(tools, strict=self.strict).schema)
+        schema["properties"]["next_action"] = {"type": "string", "enum": ["response"]}
+        schema["properties"]["padding"] = {
+            "type": "array",
+            "items": {"type": "integer"},
+            "minItems": PADDING_ITEMS,
+        }
+        schema["required"] = [*schema["required"], "padding"]
+        return schema
+
+
+# --- structured output through the loop -----------------------------------------------------
+
+PlannerKind = Literal["strict", "loose", "free"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "mode", "streaming"),
+    [
+        # the built-in schema, strict: one grammar per tool, so arguments always fit
+        pytest.param("strict", "json_object_schema", False, id="strict"),
+        # the built-in schema, not strict: known tool names, free arguments (streamed, so
+        # the commands complete before a cut-off still run, and fail, as records)
+        pytest.param("loose", "json_object_schema", True, id="loose-streaming"),
+        # any tool name, free arguments; "auto" must fall back from json_schema (HTTP 500)
+        pytest.param("free", "auto", True, id="free-auto-streaming"),
+    ],
+)
+async def test_structured_planner_through_the_loop(
+    server: Server,
+    kind: PlannerKind,
+    mode: StructuredOutputMode | Literal["auto"],
+    streaming: bool,
+) -> None:
+    toolbox = Toolbox()
+    events: list[FlowEvent] = []
+    async with openai_model(server, mode) as inner:
+        model = RecordingModel(inner)
+        if kind == "free":
+            planner: StructuredPlanner = FreeFormPlanner(model, max_tokens=MAX_TOKENS)
+        else:
+            planner = StructuredPlanner(model, max_tokens=MAX_TOKENS, strict=kind == "strict")
+        started = perf_counter()
+        outcome: LoopResult | PlannerError
+        try:
+            outcome = await async_plan_and_execute(
+                "What is the weather in Lisbon, and what is 2 + 3?",
+                tools=toolbox.registry,
+                planner=planner,
+                max_rounds=2,
+                streaming_dispatch=streaming,
+                timeout=RUN_TIMEOUT,
+                on_event=events.append,
+            )
+        except PlannerError as exc:
+            outcome = exc
+        elapsed = perf_counter() - started
+        settled = inner.structured_output_mode
+
+    model.report(f"{kind} planner, mode {mode} (settled: {settled}), {elapsed:.1f} s")
+    assert settled == "json_object_schema"  # "auto" fell back past the refused json_schema
+    assert model.exchanges, "the planner made no request"
+    model.check_streams()
+    if isinstance(outcome, LoopResult):
+        records = outcome.done_plans
+        print(f"  outcome: {outcome.stop_reason} after {outcome.rounds} round(s)")
+        report_records(records)
+        assert outcome.stop_reason in ("response", "max_rounds", "no_commands")
+        check_commands_recorded(events, records)
+        if records:
+            assert outcome.action_results is not None
+            assert len(outcome.extra["tool_logs"]) == len(records)
+        else:
+            assert outcome.prompt == {}
+    else:
+        # the only other acceptable end: a plan cut off by the token limit, said clearly
+        cause = outcome.__cause__
+        records = outcome.done_plans
+        print(f"  outcome: PlannerError: {outcome}")
+        report_records(records)
+        assert isinstance(cause, ModelOutputError), f"not a cut-off plan: {outcome!r}"
+        last = model.exchanges[-1]
+        assert last.finish_reason == "length", (
+            f"the plan failed although the model was not cut off: {cause}; {last.describe()}"
+        )
+        assert "token limit" in str(cause), cause
+        check_commands_recorded(events, records)
+    toolbox.check(records)
+
+
+# --- the short-circuit on a real connection --------------------------------------------------
+
+
+def _log_size(log: Path | None) -> int:
+    return log.stat().st_size if log is not None and log.exists() else 0
+
+
+async def _server_saw_client_go(log: Path, since: int, timeout: float = 10.0) -> bool:
+    """Whether llama-cpp-python's log says a client went away after offset ``since``."""
+    with anyio.move_on_after(timeout):
+        while True:
+            text = (await anyio.Path(log).read_bytes())[since:].decode(errors="replace")
+            if "Disconnected from client" in text:
+                return True
+            await anyio.sleep(0.2)
+    return False
+
+
+async def _read_all(model: ChatModel, request: ChatRequest) -> tuple[str, str | None]:
+    """Stream ``request`` to its end: (text, finish_reason)."""
+    text, finish = "", None
+    async with model.stream(request) as deltas:
+        async for delta in deltas:
+            text += delta.content
+            finish = delta.finish_reason or finish
+    return text, finish
+
+
+async def _follow_up(model: ChatModel) -> tuple[float, str, str | None]:
+    """A small plain request, read to its end: (seconds, text, finish_reason)."""
+    started = perf_counter()
+    request = ChatRequest(messages=[{"role": "user", "content": "Say hello."}], max_tokens=8)
+    text, finish = await _read_all(model, request)
+    return perf_counter() - started, text, finish
+
+
+async def test_short_circuit_closes_a_real_connection(server: Server) -> None:
+    toolbox = Toolbox()
+    async with openai_model(server) as inner:
+        model = RecordingModel(inner)
+        planner = ResponseOnlyPlanner(model, max_tokens=MAX_TOKENS)
+        context = PlannerContext(
+            user_input="What is the weather in Lisbon?",
+            available_tools=toolbox.registry.specs(),
+            max_rounds=3,
+        )
+        mark = _log_size(server.log)
+        started = perf_counter()
+        reply = await planner.plan(context)
+        took = perf_counter() - started
+        saw_go = await _server_saw_client_go(server.log, mark) if server.log is not None else None
+        follow_up, text, finish = await _follow_up(inner)
+
+        # the same planner through the loop, on the same client: the server goes on serving
+        events: list[FlowEvent] = []
+        result = await async_plan_and_execute(
+            "What is the weather in Lisbon?",
+            tools=toolbox.registry,
+            planner=planner,
+            max_rounds=3,
+            streaming_dispatch=True,
+            timeout=RUN_TIMEOUT,
+            on_event=events.append,
+        )
+
+    model.report(f"short-circuit: plan {took:.2f} s, follow-up {follow_up:.2f} s")
+    print(f"  reply: {reply!r}; the server logged the client going: {saw_go}")
+    print(f"  follow-up: finish_reason={finish!r} text={text!r}")
+    assert isinstance(reply, PlannerReply)
+    assert reply.short_circuited
+    assert reply.output == {"next_action": "response", "execution_commands": []}
+    # decided on the first characters of `{"next_action": "r...`, not the whole reply
+    assert reply.chars_read <= 40, reply
+    assert reply.decided_after is not None and reply.decided_after <= took
+    first = model.exchanges[0]
+    assert not first.read_to_end and first.finish_reason is None, first.describe()
+    assert len(first.text) <= 60, first.describe()
+    # the server stopped generating the abandoned reply: the next request is served at once
+    assert finish is not None, "the follow-up request did not finish"
+    assert follow_up < FOLLOW_UP_LIMIT, (
+        f"the follow-up took {follow_up:.1f} s: was the server still generating the reply "
+        "the planner had left?"
+    )
+    if saw_go is not None:
+        assert saw_go, f"{server.log} does not show the server noticing the client going"
+    plans = decided(events)
+    assert [p.short_circuited for p in plans] == [True]
+    assert result.stop_reason == "response"
+    assert result.done_plans == []
+    assert result.prompt == {}
+    assert toolbox.calls == []
+
+
+# --- the structured-output modes of this server ---------------------------------------------
+
+
+async def test_json_schema_is_refused_and_auto_falls_back(server: Server) -> None:
+    async with openai_model(server, "json_schema") as model:
+        request = ResponseOnlyPlanner(model).request(
+            PlannerContext(user_input="hello", max_rounds=3)
+        )
+        with pytest.raises(ModelCallError) as refused:
+            await _read_all(model, request)
+    print(f"\n  json_schema: {refused.value}"[:400])
+    # llama-cpp-python answers HTTP 500; "auto" moves on from any of these refusals
+    assert refused.value.status in (400, 404, 415, 422, 500, 501)
+
+    async with openai_model(server, "auto") as model:
+        assert model.structured_output_mode is None
+        planner = ResponseOnlyPlanner(model, max_tokens=MAX_TOKENS)
+        reply = await planner.plan(PlannerContext(user_input="hello", max_rounds=3))
+        assert model.structured_output_mode == "json_object_schema"
+        # settled: the next request goes straight to the mode that works
+        again = await planner.plan(PlannerContext(user_input="hello again", max_rounds=3))
+    assert isinstance(reply, PlannerReply) and reply.short_circuited
+    assert isinstance(again, PlannerReply) and again.short_circuited
+
+
+# --- native tool calling ----------------------------------------------------------------------
+
+
+def _tool_calling_planner() -> Callable[..., Any]:
+    """``ToolCallingPlanner``, or a skip while it does not exist."""
+    module = pytest.importorskip(
+        "toolloop.planners._tool_calling", reason="the native tool-calling planner is not there"
+    )
+    planner: Callable[..., Any] = module.ToolCallingPlanner
+    return planner
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["plain", "streaming"])
+async def test_tool_calling_planner_forced_call(server: Server, streaming: bool) -> None:
+    planner_type = _tool_calling_planner()
+    toolbox = Toolbox()
+    events: list[FlowEvent] = []
+    async with openai_model(server) as inner:
+        model = RecordingModel(inner)
+        # a named tool_choice forces the call (this server never calls with "auto")
+        planner = planner_type(model, tool_choice="add", max_tokens=MAX_TOKENS)
+        result = await async_plan_and_execute(
+            "What is 2 + 3?",
+            tools=toolbox.registry,
+            planner=planner,
+            max_rounds=1,
+            streaming_dispatch=streaming,
+            timeout=RUN_TIMEOUT,
+            on_event=events.append,
+        )
+    model.report(f"tool calling, tool_choice='add', streaming={streaming}")
+    report_records(result.done_plans)
+    model.check_streams()
+    assert model.exchanges[0].request.tool_choice == {
+        "type": "function",
+        "function": {"name": "add"},
+    }
+    assert model.exchanges[0].tool_names, "the server did not call the forced tool"
+    (plan,) = decided(events)
+    assert plan.next_action == "execute"
+    assert plan.commands and all(c.tool_name == "add" for c in plan.commands)
+    assert result.stop_reason == "max_rounds"
+    assert result.rounds == 1
+    assert len(result.done_plans) == len(plan.commands)
+    assert all(r.tool_name == "add" for r in result.done_plans)
+    check_commands_recorded(events, result.done_plans)
+    toolbox.check(result.done_plans)
+
+
+async def test_tool_calling_planner_sends_the_history_back(server: Server) -> None:
+    """Round 2 carries round 1 as an assistant message with ``tool_calls`` and a ``tool``
+    message per call: the server must accept it, and the stream must end properly."""
+    planner_type = _tool_calling_planner()
+    toolbox = Toolbox()
+    events: list[FlowEvent] = []
+    async with openai_model(server) as inner:
+        model = RecordingModel(inner)
+
+        def choice(context: PlannerContext) -> str:
+            return "add" if context.round_index == 0 else "auto"
+
+        planner = planner_type(model, tool_choice=choice, max_tokens=120)
+        failure: str | None = None
+        try:
+            result = await async_plan_and_execute(
+                "What is 2 + 3?",
+                tools=toolbox.registry,
+                planner=planner,
+                max_rounds=2,
+                timeout=RUN_TIMEOUT,
+                on_event=events.append,
+            )
+        except PlannerError as exc:
+            failure = f"round {len(model.exchanges)} failed: {exc.__cause__ or exc}"[:800]
+    model.report("tool calling, a forced round then an auto one")
+    if failure is not None:
+        pytest.fail(failure, pytrace=False)
+    report_records(result.done_plans)
+    model.check_streams()
+    assert len(model.exchanges) == 2
+    history = model.exchanges[1].request.messages
+    assert any(m.get("role") == "tool" for m in history)
+    plans = decided(events)
+    assert plans[0].next_action == "execute"
+    assert result.stop_reason in ("response", "max_rounds")
+    toolbox.check(result.done_plans)
