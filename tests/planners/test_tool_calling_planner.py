@@ -12,6 +12,7 @@ import anyio.lowlevel
 import pytest
 
 from toolloop import (
+    ModelOutputError,
     PlannerError,
     ToolExecutionRecord,
     ToolRegistry,
@@ -286,6 +287,7 @@ async def test_the_second_round_carries_the_history_with_matching_ids() -> None:
     assert second[1] == {"role": "user", "content": "weather, then a sum"}
     assistant, weather, add = second[2:]
     assert assistant["role"] == "assistant"
+    assert assistant["content"] == ""  # not null: llama-cpp-python's server refuses null
     ids = [call["id"] for call in assistant["tool_calls"]]
     assert len(set(ids)) == 2
     assert [call["function"]["name"] for call in assistant["tool_calls"]] == ["get_weather", "add"]
@@ -461,6 +463,12 @@ async def test_pieces_without_index_or_reusing_an_index_are_told_apart() -> None
     ]
     assert reply.output["content"] == "Let me look. "
     assert dispatched == [0, 1, 2, 3]
+
+
+async def test_a_stream_without_finish_reason_is_a_cut_off_reply() -> None:
+    model = Script([calls(ToolCallDelta(index=0, id="a", name="add", arguments='{"a": 1'))])
+    with pytest.raises(ModelOutputError, match="without a finish_reason"):
+        await ToolCallingPlanner(model).plan(context())
 
 
 async def test_a_model_error_fails_the_round_as_a_planner_error() -> None:

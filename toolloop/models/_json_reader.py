@@ -59,10 +59,18 @@ _CLOSED = 13
 # Patterns that accept the empty string always match: their `match` never returns None.
 _RunMatcher: TypeAlias = Callable[[str, int], "re.Match[str]"]
 _WS_RUN = cast(_RunMatcher, re.compile(r"[ \t\n\r]*").match)
-_STR_RUN = cast(_RunMatcher, re.compile(r'[^"\\\x00-\x1f]*').match)
+# Raw control characters inside strings are accepted (as json.loads(strict=False) does):
+# grammar-constrained servers such as llama.cpp's let a model write a raw newline there.
+_STR_RUN = cast(_RunMatcher, re.compile(r'[^"\\]*').match)
 _NUM_RUN = cast(_RunMatcher, re.compile(r"[-+0-9.eE]*").match)
 # The string scanner of `json.loads` (in C on CPython); not in the typing stubs.
-_scanstring = cast(Callable[[str, int], tuple[str, int]], vars(json.decoder)["scanstring"])
+_scanstring_c = cast(
+    Callable[[str, int, bool], tuple[str, int]], vars(json.decoder)["scanstring"]
+)
+
+
+def _scanstring(text: str, end: int) -> tuple[str, int]:
+    return _scanstring_c(text, end, False)
 _NUM_FULL = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?").fullmatch
 _START = re.compile(r"[{\[]").search
 
@@ -245,7 +253,7 @@ class JSONStreamReader:
                 if char == '"':
                     i = j + 1
                     state = self._end_string(events)
-                elif char == "\\":
+                else:  # a backslash: the only other character _STR_RUN stops at
                     if c_scan:
                         # The string may end in this piece: let the C scanner of json.loads
                         # decode the rest. If it cannot (the string is cut, or malformed),
@@ -264,13 +272,6 @@ class JSONStreamReader:
                                 continue
                     i = j
                     state = _ESCAPE
-                else:
-                    raise self._error(
-                        "a string character or '\"'",
-                        text,
-                        j,
-                        "(control characters must be escaped)",
-                    )
             elif state == _AFTER:
                 j = i
                 char = text[j]

@@ -6,6 +6,7 @@ the official ``AsyncOpenAI`` client, which runs on asyncio and trio alike.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, cast
@@ -138,7 +139,8 @@ class OpenAIChatModel:
         model: the model's name on the server.
         client: an ``AsyncOpenAI`` to use; made from ``base_url`` and ``api_key`` if omitted.
         base_url: e.g. ``http://127.0.0.1:8000/v1`` for a local OpenAI-compatible server.
-        api_key: the API key (local servers accept anything).
+        api_key: the API key; ``OPENAI_API_KEY`` when omitted, and a placeholder when that
+            is unset too (local servers accept anything).
         structured_output: how to ask for JSON that fits a schema; ``"auto"`` tries
             ``json_schema``, then ``json_object`` with the schema, then plain
             ``json_object``, moving on when a server refuses the request (HTTP 400, 404,
@@ -165,7 +167,9 @@ class OpenAIChatModel:
         if timeout is not None:
             options["timeout"] = timeout
         if client is None:
-            client = AsyncOpenAI(base_url=base_url, api_key=api_key or "not-needed", **options)
+            # the key: given, else OPENAI_API_KEY, else a placeholder local servers accept
+            key = api_key or os.environ.get("OPENAI_API_KEY") or "not-needed"
+            client = AsyncOpenAI(base_url=base_url, api_key=key, **options)
         elif options:
             client = client.with_options(**options)
         self.client = client

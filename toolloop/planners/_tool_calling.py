@@ -25,6 +25,7 @@ from typing import Any, TypeAlias
 
 from pydantic_core import to_jsonable_python
 
+from .._errors import ModelOutputError
 from .._records import ToolExecutionRecord
 from ..models._chat import ChatModel, ChatRequest, ToolCallDelta
 from ._base import Dispatch, PlannerContext, PlannerReply
@@ -143,7 +144,8 @@ def tool_calling_messages(
                     "content": _tool_message_content(record, max_result_chars),
                 }
             )
-        messages.append({"role": "assistant", "content": None, "tool_calls": calls})
+        # "" rather than None: some servers (llama-cpp-python) refuse a null content
+        messages.append({"role": "assistant", "content": "", "tool_calls": calls})
         messages.extend(results)
     return messages
 
@@ -333,6 +335,11 @@ class ToolCallingPlanner:
                 if delta.finish_reason is not None:
                     complete(len(reader.calls))
                     after_finish = 0
+        if after_finish < 0:
+            raise ModelOutputError(
+                "the model's stream ended without a finish_reason: the reply was cut off "
+                f"after {chars} characters; try again"
+            )
         complete(len(reader.calls))
         text = "".join(content)
         if decided_after is None:
