@@ -12,12 +12,14 @@ import toolloop
 
 PUBLIC_MODULES = [
     "toolloop",
+    "toolloop.cli",
     "toolloop.flow",
     "toolloop.loop",
     "toolloop.models",
     "toolloop.planners",
     "toolloop.testing",
     "toolloop.tools",
+    "toolloop.tracing",
 ]
 
 # what the top level re-exports in full

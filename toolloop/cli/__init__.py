@@ -1,0 +1,38 @@
+"""The ``toolloop`` command line: ``demo``, ``run``, ``graph``, ``trace``.
+
+``toolloop run "request" --tools myapp.tools:TOOLS --base-url URL --model NAME`` runs the
+loop against any OpenAI-compatible server with live progress on a terminal (one line per
+event otherwise); ``--trace``/``--timeline`` keep the run as JSON lines and as an SVG
+picture. :func:`main` is the entry point; :func:`async_run` is the core of ``run``, for
+calling from async code (tests, notebooks).
+"""
+
+from __future__ import annotations
+
+from ._app import build_parser as build_parser
+from ._app import describe_error as describe_error
+from ._app import main as main
+from ._demo import DemoOptions as DemoOptions
+from ._demo import async_demo as async_demo
+from ._load import CLIError as CLIError
+from ._load import load_object as load_object
+from ._load import load_tools as load_tools
+from ._plain import PlainDisplay as PlainDisplay
+from ._progress import LiveDisplay as LiveDisplay
+from ._run import RunOptions as RunOptions
+from ._run import async_run as async_run
+
+__all__ = [
+    "CLIError",
+    "DemoOptions",
+    "LiveDisplay",
+    "PlainDisplay",
+    "RunOptions",
+    "async_demo",
+    "async_run",
+    "build_parser",
+    "describe_error",
+    "load_object",
+    "load_tools",
+    "main",
+]

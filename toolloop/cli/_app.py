@@ -1,0 +1,443 @@
+"""The ``toolloop`` command: arguments, the commands, and errors told in one line."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NoReturn, TextIO
+
+import anyio
+
+from .._errors import (
+    ExecutionTimeoutError,
+    ModelCallError,
+    ModelOutputError,
+    PlannerError,
+    ToolloopError,
+)
+from ._load import CLIError, load_object
+
+__all__ = ["build_parser", "describe_error", "main"]
+
+PROG = "toolloop"
+
+DESCRIPTION = (
+    "An async plan/execute tool loop: plan, run the tools of a round concurrently, plan again."
+)
+
+EPILOG = """\
+examples:
+  toolloop demo --timeline demo.svg
+  toolloop run "Weather in Lisbon?" --tools myapp.tools:TOOLS \\
+      --base-url http://127.0.0.1:8000/v1 --model qwen2.5-7b-instruct --answer
+  toolloop graph > loop.mmd
+  toolloop trace timeline run.jsonl -o run.svg
+
+Progress is live on a terminal, one line per event otherwise (or with --plain).
+Exit status: 0 done, 1 the run failed, 2 bad arguments, 130 interrupted.
+"""
+
+_FLOWS = {"loop": "toolloop.loop:loop_flow"}
+"""Flows ``toolloop graph`` knows by name."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with an error told in one line (and a hint) instead of the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        raise CLIError(f"{self.prog}: {message} (see {self.prog} --help)", code=2)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected 1 or more, got {value}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected more than 0 seconds, got {text}")
+    return value
+
+
+def _add_outputs(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--trace", type=Path, metavar="FILE.jsonl", help="write the run's events as JSON lines"
+    )
+    parser.add_argument(
+        "--timeline", type=Path, metavar="FILE.svg", help="draw the run's timeline as an SVG"
+    )
+    parser.add_argument(
+        "--plain", action="store_true", help="one line per event, even on a terminal"
+    )
+    parser.add_argument(
+        "--backend",
+        choices=("asyncio", "trio"),
+        default="asyncio",
+        help="the event loop to run on (default: %(default)s)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of the ``toolloop`` command line."""
+    from .. import __version__
+
+    parser = _Parser(
+        prog=PROG,
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"toolloop {__version__}")
+    commands = parser.add_subparsers(
+        dest="command", metavar="COMMAND", parser_class=_Parser, required=True
+    )
+
+    demo = commands.add_parser(
+        "demo",
+        help="the loop on sample tools, live (--http: planned by a model over HTTP)",
+        description="Run the plan/execute loop on sample tools and show what happens.",
+    )
+    demo.add_argument(
+        "--http",
+        action="store_true",
+        help="plan with StructuredPlanner over HTTP, from a local scripted OpenAI-compatible "
+        "server: streaming dispatch, the short-circuit, a streamed answer",
+    )
+    _add_outputs(demo)
+
+    run = commands.add_parser(
+        "run",
+        help="run a request against any OpenAI-compatible server, with your tools",
+        description="Plan and execute tools for REQUEST with a model behind any "
+        "OpenAI-compatible server (OpenAI, vLLM, llama.cpp, Ollama, ...).",
+    )
+    run.add_argument("request", metavar="REQUEST", help="the user's request")
+    run.add_argument(
+        "--tools",
+        action="append",
+        default=[],
+        metavar="MODULE:ATTR",
+        help="a list of tools (functions or Tool objects), a ToolRegistry, or one tool; "
+        "MODULE may be a dotted module or a path/to/file.py (repeatable)",
+    )
+    run.add_argument(
+        "--model", required=True, metavar="NAME", help="the model's name on the server"
+    )
+    run.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="the server, e.g. http://127.0.0.1:8000/v1 (default: $OPENAI_BASE_URL, else "
+        "OpenAI's API)",
+    )
+    run.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help="the API key (default: $OPENAI_API_KEY; local servers need none); never "
+        "printed nor written to a trace",
+    )
+    run.add_argument(
+        "--planner",
+        choices=("structured", "tool-calling"),
+        default="structured",
+        help="structured output read as it streams (short-circuits), or the model's "
+        "native tool calls (default: %(default)s)",
+    )
+    run.add_argument(
+        "--structured-output",
+        choices=("auto", "json_schema", "json_object_schema", "json_object"),
+        default="auto",
+        help="how the server is asked for JSON; auto tries each in turn (default: %(default)s)",
+    )
+    run.add_argument(
+        "--max-rounds", type=_count, default=5, metavar="N", help="default: %(default)s"
+    )
+    run.add_argument(
+        "--concurrency",
+        type=_positive_int,
+        default=4,
+        metavar="N",
+        help="tool calls at once (default: %(default)s)",
+    )
+    run.add_argument(
+        "--timeout", type=_seconds, metavar="SECONDS", help="for the whole run (default: none)"
+    )
+    run.add_argument("--tool-timeout", type=_seconds, metavar="SECONDS", help="for each tool call")
+    run.add_argument(
+        "--planner-timeout", type=_seconds, metavar="SECONDS", help="for each planner call"
+    )
+    run.add_argument(
+        "--max-retries",
+        type=_count,
+        metavar="N",
+        help="the client's retries of failed requests (default: the openai client's, 2)",
+    )
+    run.add_argument(
+        "--streaming-dispatch",
+        action="store_true",
+        help="start each tool as soon as its command is complete in the streamed plan",
+    )
+    run.add_argument("--requirement", metavar="TEXT", help="more instructions for the planner")
+    run.add_argument("--answer", action="store_true", help="stream the final answer after the loop")
+    run.add_argument(
+        "--otel",
+        action="store_true",
+        help="send OpenTelemetry spans (run, rounds, plans, tool calls) to the tracer "
+        "provider set up by the environment (needs the otel extra)",
+    )
+    _add_outputs(run)
+
+    graph = commands.add_parser(
+        "graph",
+        help="print the Mermaid flowchart of a flow (default: the loop's)",
+        description="Print the Mermaid flowchart of a flow, generated from its definition.",
+    )
+    graph.add_argument(
+        "flow",
+        nargs="?",
+        default="loop",
+        metavar="FLOW",
+        help=f"one of {', '.join(_FLOWS)} or MODULE:ATTR of any Flow (default: loop)",
+    )
+
+    trace = commands.add_parser(
+        "trace",
+        help="show a recorded trace, or draw its timeline (SVG)",
+        description="Read a trace written with --trace.",
+    )
+    actions = trace.add_subparsers(
+        dest="action", metavar="ACTION", parser_class=_Parser, required=True
+    )
+    show = actions.add_parser("show", help="print the trace's events, one line each")
+    show.add_argument("file", type=Path, metavar="FILE.jsonl")
+    timeline = actions.add_parser("timeline", help="draw the trace's timeline as an SVG")
+    timeline.add_argument("file", type=Path, metavar="FILE.jsonl")
+    timeline.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        metavar="FILE.svg",
+        help="where to write it (default: FILE with .svg)",
+    )
+    return parser
+
+
+# -- errors in one line ----------------------------------------------------------------------
+
+
+def _oneline(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def describe_error(exc: BaseException) -> str:
+    """What went wrong, in one line, for a person at a terminal."""
+    from ..tracing import redact_text
+
+    if isinstance(exc, CLIError):
+        return _oneline(str(exc))
+    if isinstance(exc, PlannerError):
+        cause = exc.__cause__
+        where = ""
+        state = exc.state
+        if state is not None and hasattr(state, "round_index"):
+            where = f" (round {state.round_index})"
+        if isinstance(cause, (ModelCallError, ModelOutputError)):
+            text = f"{cause}{where}"
+        elif isinstance(cause, TimeoutError):
+            text = f"the planner did not answer in time{where}"
+        else:
+            text = str(exc)
+        return redact_text(_oneline(text))
+    if isinstance(exc, ExecutionTimeoutError):
+        return _oneline(f"the run did not finish within {exc.timeout} s")
+    if isinstance(exc, (ToolloopError, OSError)):
+        return redact_text(_oneline(str(exc)))
+    return redact_text(_oneline(f"{type(exc).__name__}: {exc}"))
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The one exception inside (nested) exception groups of one exception."""
+    while True:
+        inner = getattr(exc, "exceptions", None)
+        if not isinstance(inner, tuple) or len(inner) != 1:
+            return exc
+        exc = inner[0]
+
+
+def _silence_stdout(out: TextIO) -> None:
+    """After a broken pipe, point stdout at /dev/null so the interpreter's final flush does
+    not fail again (the Python docs' recipe)."""
+    if out is not sys.stdout:
+        return
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # pragma: no cover - no real file behind stdout
+        pass
+
+
+# -- the commands ----------------------------------------------------------------------------
+
+
+def _graph(args: argparse.Namespace, out: TextIO) -> int:
+    from ..flow import Flow
+
+    spec = _FLOWS.get(args.flow, args.flow)
+    if ":" not in spec:
+        raise CLIError(
+            f"graph: unknown flow {args.flow!r}; give one of {', '.join(_FLOWS)} or "
+            "MODULE:ATTR of a Flow",
+            code=2,
+        )
+    flow = load_object(spec, "graph")
+    if not isinstance(flow, Flow):
+        raise CLIError(f"graph: {spec} is a {type(flow).__name__}, not a toolloop Flow", code=2)
+    out.write(flow.to_mermaid())
+    return 0
+
+
+def _trace(args: argparse.Namespace, out: TextIO) -> int:
+    from ..tracing import TraceError, read_trace, write_timeline
+    from ._plain import line
+
+    try:
+        trace = read_trace(args.file)
+    except TraceError as exc:
+        raise CLIError(f"trace: {args.file} is not a toolloop trace: {exc}") from exc
+    except OSError as exc:
+        raise CLIError(f"trace: cannot read {args.file}: {exc.strerror}") from exc
+    if args.action == "show":
+        for key, value in trace.meta.items():
+            shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+            out.write(f"{key}: {shown}\n")
+        if trace.started is not None:
+            out.write(f"started: {trace.started.isoformat()}\n")
+        out.write("\n")
+        for event in trace.events:
+            text = line(event)
+            if text is not None:
+                out.write(text + "\n")
+        return 0
+    output = args.output or args.file.with_suffix(".svg")
+    try:
+        write_timeline(output, trace)
+    except OSError as exc:
+        raise CLIError(f"trace: cannot write {output}: {exc.strerror}") from exc
+    out.write(f"timeline: {output}\n")
+    return 0
+
+
+def _run(args: argparse.Namespace, out: TextIO) -> int:
+    from ._run import RunOptions, async_run
+
+    options = RunOptions(
+        request=args.request,
+        model=args.model,
+        tools=list(args.tools),
+        base_url=args.base_url,
+        api_key=args.api_key,
+        planner=args.planner,
+        structured_output=args.structured_output,
+        max_rounds=args.max_rounds,
+        concurrency=args.concurrency,
+        timeout=args.timeout,
+        tool_timeout=args.tool_timeout,
+        planner_timeout=args.planner_timeout,
+        max_retries=args.max_retries,
+        streaming_dispatch=args.streaming_dispatch,
+        requirement=args.requirement,
+        answer=args.answer,
+        trace=args.trace,
+        timeline=args.timeline,
+        otel=args.otel,
+        plain=args.plain,
+    )
+    result = anyio.run(functools.partial(async_run, options, out=out), backend=args.backend)
+    if result.stop_reason == "timeout":
+        raise CLIError(
+            f"the run did not finish within {options.timeout} s; the results so far are above"
+        )
+    return 0
+
+
+def _demo(args: argparse.Namespace, out: TextIO) -> int:
+    from ._demo import DemoOptions, async_demo
+
+    options = DemoOptions(
+        http=args.http, trace=args.trace, timeline=args.timeline, plain=args.plain
+    )
+    anyio.run(functools.partial(async_demo, options, out=out), backend=args.backend)
+    return 0
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO], int]] = {
+    "demo": _demo,
+    "run": _run,
+    "graph": _graph,
+    "trace": _trace,
+}
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> int:
+    """Run the ``toolloop`` command line; return its exit status.
+
+    Errors are told in one line on ``stderr`` (no traceback): 1 when the run failed, 2 when
+    the command line was wrong, 130 when interrupted.
+    """
+    out = stdout if stdout is not None else sys.stdout
+    err = stderr if stderr is not None else sys.stderr
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if not args_list:
+            raise CLIError(
+                f"{PROG}: a command is needed: {', '.join(_COMMANDS)} (see {PROG} --help)",
+                code=2,
+            )
+        try:
+            with contextlib.redirect_stdout(out):
+                args = build_parser().parse_args(args_list)
+        except SystemExit as exc:  # --help, --version
+            return exc.code if isinstance(exc.code, int) else 0
+        return _COMMANDS[args.command](args, out)
+    except BaseException as raised:
+        leaf = _leaf(raised)
+        if isinstance(leaf, BrokenPipeError):  # e.g. `toolloop trace show x | head`
+            _silence_stdout(out)
+            return 141
+        if isinstance(leaf, KeyboardInterrupt):
+            err.write(f"{PROG}: interrupted\n")
+            return 130
+        if not isinstance(leaf, Exception):
+            raise
+        err.write(f"{PROG}: {describe_error(leaf)}\n")
+        err.flush()
+        return leaf.code if isinstance(leaf, CLIError) else 1

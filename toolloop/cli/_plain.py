@@ -1,0 +1,155 @@
+"""Plain mode: one line per event, for logs, pipes and CI (stdout is not a terminal).
+
+Each line starts with the seconds since the run started, then the round::
+
+       0.000s  round 0  planning
+       0.201s  round 0  plan: execute 5 commands (201 ms)
+       0.201s  round 0  start #0 get_weather city="Lisbon"
+       0.502s  round 0  ok    #0 get_weather 301 ms -> {"city": "Lisbon", "sky": "sunny"}
+       0.502s  round 0  FAIL  #3 book_hotel 0 ms: no tool named 'book_hotel'
+       0.903s  round 0  done: 5 records, 3 ok, 2 failed (702 ms)
+       1.105s  round 2  plan: response, short-circuit (12 ms)
+       1.105s  finished: response after 2 rounds, 9 records
+
+The same words serve the live display and ``toolloop trace show``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, TextIO
+
+from ..flow import ExecutionFailed, FlowEvent
+from ..loop import (
+    CommandFinished,
+    CommandStarted,
+    LoopFinished,
+    PlanDecided,
+    RoundFinished,
+    RoundStarted,
+)
+from ..tracing import redact
+
+__all__ = ["PlainDisplay", "describe", "format_kwargs", "ms", "preview"]
+
+
+def ms(seconds: float) -> str:
+    """A duration for people: ``301 ms``, ``1.25 s``."""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    return f"{seconds:.2f} s"
+
+
+def preview(value: Any, limit: int = 100) -> str:
+    """A value as one short line of JSON (scrubbed of secrets)."""
+    text = json.dumps(redact(value), ensure_ascii=False, default=str)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def format_kwargs(kwargs: Mapping[str, Any], limit: int = 120) -> str:
+    """``city="Lisbon" days=3`` (scrubbed of secrets)."""
+    parts = [
+        f"{key}={json.dumps(value, ensure_ascii=False, default=str)}"
+        for key, value in redact(dict(kwargs)).items()
+    ]
+    text = " ".join(" ".join(parts).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _one_line(text: str, limit: int = 160) -> str:
+    text = " ".join(str(redact(text)).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def plan_summary(event: PlanDecided) -> str:
+    """``execute 5 commands`` / ``response, short-circuit`` / ``response (max_rounds)``."""
+    if event.next_action == "execute":
+        n = len(event.commands)
+        text = f"execute {n} command{'s' * (n != 1)}"
+    else:
+        text = "response"
+        if event.stop_reason not in (None, "response"):
+            text += f" ({event.stop_reason})"
+    if event.short_circuited:
+        text += ", short-circuit: the stream was closed as soon as 'response' was settled"
+    return text
+
+
+def describe(event: FlowEvent) -> str | None:
+    """The words of a plain line for ``event`` (without its time); ``None`` for events that
+    are not shown (the flow engine's steps)."""
+    if isinstance(event, RoundStarted):
+        return f"round {event.round_index}  planning"
+    if isinstance(event, PlanDecided):
+        text = f"round {event.round_index}  plan: {plan_summary(event)} ({ms(event.duration)})"
+        for note in event.notes:
+            text += f"\n{'':10}round {event.round_index}  note: {_one_line(note)}"
+        return text
+    if isinstance(event, CommandStarted):
+        c = event.command
+        return (
+            f"round {event.round_index}  start #{event.index} {c.tool_name} "
+            f"{format_kwargs(c.tool_kwargs)}"
+        ).rstrip()
+    if isinstance(event, CommandFinished):
+        r = event.record
+        head = f"round {event.round_index}  "
+        took = ms(event.duration)
+        if r.success:
+            return f"{head}ok    #{event.index} {r.tool_name} {took} -> {preview(r.result)}"
+        return f"{head}FAIL  #{event.index} {r.tool_name} {took}: {_one_line(r.error or '')}"
+    if isinstance(event, RoundFinished):
+        ok = sum(1 for r in event.records if r.success)
+        failed = len(event.records) - ok
+        n = len(event.records)
+        return (
+            f"round {event.round_index}  done: {n} record{'s' * (n != 1)}, {ok} ok, "
+            f"{failed} failed ({ms(event.duration)})"
+        )
+    if isinstance(event, LoopFinished):
+        return (
+            f"finished: {event.stop_reason} after {event.rounds} round"
+            f"{'s' * (event.rounds != 1)}, {event.records} record{'s' * (event.records != 1)}"
+        )
+    if isinstance(event, ExecutionFailed):
+        return f"failed: {_one_line(event.error)}"
+    return None
+
+
+def line(event: FlowEvent) -> str | None:
+    """The whole plain line of ``event``, with its time."""
+    words = describe(event)
+    return None if words is None else f"{event.at:8.3f}s  {words}"
+
+
+class PlainDisplay:
+    """Writes one line per event as it happens, and flushes it (so ``| tee`` shows it live)."""
+
+    live = False
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+
+    def __call__(self, event: FlowEvent) -> None:
+        text = line(event)
+        if text is not None:
+            self.out.write(text + "\n")
+            self.out.flush()
+
+    def message(self, text: str = "") -> None:
+        """A line of output between or after events."""
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    def write(self, text: str) -> None:
+        """Text as it comes (a streamed answer)."""
+        self.out.write(text)
+        self.out.flush()
+
+    async def refresh_forever(self) -> None:
+        """Nothing to refresh in plain mode."""
+
+    def close(self) -> None:
+        self.out.flush()

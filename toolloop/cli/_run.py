@@ -1,0 +1,130 @@
+"""``toolloop run``: the loop against any OpenAI-compatible server, watched live."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from time import perf_counter
+from typing import Any, Literal, TextIO
+
+from ..loop import LoopResult, async_plan_and_execute
+from ..planners import StructuredPlanner, ToolCallingPlanner
+from ..tracing import otel_available, redact_text
+from ._load import CLIError, load_tools
+from ._session import Display, make_display, observe, print_result, stream_answer
+
+__all__ = ["RunOptions", "async_run"]
+
+PlannerKind = Literal["structured", "tool-calling"]
+
+
+@dataclass
+class RunOptions:
+    """The options of ``toolloop run`` (see ``toolloop run --help``)."""
+
+    request: str
+    model: str
+    tools: list[str] = field(default_factory=list)
+    base_url: str | None = None
+    """``None``: ``$OPENAI_BASE_URL``, else OpenAI's API."""
+    api_key: str | None = None
+    """``None``: ``$OPENAI_API_KEY``, else a placeholder (local servers want none)."""
+    planner: PlannerKind = "structured"
+    structured_output: str = "auto"
+    max_rounds: int = 5
+    concurrency: int = 4
+    timeout: float | None = None
+    tool_timeout: float | None = None
+    planner_timeout: float | None = None
+    max_retries: int | None = None
+    streaming_dispatch: bool = False
+    requirement: str | None = None
+    answer: bool = False
+    trace: Path | None = None
+    timeline: Path | None = None
+    otel: bool = False
+    plain: bool = False
+
+
+def _meta(options: RunOptions, tools: list[str], base_url: str) -> dict[str, Any]:
+    return {
+        "request": options.request,
+        "planner": options.planner,
+        "model": options.model,
+        "base_url": redact_text(base_url),
+        "tools": tools,
+        "max_rounds": options.max_rounds,
+        "concurrency": options.concurrency,
+        "streaming_dispatch": options.streaming_dispatch,
+    }
+
+
+async def async_run(
+    options: RunOptions, *, out: TextIO | None = None, display: Display | None = None
+) -> LoopResult:
+    """Run the loop as ``toolloop run`` does, writing its progress and result to ``out``.
+
+    Raises:
+        CLIError: the tools cannot be loaded (and what the run raises: ``PlannerError``,
+            ``ModelCallError``, ...; :func:`toolloop.cli.main` tells them in one line).
+    """
+    from ..models._openai import OpenAIChatModel  # imports openai: only when running
+
+    out = out if out is not None else sys.stdout
+    if options.otel and not otel_available():
+        raise CLIError(
+            "--otel needs the opentelemetry-api package: pip install 'toolloop[otel]'", code=2
+        )
+    registry = load_tools(options.tools)
+    model = OpenAIChatModel(
+        options.model,
+        base_url=options.base_url or os.environ.get("OPENAI_BASE_URL") or None,
+        api_key=options.api_key or os.environ.get("OPENAI_API_KEY") or None,
+        structured_output=options.structured_output,
+        max_retries=options.max_retries,
+    )
+    planner: StructuredPlanner | ToolCallingPlanner = (
+        StructuredPlanner(model) if options.planner == "structured" else ToolCallingPlanner(model)
+    )
+    display = display if display is not None else make_display(out, plain=options.plain)
+    names = registry.names
+    base_url = redact_text(model.base_url)
+    display.message(f"request: {options.request}")
+    display.message(
+        f"model {options.model} at {base_url} · {options.planner} planner · "
+        f"{len(names)} tool{'s' * (len(names) != 1)}: {', '.join(names) or '-'}"
+    )
+    display.message()
+    started = perf_counter()
+    async with model:
+
+        async def start(on_event: Any) -> LoopResult:
+            return await async_plan_and_execute(
+                options.request,
+                tools=registry,
+                planner=planner,
+                max_rounds=options.max_rounds,
+                concurrency=options.concurrency,
+                timeout=options.timeout,
+                tool_timeout=options.tool_timeout,
+                planner_timeout=options.planner_timeout,
+                user_extra_requirement=options.requirement,
+                streaming_dispatch=options.streaming_dispatch,
+                on_timeout="finish",
+                on_event=on_event,
+            )
+
+        result, written = await observe(
+            start,
+            display=display,
+            meta=_meta(options, names, base_url),
+            trace=options.trace,
+            timeline=options.timeline,
+            otel=options.otel,
+        )
+        print_result(out, result, elapsed=perf_counter() - started, written=written)
+        if options.answer:
+            await stream_answer(out, model, result)
+    return result

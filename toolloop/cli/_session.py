@@ -1,0 +1,161 @@
+"""What ``run`` and ``demo`` share: watch a loop (display, trace, spans), show its result,
+stream the final answer."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import anyio
+
+from .._answer import stream_final_answer
+from ..flow import FlowEvent
+from ..loop import LoopResult
+from ..models import ChatModel
+from ..tracing import OpenTelemetrySpans, TraceRecorder, write_timeline
+from ._load import CLIError
+from ._plain import PlainDisplay, ms
+from ._progress import LiveDisplay
+
+__all__ = ["Display", "OnEvent", "make_display", "observe", "print_result", "stream_answer"]
+
+Display = PlainDisplay | LiveDisplay
+OnEvent = Callable[[FlowEvent], None]
+
+
+def make_display(out: TextIO, *, plain: bool = False) -> Display:
+    """Live progress on a terminal; one line per event otherwise (or with ``plain``)."""
+    isatty = getattr(out, "isatty", None)
+    terminal = bool(isatty and isatty()) and os.environ.get("TERM") != "dumb"
+    return LiveDisplay(out) if terminal and not plain else PlainDisplay(out)
+
+
+def _fan_out(callbacks: list[OnEvent]) -> OnEvent:
+    if len(callbacks) == 1:
+        return callbacks[0]
+
+    def on_event(event: FlowEvent) -> None:
+        for callback in callbacks:
+            callback(event)
+
+    return on_event
+
+
+async def observe(
+    start: Callable[[OnEvent], Awaitable[LoopResult]],
+    *,
+    display: Display,
+    meta: Mapping[str, Any],
+    trace: Path | None = None,
+    timeline: Path | None = None,
+    otel: bool = False,
+) -> tuple[LoopResult, list[str]]:
+    """Run ``start(on_event)`` with the display refreshing beside it; write the trace and the
+    timeline afterwards (also when the run failed: they show how far it got).
+
+    Returns the result and a line for each file written (shown at once if the run failed).
+    """
+    callbacks: list[OnEvent] = [display]
+    recorder = TraceRecorder(meta=meta)
+    if trace is not None or timeline is not None:
+        callbacks.append(recorder)
+    spans: OpenTelemetrySpans | None = None
+    if otel:
+        try:
+            spans = OpenTelemetrySpans(
+                attributes={f"toolloop.{k}": v for k, v in meta.items() if k != "tools"}
+            )
+        except ImportError as exc:
+            raise CLIError(f"--otel: {exc}", code=2) from exc
+        callbacks.append(spans)
+    on_event = _fan_out(callbacks)
+    failure: BaseException | None = None
+    result: LoopResult | None = None
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(display.refresh_forever)
+            try:
+                result = await start(on_event)
+            except Exception as exc:
+                failure = exc
+            finally:
+                tg.cancel_scope.cancel()
+    finally:
+        display.close()
+        if spans is not None:
+            spans.close()
+        try:
+            written = _write_outputs(recorder, trace, timeline)
+        except CLIError:
+            if failure is None:
+                raise  # else the run's own failure is the one to tell
+            written = []
+    if failure is not None:
+        for text in written:
+            display.message(text)
+        raise failure
+    assert result is not None
+    return result, written
+
+
+def _write_outputs(recorder: TraceRecorder, trace: Path | None, timeline: Path | None) -> list[str]:
+    written: list[str] = []
+    try:
+        if trace is not None:
+            recorder.write(trace)
+            written.append(f"trace: {trace} ({len(recorder.events)} events)")
+        if timeline is not None:
+            write_timeline(timeline, recorder.trace)
+            written.append(f"timeline: {timeline}")
+    except OSError as exc:
+        raise CLIError(f"cannot write {exc.filename}: {exc.strerror}") from exc
+    return written
+
+
+def print_result(
+    out: TextIO,
+    result: LoopResult,
+    *,
+    elapsed: float | None = None,
+    written: Sequence[str] = (),
+) -> None:
+    """The stop reason, then the action results injected into the final prompt."""
+    failed = sum(1 for r in result.done_plans if not r.success)
+    n = len(result.done_plans)
+    parts = [
+        f"stop: {result.stop_reason}",
+        f"{result.rounds} round{'s' * (result.rounds != 1)}",
+        f"{n} record{'s' * (n != 1)}" + (f" ({failed} failed)" if failed else ""),
+    ]
+    if elapsed is not None:
+        parts.append(ms(elapsed))
+    out.write("\n" + " · ".join(parts) + "\n")
+    if result.action_results is None:
+        out.write("no tool was run: nothing is injected into the final prompt\n")
+    else:
+        out.write("action_results (injected into the final prompt):\n")
+        text = json.dumps(result.action_results, indent=2, ensure_ascii=False, default=str)
+        out.write(text + "\n")
+    for note in result.notes:
+        out.write(f"note: {note}\n")
+    if written:
+        out.write("\n" + "\n".join(written) + "\n")
+    out.flush()
+
+
+async def stream_answer(out: TextIO, model: ChatModel, result: LoopResult) -> str:
+    """Stream the final answer to ``out`` as it comes; return it whole."""
+    out.write("\nanswer:\n")
+    out.flush()
+    pieces: list[str] = []
+    async with stream_final_answer(model, result) as text:
+        async for piece in text:
+            pieces.append(piece)
+            out.write(piece)
+            out.flush()
+    out.write("\n")
+    out.flush()
+    return "".join(pieces)

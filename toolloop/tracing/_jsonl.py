@@ -1,0 +1,258 @@
+"""A run's typed events as JSON lines, with timings, and back.
+
+The file is one JSON object per line: a header, then the events in the order they were
+published::
+
+    {"toolloop_trace": 1, "started": "2025-01-01T12:00:00.000000+00:00", "meta": {...}}
+    {"kind": "execution_started", "execution_id": "...", "at": 0.0, "flow": "plan_execute"}
+    {"kind": "round_started", "execution_id": "...", "at": 0.0001, "round_index": 0}
+    ...
+
+``at`` is seconds since the run started (``started`` is that moment on the wall clock) and
+the events that end something carry their ``duration``. Reading a trace gives back the same
+event classes (``RoundStarted``, ``CommandFinished``, ...) with equal values; an event whose
+class is not imported is read as an :class:`UnknownEvent` that keeps every field.
+
+Secrets are scrubbed on the way out (see :func:`~toolloop.tracing.redact`) unless
+``redact=False``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import IO, Any
+
+from pydantic import ConfigDict, ValidationError
+
+from .._errors import ToolloopError
+from ..flow import FlowEvent
+from ..loop import LoopEvent  # noqa: F401  (imported so the loop's event classes are known)
+from ._redact import redact as _redact
+
+__all__ = [
+    "TRACE_FORMAT",
+    "EventTrace",
+    "TraceError",
+    "TraceRecorder",
+    "UnknownEvent",
+    "dump_event",
+    "load_event",
+    "read_trace",
+    "write_trace",
+]
+
+TRACE_FORMAT = 1
+"""The version of the file format, in the header's ``toolloop_trace``."""
+
+PathLike = str | Path
+
+
+class TraceError(ToolloopError, ValueError):
+    """A trace file that cannot be read: not JSON lines, or not a toolloop trace."""
+
+
+class UnknownEvent(FlowEvent):
+    """An event whose class was not imported when the trace was read; keeps every field."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+
+def _event_classes() -> dict[str, type[FlowEvent]]:
+    """Every imported event class, by its ``kind``."""
+    found: dict[str, type[FlowEvent]] = {}
+    pending: list[type[FlowEvent]] = [FlowEvent]
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        kind = cls.model_fields.get("kind")
+        if kind is not None and isinstance(kind.default, str) and kind.default not in found:
+            found[kind.default] = cls
+    return found
+
+
+def dump_event(event: FlowEvent, *, redact: bool = True) -> dict[str, Any]:
+    """An event as a JSON-ready dict (values JSON cannot hold become their ``str``)."""
+    data: dict[str, Any] = event.model_dump(mode="json", fallback=str)
+    if redact:
+        data = {
+            key: value if key in ("kind", "execution_id", "at") else _redact(value)
+            for key, value in data.items()
+        }
+    return data
+
+
+def load_event(
+    data: Mapping[str, Any], classes: Mapping[str, type[FlowEvent]] | None = None
+) -> FlowEvent:
+    """The event a :func:`dump_event` dict stands for.
+
+    Raises:
+        TraceError: ``data`` has no ``kind``, or does not fit its event class.
+    """
+    kind = data.get("kind")
+    if not isinstance(kind, str):
+        raise TraceError(f"an event needs a string 'kind'; got {dict(data)!r:.200}")
+    cls = (classes if classes is not None else _event_classes()).get(kind, UnknownEvent)
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        raise TraceError(f"a {kind!r} event that does not fit {cls.__name__}: {exc}") from exc
+
+
+@dataclass
+class EventTrace:
+    """The events of one run, with when it started and what it was (``meta``)."""
+
+    events: list[FlowEvent] = field(default_factory=list)
+    started: datetime | None = None
+    """The wall-clock time of ``at == 0``."""
+    meta: dict[str, Any] = field(default_factory=dict)
+    """What the run was: e.g. the request, the planner, the model (no secrets)."""
+
+    def lines(self, *, redact: bool = True) -> Iterator[str]:
+        """The trace as JSON lines (without line ends): the header, then each event."""
+        header: dict[str, Any] = {"toolloop_trace": TRACE_FORMAT}
+        if self.started is not None:
+            header["started"] = self.started.isoformat()
+        header["meta"] = _redact(self.meta) if redact else self.meta
+        yield json.dumps(header, ensure_ascii=False, default=str)
+        for event in self.events:
+            yield json.dumps(dump_event(event, redact=redact), ensure_ascii=False)
+
+    @classmethod
+    def from_lines(cls, lines: Iterable[str]) -> EventTrace:
+        """Read a trace from its JSON lines (blank lines are skipped; the header is optional).
+
+        Raises:
+            TraceError: a line is not a JSON object, or an event does not fit its class.
+        """
+        trace = cls()
+        classes = _event_classes()
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise TraceError(f"line {number} is not JSON ({exc.msg})") from exc
+            if not isinstance(data, dict):
+                raise TraceError(f"line {number} is not a JSON object")
+            if "toolloop_trace" in data:
+                if data["toolloop_trace"] != TRACE_FORMAT:
+                    raise TraceError(
+                        f"this trace has format {data['toolloop_trace']!r}; this toolloop "
+                        f"reads format {TRACE_FORMAT}"
+                    )
+                started = data.get("started")
+                trace.started = datetime.fromisoformat(started) if started else None
+                meta = data.get("meta")
+                trace.meta = meta if isinstance(meta, dict) else {}
+                continue
+            try:
+                trace.events.append(load_event(data, classes))
+            except TraceError as exc:
+                raise TraceError(f"line {number}: {exc}") from exc
+        return trace
+
+    @property
+    def duration(self) -> float:
+        """Seconds from the start to the last event."""
+        return max((event.at for event in self.events), default=0.0)
+
+
+def write_trace(
+    destination: PathLike | IO[str],
+    events: Iterable[FlowEvent] | EventTrace,
+    *,
+    meta: Mapping[str, Any] | None = None,
+    started: datetime | None = None,
+    redact: bool = True,
+) -> None:
+    """Write a run's events as JSON lines to a path or an open text file.
+
+    Args:
+        destination: a path (written as UTF-8) or a text file.
+        events: the events, or an :class:`EventTrace` (its ``meta`` and ``started`` are
+            used unless given here).
+        meta: what the run was, put in the header.
+        started: the wall-clock time of the run's start.
+        redact: scrub keys, tokens and passwords (see :func:`~toolloop.tracing.redact`).
+    """
+    if isinstance(events, EventTrace):
+        trace = EventTrace(
+            list(events.events),
+            started=started or events.started,
+            meta=dict(meta) if meta is not None else dict(events.meta),
+        )
+    else:
+        trace = EventTrace(list(events), started=started, meta=dict(meta or {}))
+    if isinstance(destination, (str, Path)):
+        with Path(destination).open("w", encoding="utf-8") as file:
+            _write_lines(file, trace, redact)
+    else:
+        _write_lines(destination, trace, redact)
+
+
+def _write_lines(file: IO[str], trace: EventTrace, redact: bool) -> None:
+    for line in trace.lines(redact=redact):
+        file.write(line + "\n")
+
+
+def read_trace(source: PathLike | IO[str]) -> EventTrace:
+    """Read a trace written by :func:`write_trace` (or :class:`TraceRecorder`).
+
+    Raises:
+        TraceError: the file is not a toolloop trace.
+        OSError: the file cannot be read.
+    """
+    if isinstance(source, (str, Path)):
+        with Path(source).open(encoding="utf-8") as file:
+            return EventTrace.from_lines(file)
+    return EventTrace.from_lines(source)
+
+
+class TraceRecorder:
+    """Collects a run's events as they happen: pass it as ``on_event``.
+
+    ::
+
+        recorder = TraceRecorder(meta={"request": request})
+        result = await async_plan_and_execute(request, ..., on_event=recorder)
+        recorder.write("run.jsonl")
+
+    Args:
+        meta: what the run was, for the header (no secrets: it is scrubbed anyway).
+        forward: also call this with every event (e.g. a progress display).
+    """
+
+    def __init__(
+        self,
+        *,
+        meta: Mapping[str, Any] | None = None,
+        forward: Callable[[FlowEvent], None] | None = None,
+    ) -> None:
+        self.trace = EventTrace(meta=dict(meta or {}))
+        self._forward = forward
+
+    @property
+    def events(self) -> list[FlowEvent]:
+        return self.trace.events
+
+    def __call__(self, event: FlowEvent) -> None:
+        if self.trace.started is None:
+            self.trace.started = _wall_clock_start(event.at)
+        self.trace.events.append(event)
+        if self._forward is not None:
+            self._forward(event)
+
+    def write(self, destination: PathLike | IO[str], *, redact: bool = True) -> None:
+        """Write what was recorded so far (see :func:`write_trace`)."""
+        write_trace(destination, self.trace, redact=redact)
+
+
+def _wall_clock_start(at: float) -> datetime:
+    return datetime.now(timezone.utc) - timedelta(seconds=at)

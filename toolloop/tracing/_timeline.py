@@ -1,0 +1,487 @@
+"""A timeline picture of a run: one self-contained SVG file (no script, nothing fetched).
+
+Time runs left to right. Each round is a band: first its planner call (a blue bar; hatched
+when tools started while the plan was still streaming; orange with a bolt where the
+short-circuit hung up), then one bar per tool call, in the order the planner asked for them,
+so calls that overlap in time overlap on the page. Green is a call that succeeded, red one
+that failed; a command refused before its tool ran (unknown tool, bad arguments) is a thin
+red tick. Hovering a bar shows its arguments and its result or error (SVG ``<title>``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..flow import FlowEvent
+from ._jsonl import EventTrace
+from ._redact import redact
+from ._shape import CallSpan, RoundSpan, RunShape
+
+__all__ = ["render_timeline", "write_timeline"]
+
+_WIDTH = 1120
+_LABEL_W = 360  # the label column
+_LEFT = _LABEL_W + 16  # where time 0 is
+_RIGHT = _WIDTH - 150  # where the last tick is; room for the text after a bar
+_ROW = 20
+_ROUND_HEAD = 26
+_ROUND_GAP = 10
+_TOP = 104  # first row
+_CHAR_W = 6.6  # monospace at 11px, for truncation
+_MAX_TITLE = 2000
+
+_STYLE = """
+svg { background: #ffffff; }
+text { font-family: ui-sans-serif, system-ui, -apple-system, 'Segoe UI', 'DejaVu Sans',
+       Helvetica, Arial, sans-serif; fill: #1f2328; }
+.title { font-size: 16px; font-weight: 600; }
+.summary { font-size: 12px; fill: #57606a; }
+.label, .after, .tick { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas,
+       'DejaVu Sans Mono', monospace; font-size: 11px; }
+.round-label { font-size: 12px; font-weight: 600; }
+.after { fill: #57606a; }
+.after.failed { fill: #b42318; }
+.tick { fill: #6e7781; font-size: 10px; }
+.grid { stroke: #d0d7de; stroke-width: 1; }
+.band { fill: #f6f8fa; }
+.band.odd { fill: #eef2f6; }
+.plan { fill: #4e79a7; }
+.plan.short-circuited { fill: #f28e2b; }
+.plan.failed { fill: #b42318; }
+.call.ok { fill: #59a14f; }
+.call.failed { fill: #e15759; }
+.call.refused { fill: #e15759; }
+.call.running { fill: #bab0ac; }
+.finish { stroke: #1f2328; stroke-width: 1.5; stroke-dasharray: 5 3; }
+.failure { stroke: #b42318; stroke-width: 2; }
+.short-circuit, .legend-bolt { fill: #f28e2b; stroke: #1f2328; stroke-width: 1; }
+.marker-text { font-size: 11px; font-weight: 600; }
+.legend { font-size: 11px; fill: #57606a; }
+"""
+
+
+def _fmt(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 10:
+        return f"{seconds:.2f} s"
+    return f"{seconds:.1f} s"
+
+
+def _tick_step(total: float) -> float:
+    raw = total / 8
+    power = 10.0 ** math.floor(math.log10(raw))
+    for factor in (1, 2, 2.5, 5, 10):
+        if raw <= factor * power:
+            return factor * power
+    return 10 * power  # pragma: no cover
+
+
+def _tick_label(t: float, step: float, span: float) -> str:
+    if span <= 1:
+        return f"{t * 1000:.0f} ms"
+    decimals = max(0, -math.floor(math.log10(step) + 1e-9))
+    if abs(step * 10**decimals - round(step * 10**decimals)) > 1e-9:
+        decimals += 1
+    return f"{t:.{decimals}f} s"
+
+
+def _short(text: str, chars: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= chars else text[: max(chars - 1, 0)] + "…"
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str, separators=(", ", ": "))
+
+
+def _call_label(call: CallSpan) -> str:
+    args = ", ".join(f"{k}={_json(v)}" for k, v in redact(call.kwargs).items())
+    return f"#{call.index} {call.tool_name}({args})"
+
+
+def _call_title(call: CallSpan) -> str:
+    lines = [
+        f"round {call.round_index}, command #{call.index}: {call.tool_name}",
+        f"purpose: {redact(call.purpose)}",
+        f"kwargs: {_json(redact(call.kwargs))}",
+    ]
+    if call.ended is not None:
+        lines.append(
+            f"{_fmt(call.started)} → {_fmt(call.ended)} ({_fmt(call.ended - call.started)})"
+        )
+    if not call.ran:
+        lines.append("refused before the tool ran")
+    if call.success:
+        lines.append(f"result: {_json(redact(call.result))}")
+    elif call.error is not None:
+        lines.append(f"error: {redact(call.error)}")
+    elif call.ended is None:
+        lines.append("did not finish")
+    return _short_block("\n".join(lines))
+
+
+def _short_block(text: str) -> str:
+    return text if len(text) <= _MAX_TITLE else text[: _MAX_TITLE - 1] + "…"
+
+
+class _Canvas:
+    def __init__(self) -> None:
+        self.root = ET.Element(
+            "svg",
+            {
+                "xmlns": "http://www.w3.org/2000/svg",
+                "version": "1.1",
+                "width": str(_WIDTH),
+                "font-size": "11",
+            },
+        )
+        ET.SubElement(self.root, "style").text = _STYLE
+        defs = ET.SubElement(self.root, "defs")
+        pattern = ET.SubElement(
+            defs,
+            "pattern",
+            {
+                "id": "streamed",
+                "patternUnits": "userSpaceOnUse",
+                "width": "6",
+                "height": "6",
+                "patternTransform": "rotate(45)",
+            },
+        )
+        ET.SubElement(pattern, "rect", {"width": "6", "height": "6", "fill": "#4e79a7"})
+        ET.SubElement(pattern, "rect", {"width": "2.5", "height": "6", "fill": "#a0bcd8"})
+        self.background = ET.SubElement(self.root, "g", {"class": "bands"})
+        self.grid = ET.SubElement(self.root, "g", {"class": "grid-lines"})
+        self.body = ET.SubElement(self.root, "g", {"class": "rows"})
+        self.marks = ET.SubElement(self.root, "g", {"class": "markers"})
+
+    def text(
+        self,
+        parent: ET.Element,
+        x: float,
+        y: float,
+        text: str,
+        cls: str,
+        *,
+        anchor: str = "start",
+        title: str | None = None,
+    ) -> ET.Element:
+        node = ET.SubElement(
+            parent,
+            "text",
+            {"x": f"{x:.1f}", "y": f"{y:.1f}", "class": cls, "text-anchor": anchor},
+        )
+        node.text = text
+        if title:
+            ET.SubElement(node, "title").text = title
+        return node
+
+    def rect(
+        self,
+        parent: ET.Element,
+        x: float,
+        y: float,
+        w: float,
+        h: float,
+        cls: str,
+        *,
+        title: str | None = None,
+        **attrs: str,
+    ) -> ET.Element:
+        node = ET.SubElement(
+            parent,
+            "rect",
+            {
+                "x": f"{x:.1f}",
+                "y": f"{y:.1f}",
+                "width": f"{max(w, 0):.1f}",
+                "height": f"{h:.1f}",
+                "class": cls,
+                **attrs,
+            },
+        )
+        if title:
+            ET.SubElement(node, "title").text = title
+        return node
+
+    def line(
+        self, parent: ET.Element, x1: float, y1: float, x2: float, y2: float, cls: str
+    ) -> ET.Element:
+        return ET.SubElement(
+            parent,
+            "line",
+            {
+                "x1": f"{x1:.1f}",
+                "y1": f"{y1:.1f}",
+                "x2": f"{x2:.1f}",
+                "y2": f"{y2:.1f}",
+                "class": cls,
+            },
+        )
+
+
+def _beside(
+    canvas: _Canvas, parent: ET.Element, x1: float, x2: float, y: float, text: str, cls: str
+) -> None:
+    """Write ``text`` after the bar from ``x1`` to ``x2``, or before it if there is more room
+    there; cut to fit."""
+    right = int((_WIDTH - 12 - (x2 + 6)) / _CHAR_W)
+    left = int((x1 - 6 - (_LABEL_W - 20)) / _CHAR_W)
+    if len(text) <= right or (len(text) > left and right >= min(left, 30)):
+        canvas.text(parent, x2 + 6, y, _short(text, max(right, 8)), cls)
+    else:
+        canvas.text(parent, x1 - 6, y, _short(text, left), cls, anchor="end")
+
+
+def _marker_label(canvas: _Canvas, x: float, y: float, text: str, *, title: str = "") -> None:
+    if x + 4 + len(text) * 7 > _WIDTH - 8:
+        canvas.text(canvas.marks, x - 4, y, text, "marker-text", anchor="end", title=title)
+    else:
+        canvas.text(canvas.marks, x + 4, y, text, "marker-text", title=title)
+
+
+def _bolt(x: float, y: float, size: float = 16) -> str:
+    """A lightning bolt centred on (x, y), as polygon points."""
+    s = size / 16
+    points = [(1, -8), (-5, 1), (-1, 1), (-3, 8), (5, -2), (1, -2), (3, -8)]
+    return " ".join(f"{x + px * s:.1f},{y + py * s:.1f}" for px, py in points)
+
+
+def render_timeline(
+    source: EventTrace | Iterable[FlowEvent],
+    *,
+    title: str | None = None,
+    meta: Mapping[str, Any] | None = None,
+) -> str:
+    """The timeline of a run as an SVG document (a string).
+
+    Args:
+        source: an :class:`EventTrace` (e.g. from :func:`read_trace`) or the run's events.
+        title: the picture's title; by default the request from the trace's ``meta``.
+        meta: used instead of the trace's ``meta`` (``request``, ``planner``, ``model``).
+    """
+    if isinstance(source, EventTrace):
+        events = source.events
+        info: Mapping[str, Any] = meta if meta is not None else source.meta
+    else:
+        events = list(source)
+        info = meta or {}
+    shape = RunShape.from_events(events)
+    canvas = _Canvas()
+    root = canvas.root
+
+    end = max(shape.end, 1e-3)
+    step = _tick_step(end)
+    span = math.ceil(end / step - 1e-9) * step
+    scale = (_RIGHT - _LEFT) / span
+
+    def x_of(t: float) -> float:
+        return _LEFT + max(t, 0.0) * scale
+
+    # -- header ----------------------------------------------------------------------------
+    request = info.get("request")
+    heading = title or (f"toolloop · {request}" if isinstance(request, str) else "toolloop run")
+    canvas.text(root, 16, 28, _short(redact(heading), 150), "title")
+    calls = shape.calls
+    failed = sum(1 for c in calls if c.success is False)
+    parts = [
+        f"{len(shape.rounds)} round{'s' * (len(shape.rounds) != 1)}",
+        f"{len(calls)} tool call{'s' * (len(calls) != 1)}"
+        + (f", {failed} failed" if failed else ""),
+    ]
+    if shape.stop_reason is not None:
+        parts.append(f"stop: {shape.stop_reason}")
+    if shape.error is not None:
+        parts.append("FAILED")
+    parts.append(_fmt(shape.end))
+    for key in ("planner", "model"):
+        value = info.get(key)
+        if isinstance(value, str) and value:
+            parts.append(f"{key}: {redact(value)}")
+    canvas.text(root, 16, 50, _short(" · ".join(parts), 170), "summary")
+
+    # -- rows ------------------------------------------------------------------------------
+    y: float = _TOP
+    short_circuits: list[tuple[float, float]] = []
+    for n, rnd in enumerate(shape.rounds):
+        top = y
+        y = _round_rows(canvas, rnd, y, x_of, shape.end, short_circuits)
+        canvas.rect(
+            canvas.background,
+            0,
+            top - 4,
+            _WIDTH,
+            y - top + 4,
+            "band odd" if n % 2 else "band",
+        )
+        y += _ROUND_GAP
+    if not shape.rounds:
+        canvas.text(canvas.body, _LEFT, y + 14, "no round started", "label")
+        y += _ROW
+    bottom = y
+
+    # -- axis and grid ---------------------------------------------------------------------
+    ticks = round(span / step)
+    for i in range(ticks + 1):
+        t = i * step
+        x = x_of(t)
+        canvas.line(canvas.grid, x, _TOP - 10, x, bottom, "grid")
+        canvas.text(canvas.grid, x, _TOP - 16, _tick_label(t, step, span), "tick", anchor="middle")
+
+    # -- markers ---------------------------------------------------------------------------
+    if shape.finished_at is not None:
+        x = x_of(shape.finished_at)
+        canvas.line(canvas.grid, x, _TOP - 8, x, bottom, "finish")
+        _marker_label(
+            canvas, x, _TOP - 30, f"finished: {shape.stop_reason} at {_fmt(shape.finished_at)}"
+        )
+    if shape.failed_at is not None:
+        x = x_of(shape.failed_at)
+        canvas.line(canvas.marks, x, _TOP - 8, x, bottom, "failure")
+        error = redact(shape.error or "")
+        _marker_label(canvas, x, _TOP - 46, _short(f"failed: {error}", 90), title=error)
+
+    for x, yy in short_circuits:
+        group = ET.SubElement(canvas.marks, "g", {"class": "short-circuit-marker"})
+        bolt = ET.SubElement(
+            group, "polygon", {"points": _bolt(x, yy, 22), "class": "short-circuit"}
+        )
+        ET.SubElement(bolt, "title").text = (
+            "short-circuit: next_action was settled as 'response', the planner closed the "
+            "stream here without reading the rest"
+        )
+
+    # -- legend ----------------------------------------------------------------------------
+    y = bottom + 18
+    x = 16.0
+    for cls, label, fill in (
+        ("plan", "planner call", None),
+        ("plan", "plan streamed while tools ran", "url(#streamed)"),
+        ("plan short-circuited", "short-circuit (stream closed)", None),
+        ("call ok", "tool call ok", None),
+        ("call failed", "tool call failed", None),
+        ("call refused", "refused before running", None),
+    ):
+        extra = {"style": f"fill: {fill}"} if fill else {}
+        width = 3.0 if cls == "call refused" else 14.0
+        canvas.rect(root, x, y - 9, width, 10, f"legend-swatch {cls}", **extra)
+        if cls == "plan short-circuited":
+            ET.SubElement(
+                root, "polygon", {"points": _bolt(x + width, y - 4, 14), "class": "legend-bolt"}
+            )
+            width += 6
+        canvas.text(root, x + width + 6, y, label, "legend")
+        x += width + 14 + len(label) * 6.2
+    height = y + 16
+    root.set("height", str(int(height)))
+    root.set("viewBox", f"0 0 {_WIDTH} {int(height)}")
+    canvas.background.insert(
+        0,
+        ET.Element(
+            "rect",
+            {"x": "0", "y": "0", "width": str(_WIDTH), "height": str(int(height)), "fill": "#fff"},
+        ),
+    )
+    ET.indent(root, space=" ")
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _round_rows(
+    canvas: _Canvas,
+    rnd: RoundSpan,
+    y: float,
+    x_of: Callable[[float], float],
+    run_end: float,
+    short_circuits: list[tuple[float, float]],
+) -> float:
+    """Draw one round (its plan row, then its calls); return the y below it."""
+    body = ET.SubElement(canvas.body, "g", {"class": "round", "data-round": str(rnd.index)})
+    mid = y + _ROUND_HEAD / 2
+    canvas.text(body, 16, mid + 4, f"round {rnd.index}", "round-label")
+    # the plan
+    plan_end = rnd.plan_ended if rnd.plan_ended is not None else run_end
+    x1, x2 = x_of(rnd.plan_started), x_of(plan_end)
+    cls = "plan"
+    extra: dict[str, str] = {}
+    if rnd.plan_ended is None:
+        cls += " failed"
+        after = "planner call did not finish"
+    elif rnd.short_circuited:
+        cls += " short-circuited"
+        after = f"→ response, short-circuit after {_fmt(plan_end - rnd.plan_started)}"
+    else:
+        decided = rnd.next_action or "?"
+        if decided == "execute":
+            decided += f" {rnd.commands} command{'s' * (rnd.commands != 1)}"
+        elif rnd.stop_reason and rnd.stop_reason != "response":
+            decided += f" ({rnd.stop_reason})"
+        after = f"→ {decided} · {_fmt(plan_end - rnd.plan_started)}"
+        if rnd.streamed:
+            cls += " streamed"
+            extra["style"] = "fill: url(#streamed)"
+            after += " · streamed"
+    canvas.text(body, 100, mid + 4, "plan", "label")
+    title = "\n".join(
+        [
+            f"round {rnd.index}: planner call, {_fmt(rnd.plan_started)} → {_fmt(plan_end)}",
+            after,
+            *(f"note: {note}" for note in rnd.notes),
+        ]
+    )
+    canvas.rect(body, x1, y + 5, max(x2 - x1, 2), _ROUND_HEAD - 10, cls, title=title, **extra)
+    _beside(canvas, body, x1, max(x2, x1 + 2), mid + 4, after, "after")
+    if rnd.short_circuited and rnd.plan_ended is not None:
+        short_circuits.append((x2, mid))
+    y += _ROUND_HEAD
+    # the calls
+    for call in rnd.calls:
+        y = _call_row(canvas, body, call, y, x_of, run_end)
+    return y
+
+
+def _call_row(
+    canvas: _Canvas,
+    body: ET.Element,
+    call: CallSpan,
+    y: float,
+    x_of: Callable[[float], float],
+    run_end: float,
+) -> float:
+    mid = y + _ROW / 2
+    label = _short(_call_label(call), int((_LABEL_W - 40) / _CHAR_W))
+    title = _call_title(call)
+    canvas.text(body, 40, mid + 4, label, "label", title=title)
+    ended = call.ended if call.ended is not None else run_end
+    x1, x2 = x_of(call.started), x_of(ended)
+    if not call.ran:
+        cls, width = "call refused", 3.0
+        after = f"refused: {redact(call.error or '')}"
+    else:
+        state = "running" if call.success is None else "ok" if call.success else "failed"
+        cls, width = f"call {state}", max(x2 - x1, 2.0)
+        after = _fmt(ended - call.started)
+        if call.success is False:
+            after += f" · {redact(call.error or 'failed')}"
+        elif call.success is None:
+            after += " · did not finish"
+    canvas.rect(body, x1 - (1.5 if not call.ran else 0), y + 4, width, _ROW - 8, cls, title=title)
+    cls = "after failed" if call.success is False else "after"
+    _beside(canvas, body, x1, x1 + width, mid + 4, after, cls)
+    return y + _ROW
+
+
+def write_timeline(
+    destination: str | Path,
+    source: EventTrace | Iterable[FlowEvent],
+    *,
+    title: str | None = None,
+    meta: Mapping[str, Any] | None = None,
+) -> None:
+    """Write :func:`render_timeline`'s SVG to a file."""
+    Path(destination).write_text(render_timeline(source, title=title, meta=meta), encoding="utf-8")
