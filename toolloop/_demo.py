@@ -1,26 +1,16 @@
-"""The demo of ``python -m toolloop demo``: a trip-planning request, three rounds, live."""
+"""The demo's sample tools and scripted plan: a trip-planning request over three rounds
+(run by ``toolloop demo``, see :mod:`toolloop.cli`)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import anyio
 
-from .flow import FlowEvent
-from .loop import (
-    CommandFinished,
-    CommandStarted,
-    LoopFinished,
-    PlanDecided,
-    RoundFinished,
-    RoundStarted,
-    async_plan_and_execute,
-)
 from .planners import PlannerContext
 from .testing import ScriptedPlanner
 
-__all__ = ["run_demo"]
+__all__ = ["PLANNER", "convert_currency", "find_fare", "get_weather"]
 
 _WEATHER = {"Lisbon": (24, "sunny"), "Porto": (19, "cloudy"), "Faro": (27, "sunny")}
 _FARES = {"Lisbon": 89.0, "Porto": 74.5, "Faro": 112.0}
@@ -126,44 +116,3 @@ PLANNER = ScriptedPlanner(
     ],
     delay=0.2,
 )
-
-
-def _printer(start: list[float]) -> Any:
-    def show(event: FlowEvent) -> None:
-        t = f"{event.at * 1000:7.0f} ms"
-        if isinstance(event, RoundStarted):
-            print(f"{t}  round {event.round_index}: planning")
-        elif isinstance(event, PlanDecided):
-            names = ", ".join(c.tool_name for c in event.commands) or "-"
-            print(f"{t}  round {event.round_index}: {event.next_action} [{names}]")
-        elif isinstance(event, CommandStarted):
-            print(f"{t}    > {event.index} {event.command.tool_name}{event.command.tool_kwargs}")
-        elif isinstance(event, CommandFinished):
-            r = event.record
-            outcome = "ok" if r.success else f"FAILED: {r.error}"
-            print(f"{t}    < {event.index} {r.tool_name} {event.duration * 1000:.0f} ms {outcome}")
-        elif isinstance(event, RoundFinished):
-            print(f"{t}  round {event.round_index}: {len(event.records)} records")
-        elif isinstance(event, LoopFinished):
-            print(f"{t}  finished: {event.stop_reason} after {event.rounds} rounds")
-
-    return show
-
-
-async def run_demo() -> None:
-    """Run the demo loop and print its events and the injected results."""
-    request = "Where should I go this weekend from Madrid: sunny, and a cheap train?"
-    print(f"request: {request}\n")
-    result = await async_plan_and_execute(
-        request,
-        tools=[get_weather, find_fare, convert_currency],
-        planner=PLANNER,
-        max_rounds=5,
-        concurrency=3,
-        timeout=10,
-        on_event=_printer([]),
-    )
-    print("\naction_results (injected into the final prompt):")
-    print(json.dumps(result.action_results, indent=2, ensure_ascii=False))
-    print(f"\nextra_instruction: {result.extra_instruction}")
-    print(f"tool_logs: {len(result.extra['tool_logs'])} records")
