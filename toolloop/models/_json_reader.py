@@ -64,13 +64,13 @@ _WS_RUN = cast(_RunMatcher, re.compile(r"[ \t\n\r]*").match)
 _STR_RUN = cast(_RunMatcher, re.compile(r'[^"\\]*').match)
 _NUM_RUN = cast(_RunMatcher, re.compile(r"[-+0-9.eE]*").match)
 # The string scanner of `json.loads` (in C on CPython); not in the typing stubs.
-_scanstring_c = cast(
-    Callable[[str, int, bool], tuple[str, int]], vars(json.decoder)["scanstring"]
-)
+_scanstring_c = cast(Callable[[str, int, bool], tuple[str, int]], vars(json.decoder)["scanstring"])
 
 
 def _scanstring(text: str, end: int) -> tuple[str, int]:
     return _scanstring_c(text, end, False)
+
+
 _NUM_FULL = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?").fullmatch
 _START = re.compile(r"[{\[]").search
 
