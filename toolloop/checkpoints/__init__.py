@@ -1,0 +1,81 @@
+"""Checkpoints: persist a run, pause it for a human, resume it later — in another process if
+need be — without running any tool twice.
+
+A :class:`CheckpointStore` keeps, per run id, the run's last :class:`Checkpoint` (a flow
+snapshot plus status, request, owner and metadata) and the journal of its tool calls.
+:class:`SQLiteCheckpointStore` (a file, no server) is the default; :class:`MemoryCheckpointStore`
+serves tests. :class:`CheckpointedRun` writes one run's checkpoints; :func:`call_once` runs a
+tool call through the journal; :class:`HumanRequest` and the decisions (:class:`Approve`,
+:class:`Edit`, :class:`Reject`, :class:`Replan`, :class:`Continue`, :class:`Stop`) are how a
+paused run talks with a person.
+"""
+
+from __future__ import annotations
+
+from ._errors import CheckpointConflictError as CheckpointConflictError
+from ._errors import CheckpointError as CheckpointError
+from ._errors import CorruptCheckpointError as CorruptCheckpointError
+from ._errors import DecisionError as DecisionError
+from ._errors import RunNotFoundError as RunNotFoundError
+from ._errors import RunNotResumableError as RunNotResumableError
+from ._human import Approve as Approve
+from ._human import Continue as Continue
+from ._human import DecisionKind as DecisionKind
+from ._human import Edit as Edit
+from ._human import HumanDecision as HumanDecision
+from ._human import HumanRequest as HumanRequest
+from ._human import Reject as Reject
+from ._human import Replan as Replan
+from ._human import RequestedCall as RequestedCall
+from ._human import RequestKind as RequestKind
+from ._human import Stop as Stop
+from ._human import check_decision as check_decision
+from ._human import parse_decision as parse_decision
+from ._journal import CallSource as CallSource
+from ._journal import call_once as call_once
+from ._memory import MemoryCheckpointStore as MemoryCheckpointStore
+from ._model import Checkpoint as Checkpoint
+from ._model import CheckpointStatus as CheckpointStatus
+from ._model import JournalEntry as JournalEntry
+from ._model import JournalState as JournalState
+from ._model import Owner as Owner
+from ._run import CheckpointedRun as CheckpointedRun
+from ._run import expect_status as expect_status
+from ._run import restore as restore
+from ._sqlite import SQLiteCheckpointStore as SQLiteCheckpointStore
+from ._store import CheckpointStore as CheckpointStore
+
+__all__ = [
+    "Approve",
+    "CallSource",
+    "Checkpoint",
+    "CheckpointConflictError",
+    "CheckpointError",
+    "CheckpointStatus",
+    "CheckpointStore",
+    "CheckpointedRun",
+    "Continue",
+    "CorruptCheckpointError",
+    "DecisionError",
+    "DecisionKind",
+    "Edit",
+    "HumanDecision",
+    "HumanRequest",
+    "JournalEntry",
+    "JournalState",
+    "MemoryCheckpointStore",
+    "Owner",
+    "Reject",
+    "Replan",
+    "RequestKind",
+    "RequestedCall",
+    "RunNotFoundError",
+    "RunNotResumableError",
+    "SQLiteCheckpointStore",
+    "Stop",
+    "call_once",
+    "check_decision",
+    "expect_status",
+    "parse_decision",
+    "restore",
+]

@@ -1,0 +1,266 @@
+"""One run's checkpoint, kept by the process that runs it: begin, save, pause, finish, and
+claim a stored run to resume or recover it.
+
+Generic: it knows flows and snapshots, not agents. An agent that pauses for a human does::
+
+    run = await CheckpointedRun.begin(store, run_id=..., flow=flow.name, snapshot=...)
+    result = await execution.run(...)
+    await run.pause(result)                      # paused: the snapshot and what it asks
+
+    # later, maybe in another process
+    checkpoint = await CheckpointedRun.load(store, run_id)
+    execution = restore(flow, checkpoint, deps=...)
+    run = await CheckpointedRun.claim(store, checkpoint, event="decision", value=data)
+    result = await execution.resume("decision", decision)
+    await run.complete(result.value)
+
+Every write names the revision it overwrites, so two processes can never both resume one
+paused run: the second claim fails and changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Sequence
+from typing import Any, Literal, TypeVar
+
+from .._errors import ResumeError
+from ..flow import Execution, Flow, FlowResult, FlowSnapshot
+from ._errors import (
+    CheckpointConflictError,
+    CorruptCheckpointError,
+    RunNotFoundError,
+    RunNotResumableError,
+)
+from ._model import Checkpoint, CheckpointStatus, JournalEntry, Owner
+from ._store import CheckpointStore
+
+__all__ = ["CheckpointedRun", "expect_status", "restore"]
+
+S = TypeVar("S")
+
+_PAUSED: tuple[CheckpointStatus, ...] = ("paused",)
+_LIVE: set[str] = set()
+"""Owner tokens of the runs this process is running right now."""
+
+
+def owner_running(owner: Owner) -> bool | None:
+    """Whether the owner's run call still runs: ``None`` when that cannot be known."""
+    if owner.pid == os.getpid() and owner.host == socket.gethostname():
+        return owner.token in _LIVE  # this process: is the run call still going?
+    return owner.process_alive()
+
+
+def restore(flow: Flow[S], checkpoint: Checkpoint, *, deps: Any = None) -> Execution[S]:
+    """The execution stored in ``checkpoint``, restored into ``flow`` (nothing is written).
+
+    Raises:
+        CorruptCheckpointError: the snapshot does not restore into ``flow``.
+    """
+    try:
+        return flow.restore(checkpoint.snapshot, deps=deps)
+    except ResumeError as exc:
+        raise CorruptCheckpointError(
+            f"the checkpoint of run {checkpoint.run_id!r} does not restore into flow "
+            f"{flow.name!r}: {exc}; it was left as it is"
+        ) from exc
+
+
+class CheckpointedRun:
+    """The checkpoint of a run this process runs; each write overwrites exactly the
+    revision written (or read) before it.
+
+    Made by :meth:`begin` (a new run) or :meth:`claim` (a stored one).
+    """
+
+    __slots__ = ("checkpoint", "store")
+
+    def __init__(self, store: CheckpointStore, checkpoint: Checkpoint) -> None:
+        self.store = store
+        self.checkpoint = checkpoint
+        if checkpoint.owner is not None:
+            _LIVE.add(checkpoint.owner.token)
+
+    @property
+    def run_id(self) -> str:
+        return self.checkpoint.run_id
+
+    @classmethod
+    async def begin(
+        cls,
+        store: CheckpointStore,
+        *,
+        run_id: str,
+        flow: str,
+        snapshot: FlowSnapshot,
+        metadata: dict[str, Any] | None = None,
+    ) -> CheckpointedRun:
+        """Write the first checkpoint of a new run (``running``, owned by this process).
+
+        Raises:
+            CheckpointConflictError: the store already has a run with this id.
+        """
+        checkpoint = Checkpoint(
+            run_id=run_id,
+            flow=flow,
+            status="running",
+            snapshot=snapshot,
+            owner=Owner.here(),
+            metadata=dict(metadata or {}),
+        )
+        return cls(store, await store.put(checkpoint, expected_revision=None))
+
+    @staticmethod
+    async def load(store: CheckpointStore, run_id: str) -> Checkpoint:
+        """The stored checkpoint of ``run_id``.
+
+        Raises:
+            RunNotFoundError: there is none.
+            CorruptCheckpointError: it cannot be read.
+        """
+        checkpoint = await store.get(run_id)
+        if checkpoint is None:
+            raise RunNotFoundError(
+                f"no run {run_id!r} in {store!r}; check the id (store.run_ids() lists them)"
+            )
+        return checkpoint
+
+    @classmethod
+    async def claim(
+        cls,
+        store: CheckpointStore,
+        checkpoint: Checkpoint,
+        *,
+        expect: Sequence[CheckpointStatus] = _PAUSED,
+        event: str | None = None,
+        value: Any = None,
+        force: bool = False,
+    ) -> CheckpointedRun:
+        """Take over the run read as ``checkpoint``: it becomes ``running``, owned by this
+        process, noting the ``event`` (and JSON ``value``) about to be delivered to it.
+
+        Args:
+            expect: the statuses the run may be in.
+            force: take over a ``running`` run even if its owner may still run it.
+
+        Raises:
+            RunNotResumableError: the run is in another status, its owner still runs it,
+                or someone claimed it since it was read. Nothing was written.
+        """
+        run_id = checkpoint.run_id
+        expect_status(checkpoint, expect)
+        owner = checkpoint.owner
+        if checkpoint.status == "running" and owner is not None and not force:
+            running = owner_running(owner)
+            if running is not False:
+                where = f"process {owner.pid} on {owner.host!r}"
+                known = "still runs it" if running else "may still run it (another host)"
+                raise RunNotResumableError(
+                    f"run {run_id!r} is running: {where} {known}; recover it once that "
+                    "process is gone (or pass force=True if you know it is)"
+                )
+        claimed = checkpoint.model_copy(
+            update={
+                "status": "running",
+                "owner": Owner.here(),
+                "resume_event": event,
+                "resume_value": value,
+                "error": None,
+            }
+        )
+        try:
+            written = await store.put(claimed, expected_revision=checkpoint.revision)
+        except CheckpointConflictError as exc:
+            raise RunNotResumableError(
+                f"run {run_id!r} was resumed by someone else since it was read (it is no longer "
+                f"at revision {checkpoint.revision}); nothing was changed"
+            ) from exc
+        return cls(store, written)
+
+    async def save(self, snapshot: FlowSnapshot) -> Checkpoint:
+        """Write a progress checkpoint (``running``) with ``snapshot``."""
+        return await self._write(
+            status="running", snapshot=snapshot, resume_event=None, resume_value=None
+        )
+
+    async def pause(self, result: FlowResult[Any]) -> Checkpoint:
+        """Write the checkpoint of a paused execution: its snapshot and what it asks."""
+        if result.snapshot is None:
+            raise ValueError("pause() takes the result of a paused execution")
+        requests = [w.request for w in result.waiting]
+        return await self._finish(
+            "paused",
+            snapshot=result.snapshot,
+            request=requests[0] if len(requests) == 1 else requests,
+        )
+
+    async def complete(self, result: Any = None) -> Checkpoint:
+        """Write the last checkpoint: ``completed`` with ``result`` (JSON data)."""
+        return await self._finish("completed", result=result, request=None)
+
+    async def fail(self, error: str) -> Checkpoint:
+        """Mark the run ``failed``; its snapshot stays the last one saved, and an event being
+        delivered stays noted, so that recovering the run retries from there."""
+        try:
+            return await self._write(status="failed", owner=None, error=error)
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        """Forget that this process runs the run (without writing anything)."""
+        if self.checkpoint.owner is not None:
+            _LIVE.discard(self.checkpoint.owner.token)
+
+    async def record_intent(self, entry: JournalEntry) -> JournalEntry:
+        """Journal a call before it starts (see :meth:`CheckpointStore.record_intent`)."""
+        return await self.store.record_intent(self.run_id, entry)
+
+    async def record_outcome(
+        self,
+        call_id: str,
+        outcome: Any,
+        *,
+        state: Literal["finished", "interrupted"] = "finished",
+    ) -> JournalEntry:
+        """Journal what came of a call (see :meth:`CheckpointStore.record_outcome`)."""
+        return await self.store.record_outcome(self.run_id, call_id, outcome, state=state)
+
+    async def journal(self) -> dict[str, JournalEntry]:
+        """The run's journal as stored now, by call id."""
+        stored = await self.load(self.store, self.run_id)
+        return {entry.call_id: entry for entry in stored.journal}
+
+    async def _finish(self, status: CheckpointStatus, **fields: Any) -> Checkpoint:
+        try:
+            return await self._write(
+                status=status, owner=None, resume_event=None, resume_value=None, **fields
+            )
+        finally:
+            self.release()
+
+    async def _write(self, **fields: Any) -> Checkpoint:
+        update = self.checkpoint.model_copy(update=fields)
+        self.checkpoint = await self.store.put(update, expected_revision=self.checkpoint.revision)
+        return self.checkpoint
+
+
+def expect_status(checkpoint: Checkpoint, expect: Sequence[CheckpointStatus]) -> None:
+    """Raise :class:`RunNotResumableError` unless the run is in one of the ``expect``
+    statuses (the message says what to do instead)."""
+    if checkpoint.status not in expect:
+        raise RunNotResumableError(_not_resumable(checkpoint, expect))
+
+
+def _not_resumable(checkpoint: Checkpoint, expect: Sequence[CheckpointStatus]) -> str:
+    run_id, status = checkpoint.run_id, checkpoint.status
+    if status == "completed":
+        why = "it has completed (was it resumed already?)"
+    elif status == "paused":
+        why = "it is paused: resume it with a decision"
+    elif status == "running":
+        why = "it is running (resumed already, or its process died: then recover it)"
+    else:
+        why = f"it failed ({checkpoint.error}): recover it to retry from its last checkpoint"
+    wanted = " or ".join(expect)
+    return f"run {run_id!r} is {status}, not {wanted}: {why}; nothing was changed"

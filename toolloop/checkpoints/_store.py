@@ -1,0 +1,127 @@
+"""The checkpoint store protocol: a small seam, so another store is one class.
+
+Two stores ship: :class:`SQLiteCheckpointStore` (a file, no server; the default) and
+:class:`MemoryCheckpointStore` (for tests). A store keeps, per run id, the run's last
+:class:`Checkpoint` and the journal of its tool calls. It knows nothing of agents: any
+flow's paused snapshot can be kept in it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from ._errors import CheckpointConflictError, CheckpointError
+from ._model import Checkpoint, CheckpointStatus, JournalEntry
+
+__all__ = ["CheckpointStore", "json_text", "stored"]
+
+
+@runtime_checkable
+class CheckpointStore(Protocol):
+    """Where checkpoints live. Every method is atomic: it writes all or nothing."""
+
+    async def get(self, run_id: str) -> Checkpoint | None:
+        """The run's checkpoint with its journal, or ``None`` if there is none.
+
+        Raises:
+            CorruptCheckpointError: the stored checkpoint cannot be read.
+        """
+        ...
+
+    async def put(self, checkpoint: Checkpoint, *, expected_revision: int | None) -> Checkpoint:
+        """Write ``checkpoint`` (its journal is ignored); returns it as stored, with its new
+        ``revision`` and times.
+
+        Args:
+            expected_revision: ``None`` to create the run (it must not exist yet); else the
+                revision the caller read, which must still be the stored one.
+
+        Raises:
+            CheckpointConflictError: the run exists (on create), or no longer does, or its
+                stored revision is another one. Nothing was written.
+        """
+        ...
+
+    async def delete(self, run_id: str) -> bool:
+        """Forget the run and its journal; whether there was one."""
+        ...
+
+    async def run_ids(self, *, status: CheckpointStatus | None = None) -> list[str]:
+        """The ids of the stored runs (with that status), oldest first."""
+        ...
+
+    async def record_intent(self, run_id: str, entry: JournalEntry) -> JournalEntry:
+        """Write the intent of a call before it starts; returns the stored entry.
+
+        Idempotent: if ``entry.call_id`` is already in the run's journal, nothing is
+        written and the stored entry (maybe finished) is returned.
+        """
+        ...
+
+    async def record_outcome(
+        self,
+        run_id: str,
+        call_id: str,
+        outcome: Any,
+        *,
+        state: Literal["finished", "interrupted"] = "finished",
+    ) -> JournalEntry:
+        """Write the outcome (JSON data) of a call whose intent is in the journal.
+
+        Idempotent: an entry that already has an outcome keeps it and is returned as is.
+
+        Raises:
+            CheckpointError: no intent of ``call_id`` is in the run's journal.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Release the store's resources (the store may be used again: it reopens)."""
+        ...
+
+
+def stored(
+    checkpoint: Checkpoint, previous: tuple[int, float] | None, expected: int | None
+) -> Checkpoint:
+    """``checkpoint`` as a store writes it over ``previous`` = (revision, created_at), after
+    checking ``expected`` (see :meth:`CheckpointStore.put`)."""
+    run_id = checkpoint.run_id
+    if expected is None:
+        if previous is not None:
+            raise CheckpointConflictError(
+                f"run {run_id!r} already has a checkpoint (revision {previous[0]}); pick "
+                "another run id, or read it and write with its revision"
+            )
+        revision, created = 1, time.time()
+    else:
+        if previous is None:
+            raise CheckpointConflictError(
+                f"run {run_id!r} has no checkpoint any more (it was deleted); nothing was written"
+            )
+        if previous[0] != expected:
+            raise CheckpointConflictError(
+                f"run {run_id!r} is at revision {previous[0]}, not {expected}: someone else "
+                "wrote it since it was read; nothing was written"
+            )
+        revision, created = expected + 1, previous[1]
+    return checkpoint.model_copy(
+        update={
+            "revision": revision,
+            "created_at": created,
+            "updated_at": time.time(),
+            "journal": [],
+        }
+    )
+
+
+def json_text(value: Any, what: str) -> str:
+    """``value`` as JSON text, or a :class:`CheckpointError` saying it is not JSON data."""
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(
+            f"{what} is not JSON data ({exc}); store dicts, lists, strings, numbers, "
+            "booleans and None (e.g. model.model_dump(mode='json'))"
+        ) from exc
