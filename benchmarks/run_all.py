@@ -11,8 +11,14 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCRIPTS = ["bench_flow.py", "bench_json_reader.py", "bench_loop.py", "bench_planner.py"]
-TAKES_QUICK = {"bench_loop.py", "bench_planner.py"}
+SCRIPTS = [
+    "bench_flow.py",
+    "bench_json_reader.py",
+    "bench_loop.py",
+    "bench_planner.py",
+    "bench_agent.py",
+]
+TAKES_QUICK = {"bench_loop.py", "bench_planner.py", "bench_agent.py"}
 
 
 def main(argv: list[str]) -> int:

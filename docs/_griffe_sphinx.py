@@ -23,7 +23,18 @@ from typing import Any
 import griffe
 
 ROOT = "toolloop"
-PUBLIC_MODULES = ("flow", "tools", "planners", "testing", "models")
+PUBLIC_MODULES = (
+    "flow",
+    "tools",
+    "planners",
+    "testing",
+    "models",
+    "agents",
+    "middleware",
+    "checkpoints",
+    "tracing",
+    "cli",
+)
 """Rendered in the reference besides the top-level package; later ones do not override."""
 
 _ROLE = re.compile(r":(?:class|func|meth|mod|attr|exc|data|obj):`(~?)([\w.]+)(\(\))?`")

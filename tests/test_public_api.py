@@ -12,9 +12,12 @@ import toolloop
 
 PUBLIC_MODULES = [
     "toolloop",
+    "toolloop.agents",
+    "toolloop.checkpoints",
     "toolloop.cli",
     "toolloop.flow",
     "toolloop.loop",
+    "toolloop.middleware",
     "toolloop.models",
     "toolloop.planners",
     "toolloop.testing",

@@ -1,6 +1,7 @@
 """toolloop: an async plan/execute tool loop on a small event-triggered flow engine.
 
 The main call is :func:`async_plan_and_execute` (and its sync twin :func:`plan_and_execute`).
+The agents (:func:`create_agent`, :class:`StatusAgent`) are flows on the same engine.
 Subpackages: :mod:`toolloop.flow` (the engine), :mod:`toolloop.tools`, :mod:`toolloop.planners`,
 :mod:`toolloop.models` (model adapters and the incremental JSON reader) and
 :mod:`toolloop.testing` (public test doubles).
@@ -35,6 +36,25 @@ from ._executor import OnStart as OnStart
 from ._records import DEFAULT_PURPOSE as DEFAULT_PURPOSE
 from ._records import ToolCommand as ToolCommand
 from ._records import ToolExecutionRecord as ToolExecutionRecord
+from .agents import Agent as Agent
+from .agents import AgentDefinitionError as AgentDefinitionError
+from .agents import AgentMiddleware as AgentMiddleware
+from .agents import AgentModelError as AgentModelError
+from .agents import AgentResult as AgentResult
+from .agents import AgentState as AgentState
+from .agents import Command as Command
+from .agents import ModelCallLimitError as ModelCallLimitError
+from .agents import Pause as Pause
+from .agents import ProviderStrategy as ProviderStrategy
+from .agents import StatusAgent as StatusAgent
+from .agents import StatusAgentResult as StatusAgentResult
+from .agents import StructuredOutputError as StructuredOutputError
+from .agents import Todo as Todo
+from .agents import ToolCallLimitError as ToolCallLimitError
+from .agents import ToolStrategy as ToolStrategy
+from .agents import agent_flow as agent_flow
+from .agents import create_agent as create_agent
+from .agents import status_agent_flow as status_agent_flow
 from .flow import Context as Context
 from .flow import Flow as Flow
 from .flow import FlowEvent as FlowEvent
@@ -89,6 +109,13 @@ __all__ = [
     "EXTRA_INSTRUCTION",
     "PLANNER_SYSTEM_PROMPT",
     "TOOL_CALLING_SYSTEM_PROMPT",
+    "Agent",
+    "AgentDefinitionError",
+    "AgentMiddleware",
+    "AgentModelError",
+    "AgentResult",
+    "AgentState",
+    "Command",
     "CommandFinished",
     "CommandStarted",
     "Context",
@@ -109,10 +136,12 @@ __all__ = [
     "LoopResult",
     "LoopStream",
     "ModelCallError",
+    "ModelCallLimitError",
     "ModelOutputError",
     "NormalizedPlan",
     "OnFinish",
     "OnStart",
+    "Pause",
     "PlanDecided",
     "PlanItem",
     "Planner",
@@ -121,19 +150,25 @@ __all__ = [
     "PlannerLike",
     "PlannerReply",
     "PlannerSchema",
+    "ProviderStrategy",
     "ResumeError",
     "RoundFinished",
     "RoundStarted",
     "RoundState",
     "RunError",
+    "StatusAgent",
+    "StatusAgentResult",
     "Step",
     "StepFailedError",
     "StopReason",
     "StreamingPlanner",
+    "StructuredOutputError",
     "StructuredPlanner",
+    "Todo",
     "Tool",
     "ToolArgumentsError",
     "ToolCallError",
+    "ToolCallLimitError",
     "ToolCallingPlanner",
     "ToolChoice",
     "ToolCommand",
@@ -141,11 +176,14 @@ __all__ = [
     "ToolExecutionRecord",
     "ToolNotFoundError",
     "ToolRegistry",
+    "ToolStrategy",
     "ToolTimeoutError",
     "ToolloopError",
     "TraceEntry",
+    "agent_flow",
     "async_call_tool",
     "async_plan_and_execute",
+    "create_agent",
     "final_answer",
     "final_answer_messages",
     "loop_flow",
@@ -153,6 +191,7 @@ __all__ = [
     "plan_and_execute",
     "planner_messages",
     "planner_schema",
+    "status_agent_flow",
     "stream_final_answer",
     "stream_plan_and_execute",
     "to_action_results",

@@ -176,6 +176,24 @@ class Executor:
                 limiter.release_on_behalf_of(borrower)
         return ToolExecutionRecord.succeeded(command, result)
 
+    async def execute(self, tool: Tool, arguments: dict[str, Any]) -> Any:
+        """Run an already checked call (``arguments`` from ``tool.validate``) under the
+        shared limiter and the timeout, and return what the tool returned.
+
+        Unlike :meth:`call`, this raises: the tool's own exception, unchanged, or
+        :class:`~toolloop.ToolTimeoutError`. For callers that decide per exception what to do
+        (the agent's ``wrap_tool_call`` middleware retries chosen exceptions).
+        """
+        limiter = self.limiter
+        if limiter is None:
+            return await tool.execute(arguments, timeout=self.tool_timeout)
+        borrower = object()
+        await limiter.acquire_on_behalf_of(borrower)
+        try:
+            return await tool.execute(arguments, timeout=self.tool_timeout)
+        finally:
+            limiter.release_on_behalf_of(borrower)
+
 
 class ExecutionRound:
     """One round of tool calls: a task group, open while commands are submitted.

@@ -75,6 +75,9 @@ class Tool:
             run inline by default, which is cheapest but blocks the event loop (and cannot
             be interrupted by a timeout): use ``thread=True`` for any that block (I/O,
             heavy CPU). On timeout or cancellation the thread is abandoned, not killed.
+        return_direct: for the agent (:func:`toolloop.agents.create_agent`): when every
+            tool called in a turn has it, the run ends after them, without asking the model
+            again (the tool's result is the answer).
 
     Raises:
         ToolDefinitionError: a bad name, schema, timeout, or ``thread=True`` for an async
@@ -90,6 +93,7 @@ class Tool:
     function: Callable[..., Any]
     timeout: float | None
     thread: bool
+    return_direct: bool
     __wrapped__: Callable[..., Any]
     _schema: ArgumentsSchema
     _convert: Callable[[dict[str, Any]], dict[str, Any]] | None
@@ -104,6 +108,7 @@ class Tool:
         function: Callable[..., Any],
         timeout: float | None = None,
         thread: bool = False,
+        return_direct: bool = False,
     ) -> None:
         self._setup(
             name,
@@ -112,6 +117,7 @@ class Tool:
             function,
             timeout=timeout,
             thread=thread,
+            return_direct=return_direct,
             convert=None,
             is_async=is_async_callable(function),
             trusted=False,
@@ -126,6 +132,7 @@ class Tool:
         description: str | None = None,
         timeout: float | None = None,
         thread: bool = False,
+        return_direct: bool = False,
     ) -> Tool:
         """A tool from a typed function, sync or async.
 
@@ -148,6 +155,7 @@ class Tool:
             function,
             timeout=timeout,
             thread=thread,
+            return_direct=return_direct,
             convert=signature.convert,
             is_async=signature.is_async,
             trusted=True,
@@ -163,6 +171,7 @@ class Tool:
         *,
         timeout: float | None,
         thread: bool,
+        return_direct: bool = False,
         convert: Callable[[dict[str, Any]], dict[str, Any]] | None,
         is_async: bool,
         trusted: bool,
@@ -202,6 +211,7 @@ class Tool:
         self.function = function
         self.timeout = _check_timeout(owner, timeout)
         self.thread = bool(thread)
+        self.return_direct = bool(return_direct)
         self.__wrapped__ = function
         self._schema = schema
         self._convert = convert
@@ -308,6 +318,7 @@ def tool(
     description: str | None = None,
     timeout: float | None = None,
     thread: bool = False,
+    return_direct: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -319,6 +330,7 @@ def tool(
     description: str | None = None,
     timeout: float | None = None,
     thread: bool = False,
+    return_direct: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a :class:`Tool` of a typed function: ``@tool`` or ``@tool(name=..., ...)``.
 
@@ -327,7 +339,12 @@ def tool(
 
     def decorate(fn: Callable[..., Any]) -> Tool:
         return Tool.from_function(
-            fn, name=name, description=description, timeout=timeout, thread=thread
+            fn,
+            name=name,
+            description=description,
+            timeout=timeout,
+            thread=thread,
+            return_direct=return_direct,
         )
 
     if function is not None:

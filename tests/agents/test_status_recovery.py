@@ -1,0 +1,274 @@
+"""Recovering a run from its last checkpoint (in this process): no tool runs twice, a call
+cut short is put to a human, and the loop guard ends runs that go nowhere."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import anyio
+import pytest
+from status_support import Scripted, Tools, call, calls, finish, make_agent, path_of
+
+from toolloop import ExecutionTimeoutError, StepFailedError
+from toolloop.agents._status import StatusAgent
+from toolloop.checkpoints import Approve, MemoryCheckpointStore, Reject, RunNotResumableError
+from toolloop.flow import FlowEvent
+
+pytestmark = pytest.mark.anyio
+
+
+class Crash(Exception):
+    pass
+
+
+def crash_on(kind: str, **match: Any) -> Any:
+    """An observer that breaks the run at the first event of ``kind`` (like a crash there)."""
+    fired: list[bool] = []
+
+    def observe(event: FlowEvent) -> None:
+        if (
+            event.kind == kind
+            and not fired
+            and all(getattr(event, k) == v for k, v in match.items())
+        ):
+            fired.append(True)
+            raise Crash(f"crash at {kind}")
+
+    return observe
+
+
+async def test_a_failure_after_the_outcome_and_before_the_checkpoint_replays_the_call() -> None:
+    tools = Tools()
+    decide = Scripted(calls(call("search", query="q")), finish("done"))
+    reflect = Scripted({"verdict": "continue"}, {"verdict": "finish"})
+    agent = make_agent(tools, decide=decide, reflect=reflect)
+    with pytest.raises(StepFailedError) as info:
+        await agent.run("x", run_id="r", on_event=crash_on("status_tool_call_finished"))
+    assert isinstance(info.value.__cause__, Crash)
+    checkpoint = await agent.store.get("r")
+    assert checkpoint is not None
+    assert checkpoint.status == "failed"
+    assert checkpoint.snapshot.state["node"] == "decision"  # the last node checkpointed
+    assert [e.state for e in checkpoint.journal] == ["finished"]
+
+    result = await agent.recover("r")
+    assert result.status == "completed"
+    assert tools.calls == [("search", {"query": "q"})]  # once
+    assert result.state.records[0].source == "replayed"
+    assert result.records[0].result == "results for q"
+    assert path_of(result)[-4:] == [
+        "tool_execution:tools_completed",
+        "reflection:continue",
+        "decision:decision_completed",
+        "reflection:reflection_completed",
+    ]
+    with pytest.raises(RunNotResumableError, match="is completed"):
+        await agent.recover("r")
+
+
+async def test_a_failed_step_is_retried_from_the_last_checkpoint() -> None:
+    tools = Tools()
+    reflect = Scripted(RuntimeError("model overloaded"), {"verdict": "finish", "answer": "ok"})
+    agent = make_agent(tools, decide=Scripted(calls(call("search", query="q"))), reflect=reflect)
+    with pytest.raises(StepFailedError, match="model overloaded"):
+        await agent.run("x", run_id="r")
+    failed = await agent.store.get("r")
+    assert failed is not None and failed.error is not None
+    assert "model overloaded" in failed.error
+    result = await agent.recover("r")
+    assert result.answer == "ok"
+    assert tools.calls == [("search", {"query": "q"})]
+    assert len(reflect.views) == 2
+
+
+async def test_a_call_cut_short_is_interrupted_and_put_to_a_human() -> None:
+    started = anyio.Event()
+    runs: list[str] = []
+
+    async def deploy(version: str) -> str:
+        """Deploy a version.
+
+        Args:
+            version: which.
+        """
+        runs.append(version)
+        started.set()
+        await anyio.sleep(10)
+        return f"deployed {version}"
+
+    decide = Scripted(
+        calls(call("deploy", version="1.2")),
+        finish("not deployed"),
+        calls(call("deploy", version="1.2")),
+    )
+    agent = StatusAgent(
+        tools=[deploy],
+        analyze=lambda view: "",
+        plan=lambda view: ["deploy"],
+        decide=decide,
+        reflect=lambda view: {"verdict": "finish"},
+        converse=lambda view: "",
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(functools.partial(agent.run, "deploy 1.2"))
+        await started.wait()
+        tg.cancel_scope.cancel()  # the process "dies" while the tool runs
+    (run_id,) = await agent.store.run_ids(status="running")
+    checkpoint = await agent.store.get(run_id)
+    assert checkpoint is not None
+    assert [e.state for e in checkpoint.journal] == ["started"]
+
+    paused = await agent.recover(run_id)
+    assert runs == ["1.2"]  # not run again
+    assert paused.status == "paused"
+    request = paused.request
+    assert request is not None and request.kind == "interrupted_tool_calls"
+    assert [(c.call_id, c.arguments) for c in request.tool_calls] == [
+        ("call-1", {"version": "1.2"})
+    ]
+    assert "may or may not have taken effect" in request.reason
+    assert paused.state.records[0].source == "interrupted"
+    journal = (await agent.store.get(run_id)).journal  # type: ignore[union-attr]
+    assert [e.state for e in journal] == ["interrupted"]
+
+    done = await agent.resume(run_id, Reject(message="it did deploy; leave it"))
+    assert done.answer == "not deployed"
+    assert runs == ["1.2"]
+    assert decide.views[1].notes[-1].text == "it did deploy; leave it"
+
+
+class Die(BaseException):
+    """Stands for the process dying: nothing catches it."""
+
+
+async def test_an_approved_interrupted_call_runs_again_under_a_new_id() -> None:
+    runs: list[str] = []
+
+    def charge(card: str) -> str:
+        """Charge a card.
+
+        Args:
+            card: which.
+        """
+        runs.append(card)
+        if len(runs) == 1:
+            raise Die  # after the effect, before the outcome is journaled
+        return f"charged {card}"
+
+    agent = StatusAgent(
+        tools=[charge],
+        analyze=lambda view: "",
+        plan=lambda view: ["charge"],
+        decide=Scripted(calls(call("charge", card="visa")), finish("charged twice, on purpose")),
+        reflect=Scripted({"verdict": "continue"}, {"verdict": "finish"}),
+        converse=lambda view: "",
+    )
+    died: list[BaseException] = []
+    try:
+        await agent.run("x", run_id="r")
+    except BaseException as exc:  # the engine's task group carries it in a group
+        died.append(exc)
+    assert "Die()" in repr(died)
+    paused = await agent.recover("r")
+    assert runs == ["visa"]
+    assert paused.request is not None and paused.request.kind == "interrupted_tool_calls"
+    result = await agent.resume("r", Approve(message="run it again"))
+    assert result.status == "completed"
+    assert runs == ["visa", "visa"]
+    assert [(r.call_id, r.source) for r in result.state.records] == [
+        ("call-1", "interrupted"),
+        ("call-2", "ran"),
+    ]
+    assert result.answer == "charged twice, on purpose"
+
+
+async def test_a_decision_being_delivered_when_the_run_broke_is_delivered_again() -> None:
+    store = MemoryCheckpointStore()
+    tools = Tools()
+    decide = Scripted(calls(call("send_mail", to="ada", body="hi")), finish("sent"))
+    agent = make_agent(tools, decide=decide, store=store, require_approval=True)
+    paused = await agent.run("mail", run_id="r")
+    broken = crash_on("status_changed", node="human_intervention")
+    with pytest.raises(StepFailedError):
+        await agent.resume("r", Approve(), on_event=broken)
+    checkpoint = await store.get("r")
+    assert checkpoint is not None
+    assert (checkpoint.status, checkpoint.resume_event) == ("failed", "human_decision")
+    with pytest.raises(RunNotResumableError, match="failed"):
+        await agent.resume("r", Approve())
+    result = await agent.recover("r")
+    assert result.status == "completed"
+    assert result.state.decisions == [Approve()]
+    assert tools.calls == [("send_mail", {"to": "ada", "body": "hi"})]
+    assert len(path_of(result)) == len(path_of(paused)) + 4
+
+
+async def test_a_run_still_running_is_not_recovered() -> None:
+    release = anyio.Event()
+    reached = anyio.Event()
+
+    async def slow(view: Any) -> str:
+        reached.set()
+        await release.wait()
+        return "done"
+
+    agent = make_agent(plan=Scripted([]), converse=slow)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(functools.partial(agent.run, "x", run_id="r"))
+        await reached.wait()
+        with pytest.raises(RunNotResumableError, match="still runs it"):
+            await agent.recover("r")
+        release.set()
+    checkpoint = await agent.store.get("r")
+    assert checkpoint is not None and checkpoint.status == "completed"
+
+
+async def test_a_timeout_fails_the_run_and_recovery_goes_on() -> None:
+    async def slow(view: Any) -> str:
+        await anyio.sleep(5)
+        return "late"
+
+    agent = make_agent(plan=Scripted([], []), converse=Scripted(slow, "in time"))
+    with pytest.raises(ExecutionTimeoutError):
+        await agent.run("x", run_id="r", timeout=0.05)
+    result = await agent.recover("r")
+    assert result.answer == "in time"
+
+
+# -- the loop guard -------------------------------------------------------------------------
+
+
+async def test_a_cycle_without_progress_ends_with_a_reason() -> None:
+    reflect = Scripted(*[{"verdict": "continue"}] * 10)
+    agent = make_agent(decide=Scripted(*[calls()] * 10), reflect=reflect)
+    result = await agent.run("x")
+    assert result.status == "completed"
+    reason = result.stop_reason
+    assert reason is not None
+    assert reason.startswith("loop guard: 'decision' was reached 3 times with no progress")
+    assert "decision → reflection → decision" in reason
+    assert path_of(result)[-1] == "reflection:continue"
+    checkpoint = await agent.store.get(result.run_id)
+    assert checkpoint is not None and checkpoint.status == "completed"
+
+
+async def test_replanning_the_same_plan_forever_ends_too() -> None:
+    reflect = Scripted(*[{"verdict": "replan"}] * 10)
+    events: list[FlowEvent] = []
+    agent = make_agent(decide=Scripted(*[calls()] * 10), reflect=reflect)
+    result = await agent.run("x", on_event=events.append)
+    assert result.stop_reason is not None
+    assert "was reached 3 times with no progress" in result.stop_reason
+    assert "reflection → planning → decision" in result.stop_reason
+    assert [e.kind for e in events].count("loop_guard_tripped") == 1
+
+
+async def test_progress_is_not_a_cycle_but_max_steps_bounds_every_run() -> None:
+    counter = iter(range(100))
+    reflect = Scripted(*[lambda view: {"verdict": "continue", "note": f"n{next(counter)}"}] * 30)
+    agent = make_agent(decide=Scripted(*[calls()] * 30), reflect=reflect, max_steps=12)
+    result = await agent.run("x")
+    assert result.stop_reason is not None
+    assert result.stop_reason.startswith("loop guard: the run took 12 steps (max_steps)")
+    assert len(result.state.history) == 12

@@ -1,0 +1,257 @@
+"""Human approval: the run pauses before chosen tools run, is saved as JSON, and resumes
+(in a new agent object, as another process would) with approve, edit or reject."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from toolloop import ResumeError
+from toolloop.agents import (
+    Agent,
+    AgentMiddleware,
+    AgentResult,
+    AgentState,
+    AssistantMessage,
+    Pause,
+    Runtime,
+    ToolMessage,
+    create_agent,
+)
+from toolloop.middleware import (
+    ApprovalDecision,
+    ApprovalPolicy,
+    HumanApprovalMiddleware,
+)
+from toolloop.testing import ScriptedChatModel
+
+pytestmark = pytest.mark.anyio
+
+log: list[str] = []
+
+
+def send_email(to: str, body: str) -> str:
+    """Send an email."""
+    log.append(f"email {to}: {body}")
+    return "sent"
+
+
+def delete_file(path: str) -> str:
+    """Delete a file."""
+    log.append(f"delete {path}")
+    return "deleted"
+
+
+def read_file(path: str) -> str:
+    """Read a file."""
+    log.append(f"read {path}")
+    return "contents"
+
+
+def call(name: str, args: dict[str, Any], id: str) -> dict[str, str]:
+    return {"name": name, "arguments": json.dumps(args), "id": id}
+
+
+def build(model: ScriptedChatModel) -> Agent:
+    """Built by a function, so a paused run can be resumed by a new agent object."""
+    approval = HumanApprovalMiddleware(
+        {
+            "send_email": True,
+            "delete_file": ApprovalPolicy(allowed=("approve", "reject"), description="Careful."),
+            "read_file": False,
+        }
+    )
+    return create_agent(model, [send_email, delete_file, read_file], middleware=[approval])
+
+
+def three_calls() -> ScriptedChatModel:
+    model = ScriptedChatModel()
+    model.add_reply(
+        tool_calls=[
+            call("send_email", {"to": "bob", "body": "hi"}, "c1"),
+            call("delete_file", {"path": "/tmp/x"}, "c2"),
+            call("read_file", {"path": "/etc/motd"}, "c3"),
+        ]
+    )
+    model.add_reply("all done")
+    return model
+
+
+def saved(result: AgentResult) -> str:
+    assert result.snapshot is not None
+    return json.dumps(result.snapshot.model_dump(mode="json"))
+
+
+async def test_the_run_pauses_before_any_tool_runs() -> None:
+    log.clear()
+    model = three_calls()
+    result = await build(model).run("tidy up")
+    assert result.status == "paused"
+    assert result.paused_by == "HumanApprovalMiddleware"
+    assert log == []  # nothing ran, not even the call that needs no approval
+    request = result.pause_request
+    assert request["kind"] == "tool_approval"
+    actions = request["actions"]
+    assert [a["tool_call_id"] for a in actions] == ["c1", "c2"]
+    assert actions[0]["allowed"] == ["approve", "edit", "reject"]
+    assert actions[1]["allowed"] == ["approve", "reject"]
+    assert actions[1]["description"].endswith("Careful.")
+    assert actions[0]["args"] == {"to": "bob", "body": "hi"}
+    json.loads(saved(result))  # plain JSON
+
+
+async def test_approve_edit_reject_after_a_json_round_trip_in_a_new_agent() -> None:
+    log.clear()
+    model = three_calls()
+    paused = await build(model).run("tidy up")
+    text = saved(paused)
+
+    resumed = await build(model).resume(
+        json.loads(text),
+        [
+            {"type": "edit", "args": {"to": "bob", "body": "hello, Bob"}},
+            ApprovalDecision(type="reject", message="keep that file"),
+        ],
+    )
+    assert resumed.status == "completed"
+    assert resumed.execution_id == paused.execution_id
+    assert sorted(log) == ["email bob: hello, Bob", "read /etc/motd"]
+    answers = {m.tool_call_id: m for m in resumed.messages if isinstance(m, ToolMessage)}
+    assert answers["c1"].content == "sent"
+    assert answers["c2"].status == "error"
+    assert "a human rejected this call (keep that file)" in answers["c2"].content
+    assert answers["c3"].content == "contents"
+    # the edited arguments are what the conversation keeps
+    ai = resumed.messages[1]
+    assert isinstance(ai, AssistantMessage)
+    assert ai.tool_calls[0].args == {"to": "bob", "body": "hello, Bob"}
+    assert len([m for m in resumed.messages if isinstance(m, AssistantMessage)]) == 2
+    assert resumed.text == "all done"
+    assert [e.step for e in resumed.trace].count("wait_for_answer") == 1
+
+
+async def test_approving_everything_runs_each_tool_once() -> None:
+    log.clear()
+    model = three_calls()
+    paused = await build(model).run("tidy up")
+    done = await build(model).resume(saved(paused), "approve")
+    assert sorted(log) == ["delete /tmp/x", "email bob: hi", "read /etc/motd"]
+    assert done.status == "completed"
+    data = json.loads(saved(paused))
+    data["waiting"] = []
+    with pytest.raises(ResumeError, match="is not paused"):
+        await build(model).resume(data, "approve")
+    assert len(log) == 3
+
+
+async def test_answers_that_do_not_fit_are_refused_and_the_snapshot_stays_usable() -> None:
+    log.clear()
+    model = three_calls()
+    paused = await build(model).run("tidy up")
+    text = saved(paused)
+    agent = build(model)
+    with pytest.raises(ResumeError, match="one decision per call"):
+        await agent.resume(text, [{"type": "approve"}])
+    with pytest.raises(ResumeError, match="'edit' is not allowed for the call to 'delete_file'"):
+        await agent.resume(text, [{"type": "approve"}, {"type": "edit", "args": {}}])
+    with pytest.raises(ResumeError, match="needs 'args'"):
+        await agent.resume(text, [{"type": "edit"}, {"type": "approve"}])
+    with pytest.raises(ResumeError, match="not a decision"):
+        await agent.resume(text, [{"type": "maybe"}, {"type": "approve"}])
+    with pytest.raises(ResumeError, match="unknown tool calls"):
+        await agent.resume(text, {"c9": {"type": "approve"}})
+    assert log == []
+    done = await agent.resume(text, {"c1": {"type": "approve"}, "c2": {"type": "reject"}})
+    assert sorted(log) == ["email bob: hi", "read /etc/motd"]
+    assert done.text == "all done"
+
+
+async def test_edited_arguments_are_checked_before_the_tool_runs() -> None:
+    log.clear()
+    model = three_calls()
+    paused = await build(model).run("tidy up")
+    done = await build(model).resume(
+        saved(paused), {"decisions": [{"type": "edit", "args": {"to": 3}}, {"type": "approve"}]}
+    )
+    answers = {m.tool_call_id: m for m in done.messages if isinstance(m, ToolMessage)}
+    assert answers["c1"].status == "error"
+    assert "do not fit its schema" in answers["c1"].content
+    assert not any(e.startswith("email") for e in log)
+
+
+async def test_resuming_with_another_agent_or_a_foreign_snapshot_is_refused() -> None:
+    model = three_calls()
+    paused = await build(model).run("tidy up")
+    with pytest.raises(ResumeError, match="which this agent does not have"):
+        await create_agent(model, [send_email]).resume(saved(paused), "approve")
+    with pytest.raises(ResumeError, match="not a flow snapshot"):
+        await build(model).resume({"nonsense": True}, "approve")
+
+
+async def test_a_before_model_pause_resumes_with_the_next_hooks() -> None:
+    order: list[str] = []
+
+    class Ask(AgentMiddleware):
+        def before_model(self, state: AgentState, runtime: Runtime) -> Pause | None:
+            order.append("ask")
+            if "topic" in state.values:
+                return None
+            return Pause({"question": "which topic?"})
+
+        def resume(self, answer: Any, state: AgentState, runtime: Runtime) -> dict[str, Any]:
+            order.append(f"answer {answer}")
+            return {"topic": answer}
+
+    class After(AgentMiddleware):
+        def before_model(self, state: AgentState, runtime: Runtime) -> None:
+            order.append("after")
+
+    model = ScriptedChatModel(["about trains"])
+    agent = create_agent(model, middleware=[Ask(), After()])
+    paused = await agent.run("talk")
+    assert paused.pause_request == {"question": "which topic?"}
+    assert model.requests == []
+    assert paused.snapshot is not None
+    done = await agent.resume(paused.snapshot, "trains")
+    assert done.text == "about trains"
+    assert done.state.values == {"topic": "trains"}
+    assert order == ["ask", "answer trains", "after"]
+
+
+async def test_the_decisions_shared_with_the_status_agent_work_too() -> None:
+    from toolloop.checkpoints import Approve, Edit, Reject, Stop
+
+    model = three_calls()
+    text = saved(await build(model).run("tidy up"))
+    agent = build(model)
+    with pytest.raises(ResumeError, match="'stop' decision does not answer a tool approval"):
+        await agent.resume(text, Stop())
+    with pytest.raises(ResumeError, match="'edit' is not allowed"):
+        await agent.resume(text, Edit(arguments={"c2": {"path": "/tmp/y"}}))
+
+    log.clear()
+    await agent.resume(text, Edit(arguments={"c1": {"to": "eve", "body": "hi"}}))
+    assert sorted(log) == ["delete /tmp/x", "email eve: hi", "read /etc/motd"]
+
+    log.clear()
+    model.add_reply(tool_calls=[call("delete_file", {"path": "/tmp/x"}, "c9")])
+    model.add_reply("ok")
+    paused = await agent.run("again")
+    done = await agent.resume(saved(paused), Reject(message="no"))
+    assert log == []
+    rejected = done.messages[-2]
+    assert isinstance(rejected, ToolMessage)
+    assert "a human rejected this call (no)" in rejected.content
+
+    log.clear()
+    model.add_reply(tool_calls=[call("delete_file", {"path": "/tmp/z"}, "c7")])
+    model.add_reply("ok")
+    paused = await agent.run("once more")
+    await agent.resume(saved(paused), {"kind": "approve"})
+    assert log == ["delete /tmp/z"]
+    log.clear()
+    model.add_reply("ok")
+    await agent.resume(saved(paused), Approve())  # the same paused moment, approved again
+    assert log == ["delete /tmp/z"]

@@ -1,0 +1,156 @@
+"""The model ↔ tools agent with middleware, as a flow on the engine.
+
+``create_agent(model, tools, middleware=[...], response_format=...)`` builds a reusable
+agent; ``await agent.run("...")`` calls the model, runs the tools it asks for (each call its
+own task), shows it their results, and so on until it answers without a tool call.
+Middleware (:class:`AgentMiddleware`) hook into every step; built-in ones are in
+:mod:`toolloop.middleware`.
+"""
+
+from __future__ import annotations
+
+from ._agent import Agent as Agent
+from ._agent import AgentResult as AgentResult
+from ._agent import create_agent as create_agent
+from ._decorators import after_agent as after_agent
+from ._decorators import after_model as after_model
+from ._decorators import before_agent as before_agent
+from ._decorators import before_model as before_model
+from ._decorators import wrap_model_call as wrap_model_call
+from ._decorators import wrap_tool_call as wrap_tool_call
+from ._errors import AgentDefinitionError as AgentDefinitionError
+from ._errors import AgentModelError as AgentModelError
+from ._errors import ModelCallLimitError as ModelCallLimitError
+from ._errors import StructuredOutputError as StructuredOutputError
+from ._errors import ToolCallLimitError as ToolCallLimitError
+from ._events import AgentEvent as AgentEvent
+from ._events import AgentFinished as AgentFinished
+from ._events import ModelCallFinished as ModelCallFinished
+from ._events import ModelCallStarted as ModelCallStarted
+from ._events import ToolCallFinished as ToolCallFinished
+from ._events import ToolCallStarted as ToolCallStarted
+from ._flow import agent_flow as agent_flow
+from ._messages import AssistantMessage as AssistantMessage
+from ._messages import Message as Message
+from ._messages import MessageLike as MessageLike
+from ._messages import SystemMessage as SystemMessage
+from ._messages import ToolCall as ToolCall
+from ._messages import ToolMessage as ToolMessage
+from ._messages import UserMessage as UserMessage
+from ._middleware import AgentMiddleware as AgentMiddleware
+from ._middleware import HookResult as HookResult
+from ._middleware import ModelHandler as ModelHandler
+from ._middleware import ModelRequest as ModelRequest
+from ._middleware import ModelResponse as ModelResponse
+from ._middleware import Pause as Pause
+from ._middleware import Runtime as Runtime
+from ._middleware import ToolCallRequest as ToolCallRequest
+from ._middleware import ToolHandler as ToolHandler
+from ._routing import Route as Route
+from ._routing import route_after_model as route_after_model
+from ._routing import route_after_tools as route_after_tools
+from ._state import AgentState as AgentState
+from ._state import Command as Command
+from ._state import JumpTo as JumpTo
+from ._state import Todo as Todo
+from ._state import TodoStatus as TodoStatus
+from ._status import ApprovalPolicy as ApprovalPolicy
+from ._status import StatusAgent as StatusAgent
+from ._status import StatusAgentResult as StatusAgentResult
+from ._status_events import CheckpointSaved as CheckpointSaved
+from ._status_events import HumanInputRequested as HumanInputRequested
+from ._status_events import LoopGuardTripped as LoopGuardTripped
+from ._status_events import StatusChanged as StatusChanged
+from ._status_events import StatusEvent as StatusEvent
+from ._status_events import StatusToolCallFinished as StatusToolCallFinished
+from ._status_events import StatusToolCallStarted as StatusToolCallStarted
+from ._status_flow import status_agent_flow as status_agent_flow
+from ._status_llm import STATUS_SYSTEM_PROMPT as STATUS_SYSTEM_PROMPT
+from ._status_llm import LLMStatusSteps as LLMStatusSteps
+from ._status_state import AgentStatus as AgentStatus
+from ._status_state import StatusAgentState as StatusAgentState
+from ._status_state import StatusCallRecord as StatusCallRecord
+from ._status_state import StatusToolCall as StatusToolCall
+from ._status_steps import StatusCallRequest as StatusCallRequest
+from ._status_steps import StatusDecision as StatusDecision
+from ._status_steps import StatusPlan as StatusPlan
+from ._status_steps import StatusReflection as StatusReflection
+from ._status_steps import StatusSteps as StatusSteps
+from ._status_steps import StatusView as StatusView
+from ._structured import ProviderStrategy as ProviderStrategy
+from ._structured import ResponseFormat as ResponseFormat
+from ._structured import ToolStrategy as ToolStrategy
+
+__all__ = [
+    "STATUS_SYSTEM_PROMPT",
+    "Agent",
+    "AgentDefinitionError",
+    "AgentEvent",
+    "AgentFinished",
+    "AgentMiddleware",
+    "AgentModelError",
+    "AgentResult",
+    "AgentState",
+    "AgentStatus",
+    "ApprovalPolicy",
+    "AssistantMessage",
+    "CheckpointSaved",
+    "Command",
+    "HookResult",
+    "HumanInputRequested",
+    "JumpTo",
+    "LLMStatusSteps",
+    "LoopGuardTripped",
+    "Message",
+    "MessageLike",
+    "ModelCallFinished",
+    "ModelCallLimitError",
+    "ModelCallStarted",
+    "ModelHandler",
+    "ModelRequest",
+    "ModelResponse",
+    "Pause",
+    "ProviderStrategy",
+    "ResponseFormat",
+    "Route",
+    "Runtime",
+    "StatusAgent",
+    "StatusAgentResult",
+    "StatusAgentState",
+    "StatusCallRecord",
+    "StatusCallRequest",
+    "StatusChanged",
+    "StatusDecision",
+    "StatusEvent",
+    "StatusPlan",
+    "StatusReflection",
+    "StatusSteps",
+    "StatusToolCall",
+    "StatusToolCallFinished",
+    "StatusToolCallStarted",
+    "StatusView",
+    "StructuredOutputError",
+    "SystemMessage",
+    "Todo",
+    "TodoStatus",
+    "ToolCall",
+    "ToolCallFinished",
+    "ToolCallLimitError",
+    "ToolCallRequest",
+    "ToolCallStarted",
+    "ToolHandler",
+    "ToolMessage",
+    "ToolStrategy",
+    "UserMessage",
+    "after_agent",
+    "after_model",
+    "agent_flow",
+    "before_agent",
+    "before_model",
+    "create_agent",
+    "route_after_model",
+    "route_after_tools",
+    "status_agent_flow",
+    "wrap_model_call",
+    "wrap_tool_call",
+]

@@ -1,0 +1,357 @@
+"""``create_agent``: the model ↔ tools agent with middleware, and what a run returns."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+import anyio
+import sniffio
+
+from .._errors import ResumeError
+from ..checkpoints import CheckpointedRun, CheckpointStore
+from ..flow import Execution, Flow, FlowEvent, FlowResult, FlowSnapshot, TraceEntry
+from ..models._chat import ChatModel
+from ..tools import Tool, ToolRegistry
+from ._flow import ANSWERED, AgentDeps, agent_flow
+from ._messages import AssistantMessage, Message, MessageLike, as_messages
+from ._middleware import AgentMiddleware
+from ._persist import begin_run, claim_run, drive, load_paused
+from ._spec import AgentSpec, build_spec
+from ._state import AgentState, Todo
+from ._structured import ResponseFormat
+
+__all__ = ["Agent", "AgentResult", "create_agent"]
+
+Snapshot = FlowSnapshot | Mapping[str, Any] | str | bytes
+
+
+class AgentResult:
+    """How a run ended (``completed``) or stopped to wait for an answer (``paused``).
+
+    Attributes:
+        status: ``completed`` or ``paused``.
+        state: the final (or paused) state: messages, todos, structured response, values.
+        snapshot: when paused, everything needed to resume the run, here or in another
+            process (``snapshot.model_dump(mode="json")`` is plain JSON, for any store).
+        pause_request: when paused, what the middleware asks (e.g. the tool calls to approve).
+        paused_by: when paused, the name of the middleware that paused.
+        execution_id: the run's id, the same across pauses (its ``run_id`` in a store).
+    """
+
+    __slots__ = ("_flow_result", "execution_id", "pause_request", "paused_by", "snapshot", "state")
+
+    def __init__(self, result: FlowResult[AgentState]) -> None:
+        self._flow_result = result
+        self.state: AgentState = result.state
+        self.snapshot: FlowSnapshot | None = result.snapshot
+        self.execution_id = result.execution_id
+        where = result.waiting[0].request if result.waiting else None
+        self.pause_request: Any = where["request"] if isinstance(where, dict) else None
+        self.paused_by: str | None = where["by"] if isinstance(where, dict) else None
+
+    @property
+    def run_id(self) -> str:
+        """The run's id in the agent's store (the same as ``execution_id``)."""
+        return self.execution_id
+
+    @property
+    def status(self) -> Literal["completed", "paused"]:
+        return self._flow_result.status
+
+    @property
+    def paused(self) -> bool:
+        return self._flow_result.status == "paused"
+
+    @property
+    def messages(self) -> list[Message]:
+        return self.state.messages
+
+    @property
+    def todos(self) -> list[Todo]:
+        return self.state.todos
+
+    @property
+    def structured_response(self) -> Any:
+        return self.state.structured_response
+
+    @property
+    def text(self) -> str:
+        """The content of the last assistant message (``""`` if there is none)."""
+        for message in reversed(self.state.messages):
+            if isinstance(message, AssistantMessage):
+                return message.content
+        return ""
+
+    @property
+    def trace(self) -> list[TraceEntry]:
+        """The steps that ran, in order."""
+        return self._flow_result.trace
+
+    def __repr__(self) -> str:
+        return (
+            f"AgentResult(status={self.status!r}, messages={len(self.state.messages)}, "
+            f"todos={len(self.state.todos)})"
+        )
+
+
+class Agent:
+    """A reusable agent made by :func:`create_agent`: each :meth:`run` is independent.
+
+    Runs are executions of the shared :data:`~toolloop.agents.agent_flow`; the agent holds
+    only configuration, so one agent serves many concurrent runs.
+    """
+
+    __slots__ = ("_spec", "store")
+
+    def __init__(self, spec: AgentSpec, store: CheckpointStore | None = None) -> None:
+        self._spec = spec
+        self.store = store
+        """Where runs are kept (``None``: runs live in memory; resume from the snapshot)."""
+
+    @property
+    def flow(self) -> Flow[AgentState]:
+        return agent_flow
+
+    @property
+    def tools(self) -> list[Tool]:
+        """The tools the model is offered (the agent's, the middleware's, the output tool)."""
+        return list(self._spec.tools)
+
+    @property
+    def middleware(self) -> list[AgentMiddleware]:
+        return list(self._spec.middleware)
+
+    def to_mermaid(self) -> str:
+        """The agent's flow as a Mermaid flowchart."""
+        return agent_flow.to_mermaid()
+
+    def _deps(self, context: Any) -> AgentDeps:
+        return AgentDeps(self._spec, context)
+
+    async def _finish(
+        self,
+        execution: Execution[AgentState],
+        started: Callable[[], Any],
+        on_event: Callable[[FlowEvent], None] | None,
+        run: CheckpointedRun | None = None,
+    ) -> AgentResult:
+        if on_event is not None:
+            execution.subscribe(on_event)
+        if run is None:
+            return AgentResult(await started())
+        return AgentResult(await drive(run, started()))
+
+    async def run(
+        self,
+        messages: MessageLike | Iterable[MessageLike],
+        *,
+        state: AgentState | None = None,
+        context: Any = None,
+        run_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        timeout: float | None = None,
+        on_event: Callable[[FlowEvent], None] | None = None,
+    ) -> AgentResult:
+        """Run the agent on ``messages`` until it answers (or pauses).
+
+        Args:
+            messages: the new message(s): a string (a user message), an OpenAI-style dict,
+                a message, or a list of those.
+            state: a previous run's state, to continue its conversation (a thread): it is
+                copied, and the new messages are added to it.
+            context: anything the hooks should see as ``runtime.context`` (not saved).
+            run_id: the run's id (a new one by default); with a store it must be new there.
+            metadata: kept with the run's checkpoints when the agent has a store (JSON).
+            timeout: seconds for the whole run; everything running is cancelled when it
+                passes and :class:`~toolloop.ExecutionTimeoutError` is raised.
+            on_event: called with every event of the run, as it happens.
+
+        Raises:
+            AgentModelError: the model raised or timed out.
+            StructuredOutputError: the answer failed its schema after every retry.
+            ModelCallLimitError, ToolCallLimitError: a limit set to raise was reached.
+            StepFailedError: a hook raised (the cause is chained).
+            ExecutionTimeoutError: the run (or an async hook) ran out of time.
+            CheckpointConflictError: the store already has a run with this ``run_id``.
+        """
+        new = as_messages(messages)
+        start = AgentState() if state is None else state.model_copy(deep=True)
+        execution = Execution(agent_flow, start, self._deps(context), id=run_id)
+        run = None
+        if self.store is not None:
+            run = await begin_run(self.store, execution, metadata)
+        return await self._finish(
+            execution, functools.partial(execution.run, new, timeout=timeout), on_event, run
+        )
+
+    async def resume(
+        self,
+        paused: Snapshot,
+        answer: Any = None,
+        *,
+        context: Any = None,
+        timeout: float | None = None,
+        on_event: Callable[[FlowEvent], None] | None = None,
+    ) -> AgentResult:
+        """Continue a paused run with the ``answer`` to its pause request.
+
+        Args:
+            paused: the paused run's ``run_id`` (with a store), or its ``snapshot``: the
+                object, its JSON data or its JSON text (e.g. from your own store, in another
+                process: the agent must be built with the same middleware).
+            answer: what the middleware that paused expects (for
+                :class:`~toolloop.middleware.HumanApprovalMiddleware`: one decision per
+                action).
+
+        Raises:
+            ResumeError: the snapshot is of no paused agent run, or the answer does not fit
+                (the snapshot stays usable: resume it again with a better answer).
+            RunNotFoundError, RunNotResumableError: with a store: no such run, or it is not
+                paused (completed, or resumed already, maybe by another process).
+
+        With a store, each of these errors is raised before anything is written.
+        """
+        deps = self._deps(context)
+        checkpoint = None
+        if (
+            isinstance(paused, str)
+            and self.store is not None
+            and not paused.lstrip().startswith("{")
+        ):
+            checkpoint, execution = await load_paused(self.store, paused, deps)
+        else:
+            execution = agent_flow.restore(paused, deps=deps)
+        where, middleware = self._paused_by(execution)
+        checked = middleware.check_answer(answer, where["request"])
+        run = None
+        if checkpoint is not None:
+            assert self.store is not None
+            run = await claim_run(self.store, checkpoint, ANSWERED, checked)
+        return await self._finish(
+            execution,
+            functools.partial(execution.resume, ANSWERED, (where, checked), timeout=timeout),
+            on_event,
+            run,
+        )
+
+    def _paused_by(
+        self, execution: Execution[AgentState]
+    ) -> tuple[dict[str, Any], AgentMiddleware]:
+        waits = execution.waiting
+        if not waits:
+            raise ResumeError(
+                f"run {execution.id} is not paused: its snapshot waits for nothing; start a "
+                "new run with agent.run(..., state=...)"
+            )
+        where = waits[0].request
+        if not isinstance(where, dict) or not {"by", "hook", "index", "request"} <= set(where):
+            raise ResumeError(f"run {execution.id} was not paused by an agent middleware")
+        middleware = self._spec.by_name.get(where["by"])
+        if middleware is None:
+            raise ResumeError(
+                f"run {execution.id} was paused by the middleware {where['by']!r}, which this "
+                f"agent does not have (it has {list(self._spec.by_name)}); resume it with an "
+                "agent built with the same middleware"
+            )
+        return where, middleware
+
+    def run_sync(
+        self,
+        messages: MessageLike | Iterable[MessageLike],
+        *,
+        backend: Literal["asyncio", "trio"] = "asyncio",
+        **kwargs: Any,
+    ) -> AgentResult:
+        """The sync twin of :meth:`run`, for scripts (runs its own event loop)."""
+        try:
+            running = sniffio.current_async_library()
+        except sniffio.AsyncLibraryNotFoundError:
+            running = None
+        if running is not None:
+            raise RuntimeError(
+                f"run_sync() was called inside a running {running} event loop; use "
+                "`await agent.run(...)` there"
+            )
+        return anyio.run(functools.partial(self.run, messages, **kwargs), backend=backend)
+
+
+def create_agent(
+    model: ChatModel,
+    tools: ToolRegistry | Sequence[Tool | Callable[..., Any]] = (),
+    *,
+    system_prompt: str | None = None,
+    middleware: Sequence[AgentMiddleware] = (),
+    response_format: ResponseFormat | None = None,
+    tool_choice: Any = None,
+    concurrency: int = 8,
+    limiter: anyio.CapacityLimiter | None = None,
+    model_timeout: float | None = 300.0,
+    tool_timeout: float | None = 300.0,
+    hook_timeout: float | None = 60.0,
+    max_model_calls: int | None = 100,
+    max_tokens: int | None = None,
+    temperature: float | None = None,
+    extra: Mapping[str, Any] | None = None,
+    store: CheckpointStore | None = None,
+) -> Agent:
+    """Build an agent: the model answers or calls tools, the tools run, the model sees their
+    results, until it answers without a tool call.
+
+    Args:
+        model: any :class:`~toolloop.models.ChatModel` (e.g.
+            :class:`~toolloop.models.OpenAIChatModel`).
+        tools: typed functions, :class:`~toolloop.Tool` objects or a
+            :class:`~toolloop.ToolRegistry` (``return_direct`` tools end the run).
+        system_prompt: sent first on every model call.
+        middleware: :class:`AgentMiddleware` instances, in order (the first registered is
+            the outermost ``wrap_*``; ``before_*`` hooks run in order, ``after_*`` reversed).
+        response_format: a pydantic model class, a JSON schema,
+            :class:`~toolloop.agents.ToolStrategy` (the default for a bare schema) or
+            :class:`~toolloop.agents.ProviderStrategy`; the answer lands in
+            ``structured_response``.
+        tool_choice: sent to the model (``"auto"`` by default; ``"required"`` with a
+            ``ToolStrategy``, whose answer is a tool call).
+        concurrency: at most this many tool calls of a run at once.
+        limiter: an :class:`anyio.CapacityLimiter` shared by many runs and agents.
+        model_timeout: seconds for each model call (the whole streamed answer).
+        tool_timeout: seconds for each tool call (a tool's own, smaller timeout wins).
+        hook_timeout: seconds for each async ``before_*``/``after_*``/``resume`` hook.
+        max_model_calls: a hard bound on model calls per run, against endless loops
+            (:class:`~toolloop.agents.ModelCallLimitError`); ``None``: no bound.
+        max_tokens: the model's output limit per call.
+        temperature: passed to the model.
+        extra: provider-specific request parameters, passed through.
+        store: a :class:`~toolloop.checkpoints.CheckpointStore` to keep every run in
+            (running, paused with its snapshot and request, completed, failed); a paused
+            run is then resumed by its ``run_id``, once, in any process.
+
+    Raises:
+        AgentDefinitionError: middleware with one name, a response format that is no schema,
+            an output tool named like a tool.
+        ToolDefinitionError: two tools with one name, a function that cannot be a tool.
+    """
+    settings: dict[str, Any] = {
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "extra": dict(extra or {}),
+    }
+    return Agent(
+        build_spec(
+            model,
+            tools,
+            system_prompt=system_prompt,
+            middleware=middleware,
+            response_format=response_format,
+            tool_choice=tool_choice,
+            concurrency=concurrency,
+            limiter=limiter,
+            tool_timeout=tool_timeout,
+            model_timeout=model_timeout,
+            hook_timeout=hook_timeout,
+            max_model_calls=max_model_calls,
+            settings=settings,
+        ),
+        store,
+    )

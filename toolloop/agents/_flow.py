@@ -1,0 +1,361 @@
+"""The model ↔ tools agent as a flow on the engine.
+
+::
+
+    start ──▶ begin ──▶ model ──▶ model? ──tools──▶ tools ──▶ tool_calls (one task per call)
+                          ▲          ├──model──┐                       │
+                          │          ├──end────┼──▶ finish ──▶ end     ▼
+                          │          └──pause──┼──▶ wait_for_answer   after_tools ──▶ model | end
+                          └────────────────────┘
+    answered (external) ──▶ resume ──▶ model | tools | end | pause
+
+``begin`` runs the ``before_agent`` hooks, ``model`` one model turn (``before_model``
+hooks, the model call through the ``wrap_model_call`` onion, structured output, the
+``after_model`` hooks), ``tools`` hands each pending call to its own ``call_tool`` task
+(``wrap_tool_call`` onion, under the run's concurrency limit), ``after_tools`` writes the
+answers in call order, ``finish`` runs the ``after_agent`` hooks. Routing follows
+:mod:`toolloop.agents._routing`. A middleware's :class:`~toolloop.agents.Pause` parks the run
+in ``wait_for_answer``; the snapshot keeps where it stopped (which hook, the pending jump),
+so ``resume`` goes on from the next hook, in this process or another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Any
+
+import anyio
+
+from .._errors import DefinitionError, ExecutionError
+from ..flow import Context, Flow, Step, Target
+from ._errors import AgentDefinitionError, AgentModelError, ModelCallLimitError
+from ._events import (
+    AgentFinished,
+    ModelCallFinished,
+    ModelCallStarted,
+    ToolCallFinished,
+    ToolCallStarted,
+)
+from ._messages import Message, ToolCall, add_messages, new_id, pending_tool_calls
+from ._middleware import AgentMiddleware, ModelRequest, Pause, Runtime, call_hook, hook_outcome
+from ._routing import Route, route_after_model, route_after_tools
+from ._spec import AgentSpec
+from ._state import AgentState, JumpTo, apply_update, check_update
+from ._structured_turn import structured_answer
+from ._tool_call import ToolOutcome, error_message, run_tool_call
+
+__all__ = ["ANSWERED", "AgentDeps", "agent_flow"]
+
+ANSWERED = "answered"
+"""The external event that resumes a paused run with its answer."""
+
+
+@dataclass
+class AgentDeps:
+    """A run's services and bookkeeping (not part of its state)."""
+
+    spec: AgentSpec
+    context: Any = None
+    slots: anyio.Semaphore | None = None
+    runtime: Runtime | None = None
+    pause: dict[str, Any] | None = None
+    """Where the run paused: ``{"by", "hook", "index", "jump", "request"}`` (JSON-ready)."""
+    model_calls: int = 0
+    structured_failures: int = 0
+
+
+def _deps(ctx: Context[AgentState]) -> AgentDeps:
+    deps = ctx.deps
+    assert isinstance(deps, AgentDeps)
+    return deps
+
+
+def _runtime(ctx: Context[AgentState], deps: AgentDeps) -> Runtime:
+    if deps.slots is None:
+        deps.slots = anyio.Semaphore(deps.spec.concurrency)
+    deps.runtime = Runtime(ctx, deps.context, deps.slots)
+    return deps.runtime
+
+
+def _apply(state: AgentState, update: Any, where: str) -> None:
+    try:
+        apply_update(state, update)
+    except ValueError as exc:
+        raise AgentDefinitionError(f"{where} returned an update that does not fit: {exc}") from exc
+
+
+async def _hook(
+    deps: AgentDeps, mw: AgentMiddleware, hook: str, args: tuple[Any, ...], state: AgentState
+) -> tuple[JumpTo | None, Pause | None]:
+    """Call one hook, apply its update; its jump and pause."""
+    result = await call_hook(mw, hook, args, deps.spec.hook_timeout)
+    update, jump, pause = hook_outcome(
+        result, mw, hook, may_pause=hook in ("before_model", "after_model", "resume")
+    )
+    if update:
+        _apply(state, update, f"hook {mw.name}.{hook}")
+    return jump, pause
+
+
+def _paused(
+    deps: AgentDeps, mw: AgentMiddleware, hook: str, index: int, jump: Any, pause: Pause
+) -> Route:
+    deps.pause = {
+        "by": mw.name,
+        "hook": hook,
+        "index": index,
+        "jump": jump,
+        "request": pause.request,
+    }
+    return "pause"
+
+
+async def begin(messages: list[Message], ctx: Context[AgentState]) -> Route:
+    """Take the new messages in; run the ``before_agent`` hooks."""
+    state, deps = ctx.state, _deps(ctx)
+    runtime = _runtime(ctx, deps)
+    add_messages(state.messages, messages)
+    state.structured_response = None
+    for mw in deps.spec.before_agent:
+        jump, _ = await _hook(deps, mw, "before_agent", (state, runtime), state)
+        if jump is not None:
+            return jump
+    return "model"
+
+
+async def _call_model(ctx: Context[AgentState], deps: AgentDeps) -> JumpTo | None:
+    """One model call; the answer is appended. A structured-output retry jumps to the model."""
+    spec, state, runtime = deps.spec, ctx.state, deps.runtime
+    assert runtime is not None
+    index = deps.model_calls
+    if spec.max_model_calls is not None and index >= spec.max_model_calls:
+        raise ModelCallLimitError(
+            f"the run made {index} model calls, its max_model_calls; raise it, or bound the "
+            "run with ModelCallLimitMiddleware(run_limit=..., exit_behavior='end')",
+            state=state,
+        )
+    deps.model_calls = index + 1
+    request = ModelRequest(
+        model=spec.model,
+        messages=list(state.messages),
+        system_prompt=spec.system_prompt,
+        tools=spec.tools,
+        tool_choice=spec.tool_choice,
+        response_format=spec.strategy,
+        settings=spec.settings,
+        state=state,
+        runtime=runtime,
+    )
+    observed = ctx.observed
+    if observed:
+        ctx.publish(
+            ModelCallStarted(execution_id=ctx.execution_id, at=ctx.elapsed(), call_index=index)
+        )
+    started = perf_counter()
+    try:
+        response = await spec.call_model(request)
+    except (ExecutionError, DefinitionError):
+        raise
+    except Exception as exc:
+        raise AgentModelError(
+            f"model call {index} failed: {type(exc).__name__}: {exc}; the conversation so far "
+            "is in .state.messages",
+            state=state,
+        ) from exc
+    message = response.message
+    if message.id is None:
+        message = message.model_copy(update={"id": new_id()})
+    state.messages.append(message)
+    if observed:
+        ctx.publish(
+            ModelCallFinished(
+                execution_id=ctx.execution_id,
+                at=ctx.elapsed(),
+                call_index=index,
+                message=message,
+                duration=perf_counter() - started,
+            )
+        )
+    if spec.strategy is None:
+        return None
+    return structured_answer(spec, deps, state, message)
+
+
+async def _model_turn(
+    ctx: Context[AgentState],
+    deps: AgentDeps,
+    *,
+    before_from: int = 0,
+    after_from: int | None = None,
+    retry: JumpTo | None = None,
+) -> Route:
+    """``before_model`` hooks (from ``before_from``), the model call, ``after_model`` hooks
+    (from ``after_from``: a resumed turn starts there), and where to go next."""
+    spec, state, runtime = deps.spec, ctx.state, deps.runtime
+    if after_from is None:
+        hooks = spec.before_model
+        for i in range(before_from, len(hooks)):
+            jump, pause = await _hook(deps, hooks[i], "before_model", (state, runtime), state)
+            if pause is not None:
+                return _paused(deps, hooks[i], "before_model", i, None, pause)
+            if jump is not None:
+                return jump  # the model is not called
+        retry = await _call_model(ctx, deps)
+        after_from = 0
+    hooks = spec.after_model
+    for i in range(after_from, len(hooks)):
+        jump, pause = await _hook(deps, hooks[i], "after_model", (state, runtime), state)
+        if pause is not None:
+            return _paused(deps, hooks[i], "after_model", i, retry, pause)
+        if jump is not None:
+            return route_after_model(state, jump)
+    return route_after_model(state, retry)
+
+
+async def model_step(_: Any, ctx: Context[AgentState]) -> Route:
+    """One model turn."""
+    return await _model_turn(ctx, _deps(ctx))
+
+
+def wait_for_answer(_: Any, ctx: Context[AgentState]) -> None:
+    """Park the run until the answer to a middleware's ``Pause`` comes."""
+    pause = _deps(ctx).pause
+    ctx.pause(ANSWERED, pause)
+
+
+async def resume_step(value: tuple[dict[str, Any], Any], ctx: Context[AgentState]) -> Route:
+    """The answer came: the middleware that paused takes it, then the turn goes on."""
+    where, answer = value
+    state, deps = ctx.state, _deps(ctx)
+    runtime = _runtime(ctx, deps)
+    mw = deps.spec.by_name[where["by"]]
+    hook, index, retry = where["hook"], int(where["index"]), where["jump"]
+    jump, pause = await _hook(deps, mw, "resume", (answer, state, runtime), state)
+    if pause is not None:  # asked again
+        return _paused(deps, mw, hook, index, retry, pause)
+    if hook == "before_model":
+        if jump is not None:
+            return jump
+        return await _model_turn(ctx, deps, before_from=index + 1)
+    if jump is not None:
+        return route_after_model(state, jump)
+    return await _model_turn(ctx, deps, after_from=index + 1, retry=retry)
+
+
+def tools_step(_: Any, ctx: Context[AgentState]) -> list[ToolCall]:
+    """The calls to run: those of the last assistant message without an answer yet."""
+    return pending_tool_calls(ctx.state.messages)
+
+
+async def call_tool(call: ToolCall, ctx: Context[AgentState]) -> ToolOutcome:
+    """One call, in its own task: the ``wrap_tool_call`` onion around the tool."""
+    state, deps = ctx.state, _deps(ctx)
+    runtime = deps.runtime
+    assert runtime is not None
+    observed = ctx.observed
+    if observed:
+        ctx.publish(
+            ToolCallStarted(execution_id=ctx.execution_id, at=ctx.elapsed(), tool_call=call)
+        )
+    started = perf_counter()
+    outcome = await run_tool_call(call, deps.spec.call_tool, deps.spec.registry, state, runtime)
+    if observed:
+        ctx.publish(
+            ToolCallFinished(
+                execution_id=ctx.execution_id,
+                at=ctx.elapsed(),
+                tool_call=call,
+                message=outcome.message,
+                duration=perf_counter() - started,
+            )
+        )
+    return outcome
+
+
+def after_tools(outcomes: list[ToolOutcome], ctx: Context[AgentState]) -> Route:
+    """Write the answers (in call order, right after the assistant message), then the
+    tools' state updates; route."""
+    state, deps = ctx.state, _deps(ctx)
+    updates: list[tuple[int, Any]] = []
+    for i, outcome in enumerate(outcomes):
+        if outcome.update:
+            updates.append((i, outcome.update))
+    messages = state.messages
+    for i, update in updates:
+        try:
+            check_update(update)
+        except ValueError as exc:
+            call_id = outcomes[i].message.tool_call_id
+            outcomes[i].message = error_message(
+                ToolCall(id=call_id, name=outcomes[i].message.name),
+                f"the tool's state update does not fit: {exc}",
+            )
+            outcomes[i].update = None
+            outcomes[i].return_direct = False
+    messages.extend(outcome.message for outcome in outcomes)
+    jump: JumpTo | None = None
+    for outcome in outcomes:
+        if outcome.update:
+            apply_update(state, outcome.update)
+        if jump is None and outcome.jump is not None:
+            jump = outcome.jump
+    return route_after_tools(
+        state,
+        [outcome.return_direct for outcome in outcomes],
+        deps.spec.structured_tools,
+        jump,
+    )
+
+
+async def finish(_: Any, ctx: Context[AgentState]) -> None:
+    """Answer the calls a jump left behind; run the ``after_agent`` hooks."""
+    state, deps = ctx.state, _deps(ctx)
+    runtime = deps.runtime
+    left = pending_tool_calls(state.messages)
+    if left:  # a jump ended the run before them: answer them, so the conversation stays valid
+        state.messages.extend(
+            error_message(call, "the run ended before this call ran") for call in left
+        )
+    for mw in deps.spec.after_agent:
+        jump, _p = await _hook(deps, mw, "after_agent", (state, runtime), state)
+        if jump not in (None, "end"):
+            raise AgentDefinitionError(
+                f"hook {mw.name}.after_agent asked to jump to {jump!r}; the run is ending, "
+                "so after_agent can only update the state"
+            )
+    if ctx.observed:
+        ctx.publish(
+            AgentFinished(
+                execution_id=ctx.execution_id,
+                at=ctx.elapsed(),
+                model_calls=deps.model_calls,
+                messages=len(state.messages),
+            )
+        )
+
+
+def _route(route: Route) -> Route:
+    return route
+
+
+def _build() -> Flow[AgentState]:
+    flow = Flow("agent", state=AgentState)
+    model = Step(model_step, name="model")
+    tools = Step(tools_step, name="tools")
+    end = Step(finish, name="finish")
+    flow.start.to(begin).match(_route, {"model": model, "tools": tools, "end": end})
+    cases: dict[Hashable, Target] = {"model": "model", "tools": "tools", "end": "finish"}
+    flow.step("model").match(_route, {**cases, "pause": wait_for_answer})
+    flow.step("tools").for_each(call_tool, name="tool_calls").to(after_tools).match(_route, cases)
+    flow.when(ANSWERED, external=True).to(Step(resume_step, name="resume")).match(
+        _route, {**cases, "pause": wait_for_answer}
+    )
+    flow.step("finish").end()
+    flow.validate()
+    return flow
+
+
+agent_flow: Flow[AgentState] = _build()
+"""The agent's flow definition, shared by every agent and run (runs are executions of it)."""

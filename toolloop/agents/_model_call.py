@@ -1,0 +1,119 @@
+"""The innermost model call: a :class:`ModelRequest` in, one streamed answer read, an
+:class:`AssistantMessage` out.
+
+Streamed tool-call pieces are put together by the tool-calling planner's reader (the same
+rules: by ``index``, a new ``id`` starts a new call). Arguments that are not a JSON object
+make a :class:`ToolCall` with an ``error``, which the agent answers without running the tool.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+
+from .._errors import ModelCallError
+from ..models._chat import ChatRequest, StructuredOutput
+from ..planners._tool_calling import _CallReader, _parse_arguments
+from ..tools import Tool
+from ._messages import AssistantMessage, ToolCall, new_id, to_openai
+from ._middleware import ModelRequest, ModelResponse
+from ._structured import ProviderStrategy
+
+__all__ = ["chat_request", "stream_model"]
+
+_MAX_RAW = 2000
+
+
+def _openai_tools(tools: list[Tool], cache: dict[int, list[dict[str, Any]]]) -> Any:
+    if not tools:
+        return None
+    found = cache.get(id(tools))
+    if found is None:
+        found = [tool.openai_tool() for tool in tools]
+    return found
+
+
+def chat_request(
+    request: ModelRequest, cache: dict[int, list[dict[str, Any]]] | None = None
+) -> ChatRequest:
+    """The provider-independent request for ``request``."""
+    messages: list[dict[str, Any]] = []
+    if request.system_prompt:
+        messages.append({"role": "system", "content": request.system_prompt})
+    messages.extend(to_openai(m) for m in request.messages)
+    structured = None
+    strategy = request.response_format
+    if isinstance(strategy, ProviderStrategy):
+        output = strategy.output
+        structured = StructuredOutput(output.schema, name=output.name, strict=strategy.strict)
+    settings = request.settings
+    tools = _openai_tools(request.tools, cache or {})
+    return ChatRequest(
+        messages=messages,
+        structured_output=structured,
+        tools=tools,
+        tool_choice=request.tool_choice if tools else None,
+        max_tokens=settings.get("max_tokens"),
+        temperature=settings.get("temperature"),
+        extra=settings.get("extra") or {},
+    )
+
+
+def _tool_call(name: str, call_id: str | None, text: str, seen: set[str]) -> ToolCall:
+    if not call_id or call_id in seen:
+        call_id = new_id("call")
+    seen.add(call_id)
+    if not name:
+        return ToolCall(
+            id=call_id,
+            name="",
+            error="the call names no tool",
+            raw_arguments=text[:_MAX_RAW],
+        )
+    args = _parse_arguments(text)
+    if isinstance(args, dict):
+        return ToolCall.model_construct(
+            id=call_id, name=name, args=args, error=None, raw_arguments=None
+        )
+    if isinstance(args, str):
+        shown = args if len(args) <= 200 else args[:200] + "..."
+        error = f"the arguments are not valid JSON: {shown!r}"
+    else:
+        error = f"the arguments must be a JSON object, got {type(args).__name__}"
+    return ToolCall(id=call_id, name=name, error=error, raw_arguments=text[:_MAX_RAW])
+
+
+async def stream_model(
+    request: ModelRequest,
+    *,
+    timeout: float | None,
+    cache: dict[int, list[dict[str, Any]]] | None = None,
+) -> ModelResponse:
+    """Call the model once and read its whole answer, within ``timeout`` seconds.
+
+    Raises:
+        ModelCallError: the model could not be reached, answered an error, or took longer
+            than ``timeout`` (whatever the model raised is chained).
+    """
+    chat = chat_request(request, cache)
+    reader = _CallReader()
+    content: list[str] = []
+    with anyio.move_on_after(timeout) as scope:
+        async with request.model.stream(chat) as deltas:
+            async for delta in deltas:
+                if delta.content:
+                    content.append(delta.content)
+                if delta.tool_calls:
+                    reader.feed(delta.tool_calls)
+    if scope.cancelled_caught:
+        raise ModelCallError(
+            f"the model did not finish its answer within {timeout} s; raise model_timeout "
+            "if it needs longer"
+        )
+    seen: set[str] = set()
+    calls = [_tool_call(c.name, c.id, "".join(c.arguments), seen) for c in reader.calls]
+    message = AssistantMessage.model_construct(
+        role="assistant", content="".join(content), tool_calls=calls, id=new_id()
+    )
+    return ModelResponse(message)

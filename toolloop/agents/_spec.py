@@ -1,0 +1,215 @@
+"""An agent's configuration, checked and compiled once when it is built.
+
+The hooks are sorted into the order they run in, and the ``wrap_*`` hooks are composed
+into one handler each (the first registered is the outermost), so a run only walks lists.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from .._executor import Executor
+from ..models._chat import ChatModel
+from ..tools import Tool, ToolRegistry
+from ._errors import AgentDefinitionError
+from ._messages import AssistantMessage, ToolMessage
+from ._middleware import (
+    AgentMiddleware,
+    ModelHandler,
+    ModelRequest,
+    ModelResponse,
+    ToolCallRequest,
+    ToolHandler,
+    overrides,
+)
+from ._model_call import stream_model
+from ._state import Command
+from ._structured import ProviderStrategy, ResponseFormat, ToolStrategy, output_schema
+from ._tool_call import execute_tool
+
+__all__ = ["AgentSpec", "build_spec"]
+
+
+@dataclass(eq=False)
+class AgentSpec:
+    """Everything a run of one agent reads and never changes."""
+
+    model: ChatModel
+    system_prompt: str | None
+    tools: list[Tool]
+    """What the model is offered: the runnable tools, then the structured-output tool."""
+    registry: ToolRegistry
+    """The runnable tools: the agent's, then the middleware's."""
+    executor: Executor
+    strategy: ToolStrategy | ProviderStrategy | None
+    structured_tools: frozenset[str]
+    tool_choice: Any
+    settings: dict[str, Any]
+    concurrency: int
+    model_timeout: float | None
+    hook_timeout: float | None
+    max_model_calls: int | None
+    middleware: list[AgentMiddleware]
+    by_name: dict[str, AgentMiddleware]
+    before_agent: list[AgentMiddleware]
+    before_model: list[AgentMiddleware]
+    after_model: list[AgentMiddleware]
+    after_agent: list[AgentMiddleware]
+    call_model: ModelHandler
+    call_tool: ToolHandler
+    openai_tools: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+def _wrap_model(middleware: AgentMiddleware, inner: ModelHandler) -> ModelHandler:
+    hook = middleware.wrap_model_call
+
+    async def handler(request: ModelRequest) -> ModelResponse:
+        result: Any = hook(request, inner)
+        if inspect.isawaitable(result):
+            result = await result
+        if isinstance(result, ModelResponse):
+            return result
+        if isinstance(result, AssistantMessage):
+            return ModelResponse(result)
+        raise AgentDefinitionError(
+            f"{middleware.name}.wrap_model_call returned {type(result).__name__}; it returns "
+            "what `await handler(request)` gave, another ModelResponse, or an AssistantMessage"
+        )
+
+    return handler
+
+
+def _wrap_tool(middleware: AgentMiddleware, inner: ToolHandler) -> ToolHandler:
+    hook = middleware.wrap_tool_call
+
+    async def handler(request: ToolCallRequest) -> ToolMessage | Command:
+        result: Any = hook(request, inner)
+        if inspect.isawaitable(result):
+            result = await result
+        return result  # type: ignore[no-any-return]  # checked by run_tool_call
+
+    return handler
+
+
+def _check_timeout(name: str, value: float | None) -> float | None:
+    if value is not None and not value > 0:
+        raise ValueError(f"{name} must be > 0 seconds or None, got {value!r}")
+    return value
+
+
+def build_spec(
+    model: ChatModel,
+    tools: ToolRegistry | Sequence[Tool | Callable[..., Any]],
+    *,
+    system_prompt: str | None,
+    middleware: Sequence[AgentMiddleware],
+    response_format: ResponseFormat | None,
+    tool_choice: Any,
+    concurrency: int,
+    limiter: anyio.CapacityLimiter | None,
+    tool_timeout: float | None,
+    model_timeout: float | None,
+    hook_timeout: float | None,
+    max_model_calls: int | None,
+    settings: dict[str, Any],
+) -> AgentSpec:
+    """Check the arguments of ``create_agent`` and compile them (see the module docs)."""
+    if not callable(getattr(model, "stream", None)):
+        raise AgentDefinitionError(
+            f"model must be a ChatModel (an object with stream(request)), got "
+            f"{type(model).__name__}"
+        )
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise ValueError(f"concurrency must be an int >= 1, got {concurrency!r}")
+    if max_model_calls is not None and max_model_calls < 1:
+        raise ValueError(f"max_model_calls must be >= 1 or None, got {max_model_calls!r}")
+    middleware = list(middleware)
+    by_name: dict[str, AgentMiddleware] = {}
+    for mw in middleware:
+        if not isinstance(mw, AgentMiddleware):
+            raise AgentDefinitionError(
+                f"middleware must be AgentMiddleware instances, got {type(mw).__name__} "
+                "(a class? instantiate it)"
+            )
+        if mw.name in by_name:
+            raise AgentDefinitionError(
+                f"two middleware are named {mw.name!r}; names must be unique (they key a "
+                "paused run's answer): give one another name"
+            )
+        by_name[mw.name] = mw
+    runnable: list[Tool | Callable[..., Any]] = [
+        *tools,
+        *(t for mw in middleware for t in mw.tools),
+    ]
+    registry = ToolRegistry(runnable)
+    strategy = output_schema(response_format)
+    offered = list(registry)
+    structured: frozenset[str] = frozenset()
+    if isinstance(strategy, ToolStrategy):
+        if strategy.tool.name in registry:
+            raise AgentDefinitionError(
+                f"the structured-output tool {strategy.tool.name!r} has the name of a tool; "
+                "give ToolStrategy(schema, tool_name=...) another name"
+            )
+        offered.append(strategy.tool)
+        structured = frozenset({strategy.tool.name})
+        if tool_choice is None:
+            tool_choice = "required"  # the answer is a tool call too
+    elif tool_choice is None and offered:
+        tool_choice = "auto"
+    executor = Executor(
+        registry,
+        concurrency=concurrency,
+        limiter=limiter,
+        tool_timeout=_check_timeout("tool_timeout", tool_timeout),
+    )
+    model_timeout = _check_timeout("model_timeout", model_timeout)
+    call_model: ModelHandler
+
+    async def innermost_model(request: ModelRequest) -> ModelResponse:
+        return await stream_model(request, timeout=model_timeout, cache=spec.openai_tools)
+
+    async def innermost_tool(request: ToolCallRequest) -> ToolMessage | Command:
+        return await execute_tool(request, executor)
+
+    call_model = innermost_model
+    call_tool: ToolHandler = innermost_tool
+    for mw in reversed(middleware):  # the first registered ends up outermost
+        if overrides(mw, "wrap_model_call"):
+            call_model = _wrap_model(mw, call_model)
+        if overrides(mw, "wrap_tool_call"):
+            call_tool = _wrap_tool(mw, call_tool)
+
+    def having(hook: str) -> list[AgentMiddleware]:
+        return [mw for mw in middleware if overrides(mw, hook)]
+
+    spec = AgentSpec(
+        model=model,
+        system_prompt=system_prompt,
+        tools=offered,
+        registry=registry,
+        executor=executor,
+        strategy=strategy,
+        structured_tools=structured,
+        tool_choice=tool_choice,
+        settings=settings,
+        concurrency=concurrency,
+        model_timeout=model_timeout,
+        hook_timeout=_check_timeout("hook_timeout", hook_timeout),
+        max_model_calls=max_model_calls,
+        middleware=middleware,
+        by_name=by_name,
+        before_agent=having("before_agent"),
+        before_model=having("before_model"),
+        after_model=having("after_model")[::-1],
+        after_agent=having("after_agent")[::-1],
+        call_model=call_model,
+        call_tool=call_tool,
+    )
+    spec.openai_tools[id(offered)] = [t.openai_tool() for t in offered]
+    return spec

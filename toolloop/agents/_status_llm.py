@@ -1,0 +1,222 @@
+"""The default steps of the status-routed agent: each one a chat-model call.
+
+Through the :class:`~toolloop.models.ChatModel` seam, so any model adapter (the OpenAI one,
+a scripted double) serves. ``plan``, ``decide`` and ``reflect`` ask for JSON that fits a
+schema; ``analyze`` and ``converse`` ask for text. Tool results go to the model as quoted
+data (see :data:`~toolloop.loop.EXTRA_INSTRUCTION`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
+
+from .._errors import ModelOutputError
+from ..loop._results import EXTRA_INSTRUCTION
+from ..models._chat import ChatModel, ChatRequest, StructuredOutput
+from ._status_steps import StatusDecision, StatusPlan, StatusReflection, StatusView, as_output
+
+__all__ = ["STATUS_SYSTEM_PROMPT", "LLMStatusSteps", "status_context"]
+
+M = TypeVar("M", bound=BaseModel)
+
+STATUS_SYSTEM_PROMPT = (
+    "You are one step of an agent that serves a user's request with tools. The run's "
+    "context comes as JSON: the request, an analysis, a plan, the tools, the results of the "
+    "tool calls so far, and notes (a human's messages come with source 'human': follow "
+    "them). " + EXTRA_INSTRUCTION
+)
+
+_TASKS = {
+    "analyze": (
+        "Analyze the request: in a few sentences, say what the user wants, what information "
+        "is needed, and which tools (if any) could provide it. Answer in plain text."
+    ),
+    "plan": (
+        "Write a plan: the steps that need tools, in order, as short sentences. If the "
+        "request can be answered directly, without any tool, return an empty list."
+    ),
+    "decide": (
+        "Decide the next move. 'call_tools': the tool calls to run now (only the tools "
+        "listed, with arguments that fit their parameters). 'ask_human': you need a person's "
+        "input or consent; say why in 'reason'. 'finish': the results answer the request; "
+        "write the answer in 'answer'. Do not repeat a call whose result you already have."
+    ),
+    "reflect": (
+        "Reflect on the last results. 'continue': the plan holds, decide the next move. "
+        "'replan': the plan no longer fits, make a new one. 'finish': the request is served; "
+        "put the answer in 'answer'. 'ask_human': a person must look at it; say why in "
+        "'note'."
+    ),
+    "converse": "Answer the user's request directly, in plain text.",
+}
+
+_PLAN_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"steps": {"type": "array", "items": {"type": "string"}}},
+    "required": ["steps"],
+    "additionalProperties": False,
+}
+
+_REFLECTION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "verdict": {"type": "string", "enum": ["continue", "replan", "finish", "ask_human"]},
+        "note": {"type": "string"},
+        "answer": {"type": ["string", "null"]},
+    },
+    "required": ["verdict", "note", "answer"],
+    "additionalProperties": False,
+}
+
+
+def _output(model: type[M], data: Any, step: str) -> M:
+    try:
+        return as_output(model, data, step)
+    except ValueError as exc:
+        raise ModelOutputError(f"{exc}; the model's output does not fit the step") from exc
+
+
+def _decision_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
+    names = [t["name"] for t in tools]
+    call: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "tool_name": {"type": "string", "enum": names} if names else {"type": "string"},
+            "arguments": {"type": "object"},
+            "purpose": {"type": "string"},
+        },
+        "required": ["tool_name", "arguments", "purpose"],
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "action": {"type": "string", "enum": ["call_tools", "ask_human", "finish"]},
+            "tool_calls": {"type": "array", "items": call},
+            "reason": {"type": "string"},
+            "answer": {"type": ["string", "null"]},
+        },
+        "required": ["action", "tool_calls", "reason", "answer"],
+    }
+
+
+def status_context(view: StatusView, *, max_result_chars: int = 2000) -> dict[str, Any]:
+    """The run as the model sees it (JSON data); long results are cut."""
+
+    def result(value: Any) -> Any:
+        text = json.dumps(to_jsonable_python(value, fallback=repr), ensure_ascii=False)
+        if len(text) <= max_result_chars:
+            return json.loads(text)
+        return f"{text[:max_result_chars]}… ({len(text)} chars)"
+
+    return {
+        "user_request": view.user_input,
+        "analysis": view.analysis,
+        "plan": view.plan,
+        "tools": view.tools,
+        "results": [
+            {
+                "call_id": r.call_id,
+                "tool_name": r.record.tool_name,
+                "arguments": r.record.kwargs,
+                "purpose": r.record.purpose,
+                **(
+                    {"result": result(r.record.result)}
+                    if r.record.success
+                    else {"error": r.record.error}
+                ),
+            }
+            for r in view.records
+        ],
+        "last_results": [r.call_id for r in view.last_records],
+        "notes": [{"source": n.source, "text": n.text} for n in view.notes],
+        "answer_so_far": view.answer,
+        "last_error": view.error,
+    }
+
+
+class LLMStatusSteps:
+    """The five steps of the status-routed agent, each a call to ``model``.
+
+    Args:
+        model: any :class:`~toolloop.models.ChatModel`.
+        system_prompt: what every call is told first (the step's task follows it).
+        max_tokens: the model's output limit per call.
+        temperature: passed to the model.
+        max_result_chars: tool results longer than this (as JSON) are cut in the prompt.
+    """
+
+    def __init__(
+        self,
+        model: ChatModel,
+        *,
+        system_prompt: str = STATUS_SYSTEM_PROMPT,
+        max_tokens: int | None = 1024,
+        temperature: float | None = 0.0,
+        max_result_chars: int = 2000,
+    ) -> None:
+        self.model = model
+        self.system_prompt = system_prompt
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.max_result_chars = max_result_chars
+
+    def request(
+        self, step: str, view: StatusView, schema: dict[str, Any] | None = None
+    ) -> ChatRequest:
+        """The request ``step`` sends for ``view``."""
+        context = json.dumps(
+            status_context(view, max_result_chars=self.max_result_chars), ensure_ascii=False
+        )
+        return ChatRequest(
+            messages=[
+                {"role": "system", "content": f"{self.system_prompt}\n\n{_TASKS[step]}"},
+                {"role": "user", "content": context},
+            ],
+            structured_output=None
+            if schema is None
+            else StructuredOutput(schema=schema, name=step, strict=False),
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+        )
+
+    async def analyze(self, view: StatusView) -> str:
+        return await self._text(self.request("analyze", view))
+
+    async def plan(self, view: StatusView) -> StatusPlan:
+        data = await self._json(self.request("plan", view, _PLAN_SCHEMA), "plan")
+        return _output(StatusPlan, data, "plan")
+
+    async def decide(self, view: StatusView) -> StatusDecision:
+        schema = _decision_schema(view.tools)
+        data = await self._json(self.request("decide", view, schema), "decide")
+        return _output(StatusDecision, data, "decide")
+
+    async def reflect(self, view: StatusView) -> StatusReflection:
+        data = await self._json(self.request("reflect", view, _REFLECTION_SCHEMA), "reflect")
+        return _output(StatusReflection, data, "reflect")
+
+    async def converse(self, view: StatusView) -> str:
+        return await self._text(self.request("converse", view))
+
+    async def _text(self, request: ChatRequest) -> str:
+        parts: list[str] = []
+        async with self.model.stream(request) as deltas:
+            async for delta in deltas:
+                if delta.content:
+                    parts.append(delta.content)
+        return "".join(parts)
+
+    async def _json(self, request: ChatRequest, step: str) -> Any:
+        text = await self._text(request)
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise ModelOutputError(
+                f"the {step} step asked the model for JSON and got {text[:200]!r}"
+                f"{'…' if len(text) > 200 else ''} ({exc}); use a model that supports "
+                "structured output, or raise max_tokens if it was cut off"
+            ) from exc

@@ -1,0 +1,116 @@
+"""Reading the structured answer out of a model turn, and sending a bad one back.
+
+With :class:`ToolStrategy`, a call to the output tool is answered right in the model turn:
+a valid answer becomes ``state.structured_response`` with a tool message saying so; an
+invalid one (or several calls of it) is answered with the errors, so the routing takes the
+model back to try again. With :class:`ProviderStrategy`, a reply without tool calls is the
+answer: its text must be JSON that fits. A reply that gives no answer at all is sent back
+with a user message saying what is expected. After ``retries`` failures in a run,
+:class:`StructuredOutputError` is raised.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._errors import StructuredOutputError
+from ._messages import AssistantMessage, ToolMessage, UserMessage, content_text
+from ._state import AgentState, JumpTo
+from ._structured import ProviderStrategy, ToolStrategy
+from ._tool_call import error_message
+
+if TYPE_CHECKING:
+    from ._flow import AgentDeps
+    from ._spec import AgentSpec
+
+__all__ = ["structured_answer"]
+
+
+def _failed(
+    deps: AgentDeps, strategy: ToolStrategy | ProviderStrategy, state: AgentState, error: str
+) -> None:
+    deps.structured_failures += 1
+    if deps.structured_failures > strategy.retries:
+        raise StructuredOutputError(
+            f"the model's final answer failed to fit {strategy.output.name!r} "
+            f"{deps.structured_failures} times (retries={strategy.retries}); the last time: "
+            f"{error}",
+            state=state,
+        )
+
+
+def _send_back(
+    deps: AgentDeps,
+    strategy: ToolStrategy | ProviderStrategy,
+    state: AgentState,
+    error: str,
+    feedback: str,
+) -> JumpTo:
+    _failed(deps, strategy, state, error)
+    state.messages.append(UserMessage(content=feedback))
+    return "model"
+
+
+def structured_answer(
+    spec: AgentSpec, deps: AgentDeps, state: AgentState, message: AssistantMessage
+) -> JumpTo | None:
+    """Handle the structured answer in ``message`` (see the module docs); ``"model"`` when
+    the model must answer again."""
+    strategy = spec.strategy
+    if isinstance(strategy, ToolStrategy):
+        name = strategy.tool.name
+        calls = [call for call in message.tool_calls if call.name == name]
+        if not calls:
+            if message.tool_calls:
+                return None  # other tools first
+            return _send_back(
+                deps,
+                strategy,
+                state,
+                f"the model answered without calling {name!r}",
+                f"Give your final answer by calling the {name!r} tool.",
+            )
+        if len(calls) > 1:
+            error = (
+                f"{name!r} was called {len(calls)} times in one reply; call it once, with "
+                "your one final answer"
+            )
+            state.messages.extend(error_message(call, error) for call in calls)
+            _failed(deps, strategy, state, error)
+            return None
+        call = calls[0]
+        try:
+            if call.error is not None:
+                raise ValueError(call.error)
+            value = strategy.output.parse(call.args)
+        except ValueError as exc:
+            state.messages.append(
+                error_message(call, f"{exc}. Fix the arguments and call {name!r} again.")
+            )
+            _failed(deps, strategy, state, str(exc))
+            return None
+        state.structured_response = value
+        state.messages.append(
+            ToolMessage(
+                tool_call_id=call.id,
+                name=name,
+                content=f"Returned the structured response: {content_text(call.args)}",
+            )
+        )
+        return None
+    assert isinstance(strategy, ProviderStrategy)
+    if message.tool_calls:
+        return None
+    try:
+        value = strategy.output.parse_json(message.content)
+    except ValueError as exc:
+        return _send_back(
+            deps,
+            strategy,
+            state,
+            str(exc),
+            f"{exc}. Answer again with only the JSON value, fitting the schema "
+            f"{strategy.output.name!r}.",
+        )
+    state.structured_response = value
+    return None

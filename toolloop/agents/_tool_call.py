@@ -1,0 +1,134 @@
+"""One tool call of the agent: checked, run under the run's concurrency limit, answered.
+
+The innermost handler (what ``wrap_tool_call`` middleware wrap) answers a call whose
+arguments are unusable, or that names no tool, with an error message without running
+anything; otherwise it validates the arguments against the tool's schema (the tool never
+runs with arguments that fail it) and runs the tool through the executor (shared limiter,
+timeout), raising what the tool raised so that middleware can retry. Around the whole
+onion, an exception becomes an error message: a tool's failure never crashes the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .._errors import ExecutionError, ToolArgumentsError, ToolNotFoundError
+from .._executor import Executor, _error_text
+from ..tools import ToolRegistry
+from ._messages import Message, ToolCall, ToolMessage, as_messages, content_text
+from ._middleware import Runtime, ToolCallRequest, ToolHandler
+from ._state import AgentState, Command, JumpTo, check_jump
+
+__all__ = ["ToolOutcome", "error_message", "execute_tool", "run_tool_call"]
+
+
+def error_message(call: ToolCall, error: str) -> ToolMessage:
+    """The error answer to ``call``."""
+    return ToolMessage.model_construct(
+        role="tool",
+        tool_call_id=call.id,
+        content=f"Error: {error}",
+        name=call.name,
+        status="error",
+        id=None,
+    )
+
+
+async def execute_tool(request: ToolCallRequest, executor: Executor) -> ToolMessage | Command:
+    """The innermost tool handler (see the module docs)."""
+    call = request.tool_call
+    if call.error is not None:
+        return error_message(
+            call,
+            f"{call.error}; the tool did not run. Call {call.name or 'the tool'!r} again "
+            "with a JSON object of its arguments.",
+        )
+    tool = request.tool
+    try:
+        if tool is None:
+            tool = executor.registry.get(call.name)
+        arguments = tool.validate(call.args)
+    except (ToolNotFoundError, ToolArgumentsError) as exc:
+        return error_message(call, f"{exc}; the tool did not run.")
+    async with request.runtime._slots:
+        result = await executor.execute(tool, arguments)
+    if isinstance(result, Command):
+        return result
+    return ToolMessage.model_construct(
+        role="tool",
+        tool_call_id=call.id,
+        content=content_text(result),
+        name=call.name,
+        status="success",
+        id=None,
+    )
+
+
+@dataclass
+class ToolOutcome:
+    """What one call came to: its message, a state update, a jump, and whether it ends the
+    run as a ``return_direct`` tool (it is one, and it succeeded)."""
+
+    message: ToolMessage
+    update: Mapping[str, Any] | None = None
+    jump: JumpTo | None = None
+    return_direct: bool = False
+
+
+def _from_command(call: ToolCall, command: Command) -> ToolOutcome:
+    update = dict(command.update or {})
+    message: ToolMessage | None = None
+    if "messages" in update:
+        rest: list[Message] = []
+        for m in as_messages(update["messages"]):
+            if message is None and isinstance(m, ToolMessage) and m.tool_call_id == call.id:
+                message = m
+            else:
+                rest.append(m)
+        update["messages"] = rest
+    if message is None:
+        content = "ok" if command.result is None else content_text(command.result)
+        message = ToolMessage(tool_call_id=call.id, name=call.name, content=content)
+    jump = check_jump(command.jump_to, f"tool {call.name!r}")
+    return ToolOutcome(message, update or None, jump)
+
+
+async def run_tool_call(
+    call: ToolCall,
+    handler: ToolHandler,
+    registry: ToolRegistry,
+    state: AgentState,
+    runtime: Runtime,
+) -> ToolOutcome:
+    """Run one call through the ``wrap_tool_call`` onion; always an outcome, never a crash
+    (but the run's own errors, e.g. a limit set to raise, and cancellation)."""
+    tool = registry._tools.get(call.name)
+    try:
+        result: Any = await handler(ToolCallRequest(call, tool, state, runtime))
+    except ExecutionError:
+        raise
+    except Exception as exc:
+        return ToolOutcome(error_message(call, _error_text(call.name, exc)))
+    if isinstance(result, Command):
+        try:
+            outcome = _from_command(call, result)
+        except ValueError as exc:
+            outcome = ToolOutcome(error_message(call, str(exc)))
+    elif isinstance(result, ToolMessage):
+        if result.tool_call_id != call.id:
+            result = result.model_copy(update={"tool_call_id": call.id})
+        outcome = ToolOutcome(result)
+    else:
+        outcome = ToolOutcome(
+            error_message(
+                call,
+                f"a wrap_tool_call middleware returned {type(result).__name__}, not a "
+                "ToolMessage or a Command",
+            )
+        )
+    outcome.return_direct = (
+        tool is not None and tool.return_direct and outcome.message.status == "success"
+    )
+    return outcome

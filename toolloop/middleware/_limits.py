@@ -1,0 +1,177 @@
+"""Limits on model calls and tool calls, per run and per thread.
+
+A *run* is one ``agent.run(...)`` (with its resumes); a *thread* is a conversation carried
+on over runs by passing the previous state back (``agent.run(..., state=result.state)``).
+The counts live in ``state.values``, under keys named after the middleware, so they travel
+with the state (and a paused run's snapshot).
+
+When a limit is reached the run either ends gracefully (``exit_behavior="end"``: a last
+assistant message says why, and every tool call still waiting is answered as not run) or
+raises (``"error"``). The tool-call limit can also go on without the calls over the limit
+(``"continue"``: they are answered with an error, the others run).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from ..agents._errors import ModelCallLimitError, ToolCallLimitError
+from ..agents._messages import AssistantMessage, pending_tool_calls
+from ..agents._middleware import AgentMiddleware, Runtime
+from ..agents._state import AgentState
+from ..agents._tool_call import error_message
+
+__all__ = ["ModelCallLimitMiddleware", "ToolCallLimitMiddleware"]
+
+
+def _check_limit(name: str, value: int | None) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise ValueError(f"{name} must be an int >= 0 or None, got {value!r}")
+    return value
+
+
+def _room(limit: int | None, used: int) -> float:
+    return math.inf if limit is None else max(limit - used, 0)
+
+
+class ModelCallLimitMiddleware(AgentMiddleware):
+    """Stop the agent after a number of model calls.
+
+    Args:
+        thread_limit: model calls over the whole thread (all runs sharing its state).
+        run_limit: model calls in one run.
+        exit_behavior: ``"end"``: end the run with an assistant message saying so;
+            ``"error"``: raise :class:`~toolloop.agents.ModelCallLimitError`.
+        name: the middleware's name (and its counters' keys in ``state.values``).
+    """
+
+    def __init__(
+        self,
+        *,
+        thread_limit: int | None = None,
+        run_limit: int | None = None,
+        exit_behavior: Literal["end", "error"] = "end",
+        name: str | None = None,
+    ) -> None:
+        if thread_limit is None and run_limit is None:
+            raise ValueError("give ModelCallLimitMiddleware a thread_limit, a run_limit or both")
+        if exit_behavior not in ("end", "error"):
+            raise ValueError(f"exit_behavior is 'end' or 'error', got {exit_behavior!r}")
+        self.thread_limit = _check_limit("thread_limit", thread_limit)
+        self.run_limit = _check_limit("run_limit", run_limit)
+        self.exit_behavior = exit_behavior
+        self._name = name or "ModelCallLimitMiddleware"
+        self.thread_key = f"{self._name}.thread_model_calls"
+        self.run_key = f"{self._name}.run_model_calls"
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def before_agent(self, state: AgentState, runtime: Runtime) -> dict[str, Any]:
+        return {self.run_key: 0}
+
+    def before_model(self, state: AgentState, runtime: Runtime) -> dict[str, Any] | None:
+        thread = int(state.values.get(self.thread_key, 0))
+        run = int(state.values.get(self.run_key, 0))
+        if self.thread_limit is not None and thread >= self.thread_limit:
+            reason = f"the thread has made {thread} model calls, its limit"
+        elif self.run_limit is not None and run >= self.run_limit:
+            reason = f"this run has made {run} model calls, its limit"
+        else:
+            return None
+        if self.exit_behavior == "error":
+            raise ModelCallLimitError(f"model call limit reached: {reason}", state=state)
+        text = f"I stopped here: {reason}."
+        return {"messages": [AssistantMessage(content=text)], "jump_to": "end"}
+
+    def after_model(self, state: AgentState, runtime: Runtime) -> dict[str, Any]:
+        values = state.values
+        return {
+            self.thread_key: int(values.get(self.thread_key, 0)) + 1,
+            self.run_key: int(values.get(self.run_key, 0)) + 1,
+        }
+
+
+class ToolCallLimitMiddleware(AgentMiddleware):
+    """Limit tool calls: of every tool together, or of one tool (``tool_name``).
+
+    The calls a model reply asks for are counted after the reply; calls past the limit
+    never run.
+
+    Args:
+        tool_name: count only this tool's calls; ``None``: every call.
+        thread_limit: calls over the whole thread (all runs sharing its state).
+        run_limit: calls in one run.
+        exit_behavior: ``"continue"``: answer the calls over the limit with an error and
+            run the others; ``"end"``: run none of the reply's calls and end the run with an
+            assistant message saying why; ``"error"``: raise
+            :class:`~toolloop.agents.ToolCallLimitError`.
+        name: the middleware's name (and its counters' keys); by default it names the tool,
+            so that several limits can sit side by side.
+    """
+
+    def __init__(
+        self,
+        *,
+        tool_name: str | None = None,
+        thread_limit: int | None = None,
+        run_limit: int | None = None,
+        exit_behavior: Literal["continue", "end", "error"] = "continue",
+        name: str | None = None,
+    ) -> None:
+        if thread_limit is None and run_limit is None:
+            raise ValueError("give ToolCallLimitMiddleware a thread_limit, a run_limit or both")
+        if exit_behavior not in ("continue", "end", "error"):
+            raise ValueError(
+                f"exit_behavior is 'continue', 'end' or 'error', got {exit_behavior!r}"
+            )
+        self.tool_name = tool_name
+        self.thread_limit = _check_limit("thread_limit", thread_limit)
+        self.run_limit = _check_limit("run_limit", run_limit)
+        self.exit_behavior = exit_behavior
+        default = "ToolCallLimitMiddleware" + (f"[{tool_name}]" if tool_name else "")
+        self._name = name or default
+        self.thread_key = f"{self._name}.thread_tool_calls"
+        self.run_key = f"{self._name}.run_tool_calls"
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def before_agent(self, state: AgentState, runtime: Runtime) -> dict[str, Any]:
+        return {self.run_key: 0}
+
+    def after_model(self, state: AgentState, runtime: Runtime) -> dict[str, Any] | None:
+        pending = pending_tool_calls(state.messages)
+        counted = [c for c in pending if self.tool_name is None or c.name == self.tool_name]
+        if not counted:
+            return None
+        thread = int(state.values.get(self.thread_key, 0))
+        run = int(state.values.get(self.run_key, 0))
+        room = min(_room(self.thread_limit, thread), _room(self.run_limit, run))
+        if len(counted) <= room:
+            return {self.thread_key: thread + len(counted), self.run_key: run + len(counted)}
+        what = f"calls of {self.tool_name!r}" if self.tool_name else "tool calls"
+        scope = "thread" if _room(self.thread_limit, thread) == room else "run"
+        limit = self.thread_limit if scope == "thread" else self.run_limit
+        reason = f"the {scope} limit of {limit} {what} is reached"
+        if self.exit_behavior == "error":
+            raise ToolCallLimitError(
+                f"{reason}: the model asked for {len(counted)} more", state=state
+            )
+        if self.exit_behavior == "end":
+            answers = [error_message(c, f"{reason}; this call did not run") for c in pending]
+            text = f"I stopped here: {reason}."
+            return {"messages": [*answers, AssistantMessage(content=text)], "jump_to": "end"}
+        allowed = int(room)
+        blocked = counted[allowed:]
+        return {
+            "messages": [
+                error_message(c, f"{reason}; this call did not run. Do without it.")
+                for c in blocked
+            ],
+            self.thread_key: thread + allowed,
+            self.run_key: run + allowed,
+        }
