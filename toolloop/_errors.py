@@ -20,6 +20,14 @@ Definition mistakes (how something was built) are kept apart from failures while
         ├── ModelCallError              the model could not be reached, or answered an error
         └── ModelOutputError            the model's output is unusable (malformed, truncated)
 
+Subpackages add their own, under these: the agents' (``toolloop.agents``:
+``AgentDefinitionError`` under ``DefinitionError``; ``AgentModelError``,
+``StructuredOutputError``, ``ModelCallLimitError``, ``ToolCallLimitError`` under
+``ExecutionError``), the checkpoints' (``toolloop.checkpoints``: ``CheckpointError`` and
+its ``CheckpointConflictError``, ``CorruptCheckpointError`` under ``RunError``;
+``RunNotFoundError``, ``RunNotResumableError``, ``DecisionError`` under ``ResumeError``),
+and ``toolloop.tracing.TraceError`` for an unreadable trace file.
+
 Every message says what was expected, what came, and what to do.
 """
 

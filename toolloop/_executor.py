@@ -160,20 +160,12 @@ class Executor:
             return ToolExecutionRecord.failed(command, str(exc))
         except Exception as exc:  # a validator that broke: still a record, never a crash
             return ToolExecutionRecord.failed(command, _error_text(name, exc))
-        limiter = self.limiter
-        if limiter is not None:
-            # Its own borrower per call: the task may already hold a token (nested runs).
-            borrower = object()
-            await limiter.acquire_on_behalf_of(borrower)
         try:
-            result = await tool.execute(arguments, timeout=self.tool_timeout)
+            result = await self.execute(tool, arguments)
         except ToolTimeoutError as exc:
             return ToolExecutionRecord.failed(command, str(exc))
         except Exception as exc:
             return ToolExecutionRecord.failed(command, _error_text(name, exc))
-        finally:
-            if limiter is not None:
-                limiter.release_on_behalf_of(borrower)
         return ToolExecutionRecord.succeeded(command, result)
 
     async def execute(self, tool: Tool, arguments: dict[str, Any]) -> Any:
@@ -187,6 +179,7 @@ class Executor:
         limiter = self.limiter
         if limiter is None:
             return await tool.execute(arguments, timeout=self.tool_timeout)
+        # its own borrower per call: the task may already hold a token (nested runs)
         borrower = object()
         await limiter.acquire_on_behalf_of(borrower)
         try:

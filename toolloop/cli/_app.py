@@ -43,7 +43,11 @@ Progress is live on a terminal, one line per event otherwise (or with --plain).
 Exit status: 0 done, 1 the run failed, 2 bad arguments, 130 interrupted.
 """
 
-_FLOWS = {"loop": "toolloop.loop:loop_flow"}
+_FLOWS = {
+    "loop": "toolloop.loop:loop_flow",
+    "agent": "toolloop.agents:agent_flow",
+    "status-agent": "toolloop.agents:status_agent_flow",
+}
 """Flows ``toolloop graph`` knows by name."""
 
 
