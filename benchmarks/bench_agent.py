@@ -50,6 +50,7 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
+from bench_loop import make_tools  # the same four tools as the loop's benchmark
 
 from toolloop.agents import (
     Agent,
@@ -80,57 +81,6 @@ ToolFunction = Callable[..., Awaitable[dict[str, Any]]]
 
 
 # -- the workload ---------------------------------------------------------------------------
-
-
-def make_tools(delay: float) -> list[ToolFunction]:
-    """Four typed async tools that take ``delay`` seconds (0: return at once, no await)."""
-
-    async def get_weather(city: str, days: int = 3) -> dict[str, Any]:
-        """The forecast for a city.
-
-        Args:
-            city: the city's name.
-            days: how many days ahead.
-        """
-        if delay:
-            await anyio.sleep(delay)
-        return {"city": city, "days": days, "max_c": 24, "sky": "sunny"}
-
-    async def find_fare(origin: str, destination: str) -> dict[str, Any]:
-        """The cheapest train fare between two cities, in EUR.
-
-        Args:
-            origin: where the trip starts.
-            destination: where it ends.
-        """
-        if delay:
-            await anyio.sleep(delay)
-        return {"from": origin, "to": destination, "eur": 89.0}
-
-    async def find_hotel(city: str, nights: int, max_eur: float = 150.0) -> dict[str, Any]:
-        """The best hotel in a city under a price per night.
-
-        Args:
-            city: where.
-            nights: how many nights.
-            max_eur: the most to pay per night, in EUR.
-        """
-        if delay:
-            await anyio.sleep(delay)
-        return {"city": city, "nights": nights, "hotel": "Casa Azul", "eur": min(max_eur, 95.0)}
-
-    async def convert_currency(amount: float, to: str) -> dict[str, Any]:
-        """Convert an amount in EUR to another currency.
-
-        Args:
-            amount: the amount in EUR.
-            to: the ISO code of the target currency.
-        """
-        if delay:
-            await anyio.sleep(delay)
-        return {"amount": round(amount * 1.08, 2), "currency": to}
-
-    return [get_weather, find_fare, find_hotel, convert_currency]
 
 
 def _call(name: str, **args: Any) -> FakeToolCall:
