@@ -44,7 +44,7 @@ import gc
 import json
 import statistics
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -76,8 +76,6 @@ CONCURRENCY = 4
 CALLS_PER_RUN = 8
 FINAL = "Lisbon it is: sunny, 89 EUR by train, Casa Azul at 95 EUR a night."
 W2_TOOL_SECONDS = 0.05
-
-ToolFunction = Callable[..., Awaitable[dict[str, Any]]]
 
 
 # -- the workload ---------------------------------------------------------------------------
