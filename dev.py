@@ -9,6 +9,8 @@ Needs only Python 3.10+. The first call creates ``.venv`` and installs toolloop 
 - ``bench``: the benchmarks, printing their figures.
 - ``docs``: build the documentation site into ``site/`` (``mkdocs build --strict``);
   ``serve`` to browse it live.
+- ``peers``: the loop's workload in toolloop and in its peers (LangGraph, pydantic-ai, ...),
+  installed in ``.venv-peers`` of their own; writes the table into ``docs/benchmarks.md``.
 - ``real-model``: the opt-in suite against a real small model served on 127.0.0.1 (the first
   run compiles llama.cpp, ~30 minutes; see the README).
 - anything else is run inside the venv, e.g. ``python3 dev.py pytest -k flow``.
@@ -65,6 +67,9 @@ JOBS: dict[str, list[list[str]]] = {
     # opt-in: installs llama-cpp-python (its first build takes ~30 min) and a small model
     # into .venv-model, serves it, runs the real_model tests against it, stops the server
     "real-model": [["python", "tests/real_model/run.py"]],
+    # toolloop next to LangGraph, pydantic-ai, the OpenAI Agents SDK, LlamaIndex and Agently:
+    # installs them into .venv-peers (never into .venv), then runs benchmarks/peers/run.py there
+    "peers": [["python", "benchmarks/peers/make_venv.py"]],
 }
 
 
