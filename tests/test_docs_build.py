@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from toolloop import loop_flow
+from toolloop.loop import loop_flow
 
 ROOT = Path(__file__).resolve().parent.parent
 

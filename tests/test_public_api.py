@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,20 +15,30 @@ import toolloop
 PUBLIC_MODULES = [
     "toolloop",
     "toolloop.agents",
+    "toolloop.agents.middleware",
     "toolloop.checkpoints",
     "toolloop.cli",
+    "toolloop.errors",
     "toolloop.flow",
     "toolloop.loop",
     "toolloop.middleware",
     "toolloop.models",
     "toolloop.planners",
+    "toolloop.runner",
+    "toolloop.status_agent",
     "toolloop.testing",
     "toolloop.tools",
     "toolloop.tracing",
 ]
 
-# what the top level re-exports in full
-FULLY_REEXPORTED = ["toolloop.loop", "toolloop.planners", "toolloop.tools", "toolloop._errors"]
+MENU_GROUPS = [
+    "# the main calls",
+    "# tools and what comes of them",
+    "# planners and models",
+    "# agents",
+    "# checkpoints and human decisions",
+    "# errors",
+]
 
 
 def _isort_key(name: str) -> tuple[int, str]:
@@ -36,7 +48,7 @@ def _isort_key(name: str) -> tuple[int, str]:
     return (1 if name[:1].isupper() else 2, name)
 
 
-@pytest.mark.parametrize("name", PUBLIC_MODULES)
+@pytest.mark.parametrize("name", [m for m in PUBLIC_MODULES if m != "toolloop"])
 def test_all_is_sorted_and_importable(name: str) -> None:
     module = importlib.import_module(name)
     names = list(module.__all__)
@@ -46,13 +58,65 @@ def test_all_is_sorted_and_importable(name: str) -> None:
         assert hasattr(module, attr), f"{name}.{attr} is in __all__ but missing"
 
 
-@pytest.mark.parametrize("name", FULLY_REEXPORTED)
-def test_top_level_reexports(name: str) -> None:
-    module = importlib.import_module(name)
-    missing = sorted(set(module.__all__) - set(toolloop.__all__))
-    assert not missing, f"toolloop does not re-export {missing} from {name}"
-    for attr in module.__all__:
-        assert getattr(toolloop, attr) is getattr(module, attr)
+def _menu() -> list[list[str]]:
+    """The top level's ``__all__`` as written: its groups, in order."""
+    source = Path(toolloop.__file__).read_text()
+    body = source[source.index("__all__ = [") : source.index("]\n", source.index("__all__ = ["))]
+    groups: list[list[str]] = []
+    for line in body.splitlines()[1:]:
+        line = line.strip()
+        if line.startswith("#"):
+            groups.append([])
+            assert line in MENU_GROUPS, line
+        elif line:
+            groups[-1].extend(n.strip().strip('"') for n in line.split(",") if n.strip())
+    return groups
+
+
+def test_the_top_level_is_a_short_grouped_menu() -> None:
+    groups = _menu()
+    assert len(groups) == len(MENU_GROUPS)
+    for group in groups:
+        assert group == sorted(group, key=_isort_key), group
+    names = [n for group in groups for n in group]
+    assert names == list(toolloop.__all__)
+    assert 25 <= len(names) <= 35, len(names)
+    for name in names:
+        value = getattr(toolloop, name)
+        assert value is not None
+
+
+def test_the_top_level_names_are_the_subpackages_objects() -> None:
+    from toolloop import agents, checkpoints, errors, loop, planners, runner, tools
+
+    for name in ("async_plan_and_execute", "plan_and_execute", "LoopResult"):
+        assert getattr(toolloop, name) is getattr(loop, name)
+    assert toolloop.Tool is tools.Tool
+    assert toolloop.ToolExecutionRecord is runner.ToolExecutionRecord
+    assert toolloop.StructuredPlanner is planners.StructuredPlanner
+    assert toolloop.create_agent is agents.create_agent
+    assert toolloop.SQLiteCheckpointStore is checkpoints.SQLiteCheckpointStore
+    assert toolloop.ToolloopError is errors.ToolloopError
+
+
+def test_import_toolloop_is_light() -> None:
+    code = (
+        "import sys, toolloop; "
+        "heavy = [m for m in ('openai', 'sqlite3', 'toolloop.agents', 'toolloop.status_agent',"
+        " 'toolloop.loop', 'jsonschema') if m in sys.modules]; print(heavy)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_names_the_top_level_used_to_offer_still_resolve() -> None:
+    from toolloop.flow import Flow
+    from toolloop.loop import PlanDecided
+
+    assert toolloop.Flow is Flow
+    assert toolloop.PlanDecided is PlanDecided
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        toolloop.nothing_here  # noqa: B018
 
 
 def test_every_public_module_is_listed() -> None:

@@ -1,200 +1,163 @@
 """toolloop: an async plan/execute tool loop on a small event-triggered flow engine.
 
-The main call is :func:`async_plan_and_execute` (and its sync twin :func:`plan_and_execute`).
-The agents (:func:`create_agent`, :class:`StatusAgent`) are flows on the same engine.
-Subpackages: :mod:`toolloop.flow` (the engine), :mod:`toolloop.tools`, :mod:`toolloop.planners`,
-:mod:`toolloop.models` (model adapters and the incremental JSON reader) and
-:mod:`toolloop.testing` (public test doubles).
+The top level is a menu of what most programs need; everything else lives in its
+subpackage:
+
+- :mod:`toolloop.loop`: the plan/execute loop, its events and results;
+- :mod:`toolloop.tools`: tools from typed functions or JSON schemas, and the registry;
+- :mod:`toolloop.runner`: the one way tool calls run (limits, timeouts, one record each);
+- :mod:`toolloop.planners`, :mod:`toolloop.models`: planners and model adapters;
+- :mod:`toolloop.agents` (with :mod:`toolloop.agents.middleware`) and
+  :mod:`toolloop.status_agent`: the two agents;
+- :mod:`toolloop.checkpoints`: durable runs and human decisions;
+- :mod:`toolloop.flow`: the engine; :mod:`toolloop.tracing`: traces and pictures;
+  :mod:`toolloop.testing`: public test doubles.
+
+Names are imported on first use, so ``import toolloop`` stays light (no ``openai``, no
+``sqlite3``, no agents until you use them).
 """
 
 from __future__ import annotations
 
-from ._answer import final_answer as final_answer
-from ._answer import final_answer_messages as final_answer_messages
-from ._answer import stream_final_answer as stream_final_answer
-from ._errors import DefinitionError as DefinitionError
-from ._errors import ExecutionError as ExecutionError
-from ._errors import ExecutionStalledError as ExecutionStalledError
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ._errors import ExecutionTimeoutError as ExecutionTimeoutError
-from ._errors import FlowDefinitionError as FlowDefinitionError
 from ._errors import ModelCallError as ModelCallError
 from ._errors import ModelOutputError as ModelOutputError
 from ._errors import PlannerError as PlannerError
-from ._errors import ResumeError as ResumeError
-from ._errors import RunError as RunError
-from ._errors import StepFailedError as StepFailedError
-from ._errors import ToolArgumentsError as ToolArgumentsError
 from ._errors import ToolCallError as ToolCallError
-from ._errors import ToolDefinitionError as ToolDefinitionError
 from ._errors import ToolloopError as ToolloopError
-from ._errors import ToolNotFoundError as ToolNotFoundError
-from ._errors import ToolTimeoutError as ToolTimeoutError
-from ._executor import ExecutionRound as ExecutionRound
-from ._executor import Executor as Executor
-from ._executor import OnFinish as OnFinish
-from ._executor import OnStart as OnStart
-from ._records import DEFAULT_PURPOSE as DEFAULT_PURPOSE
-from ._records import ToolCommand as ToolCommand
-from ._records import ToolExecutionRecord as ToolExecutionRecord
-from .agents import Agent as Agent
-from .agents import AgentDefinitionError as AgentDefinitionError
-from .agents import AgentMiddleware as AgentMiddleware
-from .agents import AgentModelError as AgentModelError
-from .agents import AgentResult as AgentResult
-from .agents import AgentState as AgentState
-from .agents import Command as Command
-from .agents import ModelCallLimitError as ModelCallLimitError
-from .agents import Pause as Pause
-from .agents import ProviderStrategy as ProviderStrategy
-from .agents import StatusAgent as StatusAgent
-from .agents import StatusAgentResult as StatusAgentResult
-from .agents import StructuredOutputError as StructuredOutputError
-from .agents import Todo as Todo
-from .agents import ToolCallLimitError as ToolCallLimitError
-from .agents import ToolStrategy as ToolStrategy
-from .agents import agent_flow as agent_flow
-from .agents import create_agent as create_agent
-from .agents import status_agent_flow as status_agent_flow
-from .flow import Context as Context
-from .flow import Flow as Flow
-from .flow import FlowEvent as FlowEvent
-from .flow import FlowResult as FlowResult
-from .flow import FlowSnapshot as FlowSnapshot
-from .flow import Step as Step
-from .flow import TraceEntry as TraceEntry
-from .loop import EXTRA_INSTRUCTION as EXTRA_INSTRUCTION
-from .loop import CommandFinished as CommandFinished
-from .loop import CommandStarted as CommandStarted
-from .loop import LoopEvent as LoopEvent
-from .loop import LoopFinished as LoopFinished
-from .loop import LoopResult as LoopResult
-from .loop import LoopStream as LoopStream
-from .loop import NormalizedPlan as NormalizedPlan
-from .loop import PlanDecided as PlanDecided
-from .loop import PlanItem as PlanItem
-from .loop import RoundFinished as RoundFinished
-from .loop import RoundStarted as RoundStarted
-from .loop import RoundState as RoundState
-from .loop import StopReason as StopReason
-from .loop import async_plan_and_execute as async_plan_and_execute
-from .loop import loop_flow as loop_flow
-from .loop import normalize_plan as normalize_plan
-from .loop import plan_and_execute as plan_and_execute
-from .loop import stream_plan_and_execute as stream_plan_and_execute
-from .loop import to_action_results as to_action_results
-from .planners import PLANNER_SYSTEM_PROMPT as PLANNER_SYSTEM_PROMPT
-from .planners import TOOL_CALLING_SYSTEM_PROMPT as TOOL_CALLING_SYSTEM_PROMPT
-from .planners import Dispatch as Dispatch
-from .planners import Planner as Planner
-from .planners import PlannerContext as PlannerContext
-from .planners import PlannerLike as PlannerLike
-from .planners import PlannerReply as PlannerReply
-from .planners import PlannerSchema as PlannerSchema
-from .planners import StreamingPlanner as StreamingPlanner
-from .planners import StructuredPlanner as StructuredPlanner
-from .planners import ToolCallingPlanner as ToolCallingPlanner
-from .planners import ToolChoice as ToolChoice
-from .planners import planner_messages as planner_messages
-from .planners import planner_schema as planner_schema
-from .planners import tool_calling_messages as tool_calling_messages
-from .tools import Tool as Tool
-from .tools import ToolRegistry as ToolRegistry
-from .tools import async_call_tool as async_call_tool
-from .tools import tool as tool
+
+if TYPE_CHECKING:
+    from .agents import create_agent as create_agent
+    from .agents.middleware import HumanApprovalMiddleware as HumanApprovalMiddleware
+    from .agents.middleware import TodoListMiddleware as TodoListMiddleware
+    from .checkpoints import Approve as Approve
+    from .checkpoints import Edit as Edit
+    from .checkpoints import MemoryCheckpointStore as MemoryCheckpointStore
+    from .checkpoints import Reject as Reject
+    from .checkpoints import SQLiteCheckpointStore as SQLiteCheckpointStore
+    from .loop import LoopResult as LoopResult
+    from .loop import async_plan_and_execute as async_plan_and_execute
+    from .loop import final_answer as final_answer
+    from .loop import plan_and_execute as plan_and_execute
+    from .loop import stream_final_answer as stream_final_answer
+    from .loop import stream_plan_and_execute as stream_plan_and_execute
+    from .models import OpenAIChatModel as OpenAIChatModel
+    from .planners import PlannerContext as PlannerContext
+    from .planners import StructuredPlanner as StructuredPlanner
+    from .planners import ToolCallingPlanner as ToolCallingPlanner
+    from .runner import ToolCommand as ToolCommand
+    from .runner import ToolExecutionRecord as ToolExecutionRecord
+    from .status_agent import StatusAgent as StatusAgent
+    from .testing import ScriptedPlanner as ScriptedPlanner
+    from .tools import Tool as Tool
+    from .tools import tool as tool
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "DEFAULT_PURPOSE",
-    "EXTRA_INSTRUCTION",
-    "PLANNER_SYSTEM_PROMPT",
-    "TOOL_CALLING_SYSTEM_PROMPT",
-    "Agent",
-    "AgentDefinitionError",
-    "AgentMiddleware",
-    "AgentModelError",
-    "AgentResult",
-    "AgentState",
-    "Command",
-    "CommandFinished",
-    "CommandStarted",
-    "Context",
-    "DefinitionError",
-    "Dispatch",
-    "ExecutionError",
-    "ExecutionRound",
-    "ExecutionStalledError",
-    "ExecutionTimeoutError",
-    "Executor",
-    "Flow",
-    "FlowDefinitionError",
-    "FlowEvent",
-    "FlowResult",
-    "FlowSnapshot",
-    "LoopEvent",
-    "LoopFinished",
-    "LoopResult",
-    "LoopStream",
-    "ModelCallError",
-    "ModelCallLimitError",
-    "ModelOutputError",
-    "NormalizedPlan",
-    "OnFinish",
-    "OnStart",
-    "Pause",
-    "PlanDecided",
-    "PlanItem",
-    "Planner",
-    "PlannerContext",
-    "PlannerError",
-    "PlannerLike",
-    "PlannerReply",
-    "PlannerSchema",
-    "ProviderStrategy",
-    "ResumeError",
-    "RoundFinished",
-    "RoundStarted",
-    "RoundState",
-    "RunError",
-    "StatusAgent",
-    "StatusAgentResult",
-    "Step",
-    "StepFailedError",
-    "StopReason",
-    "StreamingPlanner",
-    "StructuredOutputError",
-    "StructuredPlanner",
-    "Todo",
-    "Tool",
-    "ToolArgumentsError",
-    "ToolCallError",
-    "ToolCallLimitError",
+# fmt: off
+__all__ = [  # noqa: RUF022  (grouped by purpose, sorted within each group)
+    # the main calls
+    "LoopResult", "async_plan_and_execute", "final_answer", "plan_and_execute",
+    "stream_final_answer", "stream_plan_and_execute",
+    # tools and what comes of them
+    "Tool", "ToolCommand", "ToolExecutionRecord", "tool",
+    # planners and models
+    "OpenAIChatModel", "PlannerContext", "ScriptedPlanner", "StructuredPlanner",
     "ToolCallingPlanner",
-    "ToolChoice",
-    "ToolCommand",
-    "ToolDefinitionError",
-    "ToolExecutionRecord",
-    "ToolNotFoundError",
-    "ToolRegistry",
-    "ToolStrategy",
-    "ToolTimeoutError",
-    "ToolloopError",
-    "TraceEntry",
-    "agent_flow",
-    "async_call_tool",
-    "async_plan_and_execute",
-    "create_agent",
-    "final_answer",
-    "final_answer_messages",
-    "loop_flow",
-    "normalize_plan",
-    "plan_and_execute",
-    "planner_messages",
-    "planner_schema",
-    "status_agent_flow",
-    "stream_final_answer",
-    "stream_plan_and_execute",
-    "to_action_results",
-    "tool",
-    "tool_calling_messages",
+    # agents
+    "HumanApprovalMiddleware", "StatusAgent", "TodoListMiddleware", "create_agent",
+    # checkpoints and human decisions
+    "Approve", "Edit", "MemoryCheckpointStore", "Reject", "SQLiteCheckpointStore",
+    # errors
+    "ExecutionTimeoutError", "ModelCallError", "ModelOutputError", "PlannerError",
+    "ToolCallError", "ToolloopError",
 ]
+# fmt: on
+
+_HOME = {
+    "LoopResult": "loop",
+    "async_plan_and_execute": "loop",
+    "plan_and_execute": "loop",
+    "stream_plan_and_execute": "loop",
+    "final_answer": "loop",
+    "stream_final_answer": "loop",
+    "Tool": "tools",
+    "tool": "tools",
+    "ToolCommand": "runner",
+    "ToolExecutionRecord": "runner",
+    "OpenAIChatModel": "models",
+    "PlannerContext": "planners",
+    "ScriptedPlanner": "testing",
+    "StructuredPlanner": "planners",
+    "ToolCallingPlanner": "planners",
+    "HumanApprovalMiddleware": "agents.middleware",
+    "TodoListMiddleware": "agents.middleware",
+    "create_agent": "agents",
+    "StatusAgent": "status_agent",
+    "Approve": "checkpoints",
+    "Edit": "checkpoints",
+    "MemoryCheckpointStore": "checkpoints",
+    "Reject": "checkpoints",
+    "SQLiteCheckpointStore": "checkpoints",
+}
+
+# Names the top level offered before it became a menu: they still resolve (from their
+# subpackage, where the documentation now shows them), but are not part of the menu.
+_FORMERLY = {
+    **dict.fromkeys(
+        (
+            "DefinitionError ExecutionError ExecutionStalledError FlowDefinitionError "
+            "ResumeError RunError StepFailedError ToolArgumentsError ToolDefinitionError "
+            "ToolNotFoundError ToolTimeoutError"
+        ).split(),
+        "errors",
+    ),
+    **dict.fromkeys("ExecutionRound Executor OnFinish OnStart".split(), "runner"),
+    "DEFAULT_PURPOSE": "runner",
+    "final_answer_messages": "loop",
+    **dict.fromkeys(
+        (
+            "Agent AgentDefinitionError AgentMiddleware AgentModelError AgentResult "
+            "AgentState Command ModelCallLimitError Pause ProviderStrategy "
+            "StructuredOutputError Todo ToolCallLimitError ToolStrategy agent_flow"
+        ).split(),
+        "agents",
+    ),
+    **dict.fromkeys("StatusAgentResult status_agent_flow".split(), "status_agent"),
+    **dict.fromkeys(
+        "Context Flow FlowEvent FlowResult FlowSnapshot Step TraceEntry".split(), "flow"
+    ),
+    **dict.fromkeys(
+        (
+            "EXTRA_INSTRUCTION CommandFinished CommandStarted LoopEvent LoopFinished "
+            "LoopStream NormalizedPlan PlanDecided PlanItem RoundFinished RoundStarted "
+            "RoundState StopReason loop_flow normalize_plan to_action_results"
+        ).split(),
+        "loop",
+    ),
+    **dict.fromkeys(
+        (
+            "PLANNER_SYSTEM_PROMPT TOOL_CALLING_SYSTEM_PROMPT Dispatch Planner PlannerLike "
+            "PlannerReply PlannerSchema StreamingPlanner ToolChoice planner_messages "
+            "planner_schema tool_calling_messages"
+        ).split(),
+        "planners",
+    ),
+    **dict.fromkeys("ToolRegistry async_call_tool".split(), "tools"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name) or _FORMERLY.get(name)
+    if home is None:
+        raise AttributeError(f"module 'toolloop' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

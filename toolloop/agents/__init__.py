@@ -54,35 +54,11 @@ from ._state import Command as Command
 from ._state import JumpTo as JumpTo
 from ._state import Todo as Todo
 from ._state import TodoStatus as TodoStatus
-from ._status import ApprovalPolicy as ApprovalPolicy
-from ._status import StatusAgent as StatusAgent
-from ._status import StatusAgentResult as StatusAgentResult
-from ._status_events import CheckpointSaved as CheckpointSaved
-from ._status_events import HumanInputRequested as HumanInputRequested
-from ._status_events import LoopGuardTripped as LoopGuardTripped
-from ._status_events import StatusChanged as StatusChanged
-from ._status_events import StatusEvent as StatusEvent
-from ._status_events import StatusToolCallFinished as StatusToolCallFinished
-from ._status_events import StatusToolCallStarted as StatusToolCallStarted
-from ._status_flow import status_agent_flow as status_agent_flow
-from ._status_llm import STATUS_SYSTEM_PROMPT as STATUS_SYSTEM_PROMPT
-from ._status_llm import LLMStatusSteps as LLMStatusSteps
-from ._status_state import AgentStatus as AgentStatus
-from ._status_state import StatusAgentState as StatusAgentState
-from ._status_state import StatusCallRecord as StatusCallRecord
-from ._status_state import StatusToolCall as StatusToolCall
-from ._status_steps import StatusCallRequest as StatusCallRequest
-from ._status_steps import StatusDecision as StatusDecision
-from ._status_steps import StatusPlan as StatusPlan
-from ._status_steps import StatusReflection as StatusReflection
-from ._status_steps import StatusSteps as StatusSteps
-from ._status_steps import StatusView as StatusView
 from ._structured import ProviderStrategy as ProviderStrategy
 from ._structured import ResponseFormat as ResponseFormat
 from ._structured import ToolStrategy as ToolStrategy
 
 __all__ = [
-    "STATUS_SYSTEM_PROMPT",
     "Agent",
     "AgentDefinitionError",
     "AgentEvent",
@@ -91,16 +67,10 @@ __all__ = [
     "AgentModelError",
     "AgentResult",
     "AgentState",
-    "AgentStatus",
-    "ApprovalPolicy",
     "AssistantMessage",
-    "CheckpointSaved",
     "Command",
     "HookResult",
-    "HumanInputRequested",
     "JumpTo",
-    "LLMStatusSteps",
-    "LoopGuardTripped",
     "Message",
     "MessageLike",
     "ModelCallFinished",
@@ -114,21 +84,6 @@ __all__ = [
     "ResponseFormat",
     "Route",
     "Runtime",
-    "StatusAgent",
-    "StatusAgentResult",
-    "StatusAgentState",
-    "StatusCallRecord",
-    "StatusCallRequest",
-    "StatusChanged",
-    "StatusDecision",
-    "StatusEvent",
-    "StatusPlan",
-    "StatusReflection",
-    "StatusSteps",
-    "StatusToolCall",
-    "StatusToolCallFinished",
-    "StatusToolCallStarted",
-    "StatusView",
     "StructuredOutputError",
     "SystemMessage",
     "Todo",
@@ -150,7 +105,15 @@ __all__ = [
     "create_agent",
     "route_after_model",
     "route_after_tools",
-    "status_agent_flow",
     "wrap_model_call",
     "wrap_tool_call",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # The status-routed agent lives in toolloop.status_agent; its names used to be here.
+    from .. import status_agent
+
+    if name in status_agent.__all__ or name == "ApprovalPolicy":
+        return getattr(status_agent, "RequireApproval" if name == "ApprovalPolicy" else name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

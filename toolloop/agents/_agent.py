@@ -12,7 +12,7 @@ import sniffio
 from .._errors import ResumeError
 from ..checkpoints import CheckpointedRun, CheckpointStore
 from ..flow import Execution, Flow, FlowEvent, FlowResult, FlowSnapshot, TraceEntry
-from ..models._chat import ChatModel
+from ..models import ChatModel
 from ..tools import Tool, ToolRegistry
 from ._flow import ANSWERED, AgentDeps, agent_flow
 from ._messages import AssistantMessage, Message, MessageLike, as_messages
@@ -303,7 +303,7 @@ def create_agent(
         model: any :class:`~toolloop.models.ChatModel` (e.g.
             :class:`~toolloop.models.OpenAIChatModel`).
         tools: typed functions, :class:`~toolloop.Tool` objects or a
-            :class:`~toolloop.ToolRegistry` (``return_direct`` tools end the run).
+            :class:`~toolloop.tools.ToolRegistry` (``return_direct`` tools end the run).
         system_prompt: sent first on every model call.
         middleware: :class:`AgentMiddleware` instances, in order (the first registered is
             the outermost ``wrap_*``; ``before_*`` hooks run in order, ``after_*`` reversed).

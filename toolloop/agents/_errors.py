@@ -10,7 +10,7 @@
             ├── ModelCallLimitError     a model-call limit was reached (exit_behavior="error")
             └── ToolCallLimitError      a tool-call limit was reached (exit_behavior="error")
 
-Run failures are :class:`~toolloop.ExecutionError` subclasses, so they leave the flow engine
+Run failures are :class:`~toolloop.errors.ExecutionError` subclasses, so they leave the flow engine
 as they were raised, with the run's trace and state (``.state.messages`` keeps the
 conversation so far).
 """

@@ -33,7 +33,7 @@ import anyio
 
 from .._errors import ExecutionTimeoutError
 from ..flow import Context, FlowEvent
-from ..models._chat import ChatModel
+from ..models import ChatModel
 from ..tools import Tool
 from ._errors import AgentDefinitionError
 from ._messages import AssistantMessage, Message, ToolCall, ToolMessage
@@ -214,7 +214,7 @@ class AgentMiddleware:
 
     def check_answer(self, answer: Any, request: Any) -> Any:
         """Check (and convert) an answer before the paused run is resumed with it; raise
-        :class:`~toolloop.ResumeError` to refuse it (the snapshot stays usable)."""
+        :class:`~toolloop.errors.ResumeError` to refuse it (the snapshot stays usable)."""
         return answer
 
 

@@ -13,8 +13,7 @@ from typing import Any
 import anyio
 
 from .._errors import ModelCallError
-from ..models._chat import ChatRequest, StructuredOutput
-from ..planners._tool_calling import _CallReader, _parse_arguments
+from ..models import ChatRequest, StructuredOutput, ToolCallReader, parse_tool_arguments
 from ..tools import Tool
 from ._messages import AssistantMessage, ToolCall, new_id, to_openai
 from ._middleware import ModelRequest, ModelResponse
@@ -71,7 +70,7 @@ def _tool_call(name: str, call_id: str | None, text: str, seen: set[str]) -> Too
             error="the call names no tool",
             raw_arguments=text[:_MAX_RAW],
         )
-    args = _parse_arguments(text)
+    args = parse_tool_arguments(text)
     if isinstance(args, dict):
         return ToolCall.model_construct(
             id=call_id, name=name, args=args, error=None, raw_arguments=None
@@ -97,7 +96,7 @@ async def stream_model(
             than ``timeout`` (whatever the model raised is chained).
     """
     chat = chat_request(request, cache)
-    reader = _CallReader()
+    reader = ToolCallReader()
     content: list[str] = []
     with anyio.move_on_after(timeout) as scope:
         async with request.model.stream(chat) as deltas:

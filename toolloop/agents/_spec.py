@@ -13,8 +13,8 @@ from typing import Any
 
 import anyio
 
-from .._executor import Executor
-from ..models._chat import ChatModel
+from ..models import ChatModel
+from ..runner import Executor
 from ..tools import Tool, ToolRegistry
 from ._errors import AgentDefinitionError
 from ._messages import AssistantMessage, ToolMessage

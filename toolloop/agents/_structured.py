@@ -18,9 +18,7 @@ from typing import Any, TypeAlias
 
 import pydantic
 
-from ..tools import Tool
-from ..tools._function import _describe_pydantic_error
-from ..tools._schema import ArgumentsSchema
+from ..tools import ArgumentsSchema, Tool, describe_pydantic_error
 from ._errors import AgentDefinitionError
 
 __all__ = [
@@ -73,7 +71,7 @@ class OutputSchema:
                 return self.model.model_validate(value)
             except pydantic.ValidationError as exc:
                 problems = "; ".join(
-                    _describe_pydantic_error(e) for e in exc.errors(include_url=False)
+                    describe_pydantic_error(e) for e in exc.errors(include_url=False)
                 )
                 raise ValueError(f"the answer does not fit {self.name}: {problems}") from None
         assert self._check is not None

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._errors import ExecutionError, ToolArgumentsError, ToolNotFoundError
-from .._executor import Executor, _error_text
+from ..runner import Executor, tool_error_text
 from ..tools import ToolRegistry
 from ._messages import Message, ToolCall, ToolMessage, as_messages, content_text
 from ._middleware import Runtime, ToolCallRequest, ToolHandler
@@ -110,7 +110,7 @@ async def run_tool_call(
     except ExecutionError:
         raise
     except Exception as exc:
-        return ToolOutcome(error_message(call, _error_text(call.name, exc)))
+        return ToolOutcome(error_message(call, tool_error_text(call.name, exc)))
     if isinstance(result, Command):
         try:
             outcome = _from_command(call, result)

@@ -20,8 +20,7 @@ from typing import Literal
 from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
 
-from .._executor import Executor
-from .._records import ToolCommand, ToolExecutionRecord
+from ..runner import Executor, ToolCommand, ToolExecutionRecord
 from ._errors import CorruptCheckpointError
 from ._model import JournalEntry
 from ._run import CheckpointedRun

@@ -121,7 +121,7 @@ async def async_demo(options: DemoOptions, *, out: TextIO) -> LoopResult:
 
 
 async def _http_demo(options: DemoOptions, *, out: TextIO, display: Display) -> LoopResult:
-    from ..models._openai import OpenAIChatModel
+    from ..models import OpenAIChatModel
     from ..planners import StructuredPlanner
     from ..testing import FakeOpenAIServer
 

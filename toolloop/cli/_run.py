@@ -70,7 +70,7 @@ async def async_run(
         CLIError: the tools cannot be loaded (and what the run raises: ``PlannerError``,
             ``ModelCallError``, ...; :func:`toolloop.cli.main` tells them in one line).
     """
-    from ..models._openai import OpenAIChatModel  # imports openai: only when running
+    from ..models import OpenAIChatModel  # imports openai: only when running
 
     out = out if out is not None else sys.stdout
     if options.otel and not otel_available():

@@ -11,9 +11,8 @@ from typing import Any, TextIO
 
 import anyio
 
-from .._answer import stream_final_answer
 from ..flow import FlowEvent
-from ..loop import LoopResult
+from ..loop import LoopResult, stream_final_answer
 from ..models import ChatModel
 from ..tracing import OpenTelemetrySpans, TraceRecorder, write_timeline
 from ._load import CLIError

@@ -321,7 +321,7 @@ class Flow(Generic[S]):
         return to_mermaid(self)
 
     def validate(self) -> None:
-        """Check the definition; raises :class:`~toolloop.FlowDefinitionError` naming the
+        """Check the definition; raises :class:`~toolloop.errors.FlowDefinitionError` naming the
         culprit. Called before the first execution runs; cheap afterwards."""
         if self._valid:
             return

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from ._answer import final_answer as final_answer
+from ._answer import final_answer_messages as final_answer_messages
+from ._answer import stream_final_answer as stream_final_answer
 from ._api import LoopStream as LoopStream
 from ._api import async_plan_and_execute as async_plan_and_execute
 from ._api import plan_and_execute as plan_and_execute
@@ -39,9 +42,12 @@ __all__ = [
     "RoundState",
     "StopReason",
     "async_plan_and_execute",
+    "final_answer",
+    "final_answer_messages",
     "loop_flow",
     "normalize_plan",
     "plan_and_execute",
+    "stream_final_answer",
     "stream_plan_and_execute",
     "to_action_results",
 ]

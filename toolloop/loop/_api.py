@@ -11,9 +11,9 @@ import anyio
 import sniffio
 
 from .._errors import ExecutionTimeoutError, PlannerError
-from .._executor import Executor
 from ..flow import EventStream, Execution, FlowEvent
-from ..planners._base import PlannerLike
+from ..planners import PlannerLike
+from ..runner import Executor
 from ..tools import Tool, ToolRegistry
 from ._flow import LoopDeps, RoundState, commit_inflight, loop_flow
 from ._results import LoopResult
@@ -124,7 +124,7 @@ async def async_plan_and_execute(
     Args:
         user_input: the user's request, given to the planner every round.
         tools: the tools the planner may call: typed functions, :class:`~toolloop.Tool`
-            objects, or a :class:`~toolloop.ToolRegistry`.
+            objects, or a :class:`~toolloop.tools.ToolRegistry`.
         planner: decides each round (see :class:`~toolloop.planners.Planner`).
         max_rounds: at most this many rounds execute tools; checked before the planner is
             called, so no planner call is wasted.

@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from .._records import ToolCommand, ToolExecutionRecord
 from ..flow import FlowEvent
+from ..runner import ToolCommand, ToolExecutionRecord
 from ._results import StopReason
 
 __all__ = [

@@ -23,16 +23,15 @@ import anyio
 from pydantic import BaseModel, Field
 
 from .._errors import PlannerError
-from .._executor import Executor, cancelled_error
-from .._records import ToolCommand, ToolExecutionRecord
 from ..flow import Context, Flow
-from ..planners._base import (
+from ..planners import (
     PlannerContext,
     PlannerLike,
     PlannerReply,
     StreamingPlanner,
     call_planner,
 )
+from ..runner import Executor, ToolCommand, ToolExecutionRecord, cancelled_error
 from ..tools import ToolRegistry
 from ._events import (
     CommandFinished,

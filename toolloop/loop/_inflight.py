@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import anyio
 
-from .._executor import cancelled_error
-from .._records import ToolCommand, ToolExecutionRecord
+from ..runner import ToolCommand, ToolExecutionRecord, cancelled_error
 from ._normalize import PlanItem
 
 __all__ = ["Inflight"]

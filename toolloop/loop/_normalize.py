@@ -24,8 +24,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .._records import DEFAULT_PURPOSE, ToolCommand, ToolExecutionRecord
-from ..planners._base import PlannerReply
+from ..planners import PlannerReply
+from ..runner import DEFAULT_PURPOSE, ToolCommand, ToolExecutionRecord
 from ._results import StopReason
 
 __all__ = ["NormalizedPlan", "PlanItem", "normalize_command", "normalize_plan", "over_limit"]

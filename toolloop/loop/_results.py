@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 from pydantic_core import to_jsonable_python
 
-from .._records import ToolExecutionRecord
+from ..runner import ToolExecutionRecord
 
 __all__ = ["EXTRA_INSTRUCTION", "LoopResult", "StopReason", "to_action_results"]
 

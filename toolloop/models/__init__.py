@@ -24,6 +24,9 @@ from ._json_events import format_json_path as format_json_path
 from ._json_events import remaining_choices as remaining_choices
 from ._json_events import settle_choice as settle_choice
 from ._json_reader import JSONStreamReader as JSONStreamReader
+from ._tool_calls import StreamedToolCall as StreamedToolCall
+from ._tool_calls import ToolCallReader as ToolCallReader
+from ._tool_calls import parse_tool_arguments as parse_tool_arguments
 
 if TYPE_CHECKING:
     from ._openai import OpenAIChatModel as OpenAIChatModel
@@ -37,12 +40,15 @@ __all__ = [
     "JSONPath",
     "JSONStreamReader",
     "OpenAIChatModel",
+    "StreamedToolCall",
     "StringDelta",
     "StructuredOutput",
     "StructuredOutputMode",
     "ToolCallDelta",
+    "ToolCallReader",
     "ValueDone",
     "format_json_path",
+    "parse_tool_arguments",
     "remaining_choices",
     "settle_choice",
 ]

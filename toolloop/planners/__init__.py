@@ -8,6 +8,7 @@ from ._base import PlannerContext as PlannerContext
 from ._base import PlannerLike as PlannerLike
 from ._base import PlannerReply as PlannerReply
 from ._base import StreamingPlanner as StreamingPlanner
+from ._base import call_planner as call_planner
 from ._prompt import PLANNER_SYSTEM_PROMPT as PLANNER_SYSTEM_PROMPT
 from ._prompt import PlannerSchema as PlannerSchema
 from ._prompt import planner_messages as planner_messages
@@ -31,6 +32,7 @@ __all__ = [
     "StructuredPlanner",
     "ToolCallingPlanner",
     "ToolChoice",
+    "call_planner",
     "planner_messages",
     "planner_schema",
     "tool_calling_messages",

@@ -8,7 +8,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .._records import ToolExecutionRecord
+from ..runner import ToolExecutionRecord
 
 __all__ = [
     "Dispatch",

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
-from .._records import ToolExecutionRecord
+from ..runner import ToolExecutionRecord
 from ._base import PlannerContext
 
 __all__ = [

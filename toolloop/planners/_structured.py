@@ -17,9 +17,14 @@ from time import perf_counter
 from typing import Any
 
 from .._errors import ModelOutputError
-from ..models._chat import ChatModel, ChatRequest, StructuredOutput
-from ..models._json_events import remaining_choices, settle_choice
-from ..models._json_reader import JSONStreamReader
+from ..models import (
+    ChatModel,
+    ChatRequest,
+    JSONStreamReader,
+    StructuredOutput,
+    remaining_choices,
+    settle_choice,
+)
 from ._base import Dispatch, PlannerContext, PlannerReply
 from ._prompt import PLANNER_SYSTEM_PROMPT, PlannerSchema, planner_messages
 

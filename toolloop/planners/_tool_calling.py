@@ -19,15 +19,14 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any, TypeAlias
 
 from pydantic_core import to_jsonable_python
 
 from .._errors import ModelOutputError
-from .._records import ToolExecutionRecord
-from ..models._chat import ChatModel, ChatRequest, ToolCallDelta
+from ..models import ChatModel, ChatRequest, ToolCallReader, parse_tool_arguments
+from ..runner import ToolExecutionRecord
 from ._base import Dispatch, PlannerContext, PlannerReply
 
 __all__ = [
@@ -150,61 +149,6 @@ def tool_calling_messages(
     return messages
 
 
-def _parse_arguments(text: str) -> Any:
-    """The arguments as parsed JSON; the raw text when it is not JSON (the loop then makes
-    the call a failed record that quotes it); ``{}`` when there are none."""
-    if not text.strip():
-        return {}
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return text
-    return {} if value is None else value
-
-
-@dataclass
-class _Call:
-    index: int | None
-    id: str | None
-    name: str
-    arguments: list[str] = field(default_factory=list)
-
-
-class _CallReader:
-    """Streamed tool-call pieces put together by ``index`` (a new ``id`` at an index that
-    already has one, or a named piece without an index, starts a new call)."""
-
-    __slots__ = ("_open", "calls")
-
-    def __init__(self) -> None:
-        self.calls: list[_Call] = []
-        self._open: dict[int | None, _Call] = {}
-
-    def feed(self, pieces: Sequence[ToolCallDelta]) -> None:
-        for piece in pieces:
-            key: int | None = piece.index  # some servers leave it out
-            call: _Call | None
-            if key is None:
-                call = self.calls[-1] if self.calls else None
-                starts = piece.id is not None or piece.name is not None
-            else:
-                call = self._open.get(key)
-                starts = False
-            if call is not None and piece.id is not None and call.id not in (None, piece.id):
-                starts = True
-            if starts or call is None:
-                call = _Call(index=key, id=piece.id, name=piece.name or "")
-                self.calls.append(call)
-                self._open[key] = call
-            else:
-                if call.id is None and piece.id is not None:
-                    call.id = piece.id
-                if not call.name and piece.name:
-                    call.name = piece.name
-            if piece.arguments:
-                call.arguments.append(piece.arguments)
-
-
 class ToolCallingPlanner:
     """Plans with the model's native tool calling, streamed.
 
@@ -292,7 +236,7 @@ class ToolCallingPlanner:
     async def _plan(self, context: PlannerContext, dispatch: Dispatch | None) -> PlannerReply:
         request = self.request(context)
         seen = Counter(record.tool_name for record in context.done_plans)
-        reader = _CallReader()
+        reader = ToolCallReader()
         commands: list[dict[str, Any]] = []
         content: list[str] = []
         chars = 0
@@ -307,7 +251,7 @@ class ToolCallingPlanner:
                 command = {
                     "purpose": f"{call.name or 'tool call'} #{seen[call.name]}",
                     "tool_name": call.name,
-                    "tool_kwargs": _parse_arguments("".join(call.arguments)),
+                    "tool_kwargs": parse_tool_arguments("".join(call.arguments)),
                     "todo_suggestion": "",
                 }
                 commands.append(command)

@@ -20,7 +20,7 @@ import anyio
 import anyio.lowlevel
 
 from .._errors import ModelCallError
-from ..models._chat import ChatDelta, ChatRequest, ToolCallDelta
+from ..models import ChatDelta, ChatRequest, ToolCallDelta
 from ._openai_replies import FakeToolCall
 
 __all__ = ["ScriptedChatModel", "ScriptedChatReply", "ScriptedChatStream"]

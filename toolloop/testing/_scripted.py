@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import anyio
 
-from ..planners._base import PlannerContext
+from ..planners import PlannerContext
 
 __all__ = ["ScriptedPlanner"]
 

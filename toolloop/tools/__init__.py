@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from ._function import describe_pydantic_error as describe_pydantic_error
 from ._registry import ToolRegistry as ToolRegistry
+from ._schema import ArgumentsSchema as ArgumentsSchema
 from ._tool import Tool as Tool
 from ._tool import async_call_tool as async_call_tool
 from ._tool import tool as tool
 
-__all__ = ["Tool", "ToolRegistry", "async_call_tool", "tool"]
+__all__ = [
+    "ArgumentsSchema",
+    "Tool",
+    "ToolRegistry",
+    "async_call_tool",
+    "describe_pydantic_error",
+    "tool",
+]

@@ -23,7 +23,7 @@ from pydantic.fields import FieldInfo
 from .._errors import ToolArgumentsError, ToolDefinitionError
 from ._schema import describe_value, format_path
 
-__all__ = ["FunctionSignature", "inspect_function", "parse_docstring"]
+__all__ = ["FunctionSignature", "describe_pydantic_error", "inspect_function", "parse_docstring"]
 
 _SECTION = re.compile(r"^([A-Z][A-Za-z ]*):\s*$")
 _ARGS_SECTIONS = frozenset(
@@ -220,7 +220,7 @@ def _converter(
             instance = validate(arguments)
         except pydantic.ValidationError as exc:
             problems = "; ".join(
-                _describe_pydantic_error(err) for err in exc.errors(include_url=False)
+                describe_pydantic_error(err) for err in exc.errors(include_url=False)
             )
             raise ToolArgumentsError(
                 f"arguments for {owner} do not fit its parameters: {problems}"
@@ -277,7 +277,8 @@ def _unchanged_check(annotation: Any) -> Callable[[Any], bool] | None:
     return None
 
 
-def _describe_pydantic_error(error: Any) -> str:
+def describe_pydantic_error(error: Any) -> str:
+    """One error of a pydantic ``ValidationError`` as a line: where, what, what came."""
     path = format_path([p for p in error["loc"] if isinstance(p, (str, int))])
     where = f"at {path!r}: " if path else ""
     return f"{where}{error['msg']}, got {describe_value(error.get('input'))}"

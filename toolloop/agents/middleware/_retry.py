@@ -2,7 +2,7 @@
 
 Only failures of the tool itself are retried: a call with arguments that fail the schema,
 or that names no tool, is answered at once (running it again would fail the same way).
-Each attempt has the agent's ``tool_timeout``; a :class:`~toolloop.ToolTimeoutError` is a
+Each attempt has the agent's ``tool_timeout``; a :class:`~toolloop.errors.ToolTimeoutError` is a
 ``TimeoutError``, so ``retry_on=(TimeoutError,)`` retries timeouts.
 """
 
@@ -13,11 +13,11 @@ from collections.abc import Callable, Collection
 
 import anyio
 
-from .._executor import _error_text
-from ..agents._messages import ToolMessage
-from ..agents._middleware import AgentMiddleware, ToolCallRequest, ToolHandler
-from ..agents._state import Command
-from ..agents._tool_call import error_message
+from ...runner import tool_error_text
+from .._messages import ToolMessage
+from .._middleware import AgentMiddleware, ToolCallRequest, ToolHandler
+from .._state import Command
+from .._tool_call import error_message
 
 __all__ = ["ToolRetryMiddleware"]
 
@@ -109,4 +109,4 @@ class ToolRetryMiddleware(AgentMiddleware):
     def _failure(self, name: str, exc: Exception, attempts: int) -> str:
         if self.on_failure is not None:
             return self.on_failure(exc)
-        return f"{_error_text(name, exc)} (attempt {attempts} of {attempts}, no retry left)"
+        return f"{tool_error_text(name, exc)} (attempt {attempts} of {attempts}, no retry left)"

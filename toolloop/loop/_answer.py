@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
-from .loop._results import LoopResult
-from .models._chat import ChatDelta, ChatModel, ChatRequest
+from ..models import ChatDelta, ChatModel, ChatRequest
+from ._results import LoopResult
 
 __all__ = ["final_answer", "final_answer_messages", "stream_final_answer"]
 

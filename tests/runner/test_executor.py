@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from toolloop import ToolCommand, ToolExecutionRecord
-from toolloop._executor import Executor
+from toolloop.runner import Executor
 from toolloop.tools import Tool, ToolRegistry, tool
 
 pytestmark = pytest.mark.anyio

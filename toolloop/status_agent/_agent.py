@@ -27,8 +27,6 @@ from typing import Any, Literal
 import anyio
 from pydantic import BaseModel, ConfigDict
 
-from .._executor import Executor
-from .._records import ToolExecutionRecord
 from ..checkpoints import (
     Checkpoint,
     CheckpointedRun,
@@ -45,18 +43,19 @@ from ..checkpoints import (
     restore,
 )
 from ..flow import Execution, FlowEvent, FlowResult
-from ..models._chat import ChatModel
+from ..models import ChatModel
+from ..runner import Executor, ToolExecutionRecord
 from ..tools import Tool, ToolRegistry
-from ._status_flow import status_agent_flow
-from ._status_human import HUMAN_EVENT
-from ._status_llm import LLMStatusSteps
-from ._status_nodes import FLOW_NAME, RECOVER_EVENT, StatusDeps, recover_snapshot
-from ._status_state import StatusAgentState, StatusToolCall
-from ._status_steps import StatusSteps, StepFunction
+from ._flow import status_agent_flow
+from ._human import HUMAN_EVENT
+from ._llm import LLMStatusSteps
+from ._nodes import FLOW_NAME, RECOVER_EVENT, StatusDeps, recover_snapshot
+from ._state import StatusAgentState, StatusToolCall
+from ._steps import StatusSteps, StepFunction
 
-__all__ = ["ApprovalPolicy", "StatusAgent", "StatusAgentResult"]
+__all__ = ["RequireApproval", "StatusAgent", "StatusAgentResult"]
 
-ApprovalPolicy = bool | Collection[str] | Callable[[StatusToolCall], bool | str | None]
+RequireApproval = bool | Collection[str] | Callable[[StatusToolCall], bool | str | None]
 """Which tool calls wait for a human's approval: all (``True``), none (``False``), the tools
 named, or a function of the call (true or a reason: it waits)."""
 
@@ -90,7 +89,7 @@ class StatusAgentResult(BaseModel):
         return [r.record for r in self.state.records]
 
 
-def _approval(policy: ApprovalPolicy) -> Callable[[StatusToolCall], str | None]:
+def _approval(policy: RequireApproval) -> Callable[[StatusToolCall], str | None]:
     if policy is True:
         return lambda call: f"every call needs approval (tool {call.tool_name!r})"
     if policy is False:
@@ -146,7 +145,7 @@ class StatusAgent:
         reflect: StepFunction | None = None,
         converse: StepFunction | None = None,
         store: CheckpointStore | None = None,
-        require_approval: ApprovalPolicy = False,
+        require_approval: RequireApproval = False,
         max_steps: int = 50,
         max_idle_visits: int = 3,
         concurrency: int = 4,

@@ -11,7 +11,6 @@ import anyio
 import pytest
 from status_support import Scripted, Tools, call, calls, finish, make_agent
 
-from toolloop.agents._status import StatusAgent, StatusAgentResult
 from toolloop.checkpoints import (
     Approve,
     Checkpoint,
@@ -27,6 +26,7 @@ from toolloop.checkpoints import (
     SQLiteCheckpointStore,
 )
 from toolloop.flow import FlowSnapshot
+from toolloop.status_agent._agent import StatusAgent, StatusAgentResult
 
 pytestmark = pytest.mark.anyio
 

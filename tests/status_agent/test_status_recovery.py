@@ -11,9 +11,9 @@ import pytest
 from status_support import Scripted, Tools, call, calls, finish, make_agent, path_of
 
 from toolloop import ExecutionTimeoutError, StepFailedError
-from toolloop.agents._status import StatusAgent
 from toolloop.checkpoints import Approve, MemoryCheckpointStore, Reject, RunNotResumableError
 from toolloop.flow import FlowEvent
+from toolloop.status_agent._agent import StatusAgent
 
 pytestmark = pytest.mark.anyio
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from ..agents._errors import ModelCallLimitError, ToolCallLimitError
-from ..agents._messages import AssistantMessage, pending_tool_calls
-from ..agents._middleware import AgentMiddleware, Runtime
-from ..agents._state import AgentState
-from ..agents._tool_call import error_message
+from .._errors import ModelCallLimitError, ToolCallLimitError
+from .._messages import AssistantMessage, pending_tool_calls
+from .._middleware import AgentMiddleware, Runtime
+from .._state import AgentState
+from .._tool_call import error_message
 
 __all__ = ["ModelCallLimitMiddleware", "ToolCallLimitMiddleware"]
 

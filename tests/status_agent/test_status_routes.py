@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 from status_support import Scripted, Tools, call, calls, finish, make_agent, path_of
 
-from toolloop.agents._status_events import CheckpointSaved
-from toolloop.agents._status_flow import ROUTES, next_step, status_agent_flow
-from toolloop.agents._status_state import StatusAgentState, StatusToolCall
 from toolloop.checkpoints import Approve, Continue, Edit, Reject, Replan, Stop
 from toolloop.flow import FlowEvent
+from toolloop.status_agent._events import CheckpointSaved
+from toolloop.status_agent._flow import ROUTES, next_step, status_agent_flow
+from toolloop.status_agent._state import StatusAgentState, StatusToolCall
 
 pytestmark = pytest.mark.anyio
 

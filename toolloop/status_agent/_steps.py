@@ -24,7 +24,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ._status_state import AgentStatus, Note, StatusAgentState, StatusCallRecord, StatusToolCall
+from ._state import AgentStatus, Note, StatusAgentState, StatusCallRecord, StatusToolCall
 
 __all__ = [
     "StatusCallRequest",

@@ -15,9 +15,9 @@ from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
 from .._errors import ModelOutputError
-from ..loop._results import EXTRA_INSTRUCTION
-from ..models._chat import ChatModel, ChatRequest, StructuredOutput
-from ._status_steps import StatusDecision, StatusPlan, StatusReflection, StatusView, as_output
+from ..loop import EXTRA_INSTRUCTION
+from ..models import ChatModel, ChatRequest, StructuredOutput
+from ._steps import StatusDecision, StatusPlan, StatusReflection, StatusView, as_output
 
 __all__ = ["STATUS_SYSTEM_PROMPT", "LLMStatusSteps", "status_context"]
 

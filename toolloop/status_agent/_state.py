@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .._records import ToolCommand, ToolExecutionRecord
 from ..checkpoints import HumanDecision, HumanRequest
+from ..runner import ToolCommand, ToolExecutionRecord
 
 __all__ = [
     "AgentStatus",

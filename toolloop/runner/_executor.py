@@ -29,11 +29,18 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from ._errors import ToolCallError, ToolTimeoutError
+from .._errors import ToolCallError, ToolTimeoutError
+from ..tools import Tool, ToolRegistry
 from ._records import ToolCommand, ToolExecutionRecord
-from .tools import Tool, ToolRegistry
 
-__all__ = ["ExecutionRound", "Executor", "OnFinish", "OnStart"]
+__all__ = [
+    "ExecutionRound",
+    "Executor",
+    "OnFinish",
+    "OnStart",
+    "cancelled_error",
+    "tool_error_text",
+]
 
 OnStart = Callable[[int, ToolCommand], object]
 """``on_start(index, command)``: a call starts (limits acquired); ``index`` in the round."""
@@ -43,7 +50,8 @@ OnFinish = Callable[[int, ToolExecutionRecord, float], object]
 _MAX_ERROR_CHARS = 2000
 
 
-def _error_text(tool_name: str, exc: BaseException) -> str:
+def tool_error_text(tool_name: str, exc: BaseException) -> str:
+    """How a failed record says that a tool raised: the type and (bounded) message."""
     text = str(exc)
     if len(text) > _MAX_ERROR_CHARS:
         text = f"{text[:_MAX_ERROR_CHARS]}… ({len(text)} chars)"
@@ -159,13 +167,13 @@ class Executor:
         except ToolCallError as exc:  # unknown tool, bad arguments: the tool did not run
             return ToolExecutionRecord.failed(command, str(exc))
         except Exception as exc:  # a validator that broke: still a record, never a crash
-            return ToolExecutionRecord.failed(command, _error_text(name, exc))
+            return ToolExecutionRecord.failed(command, tool_error_text(name, exc))
         try:
             result = await self.execute(tool, arguments)
         except ToolTimeoutError as exc:
             return ToolExecutionRecord.failed(command, str(exc))
         except Exception as exc:
-            return ToolExecutionRecord.failed(command, _error_text(name, exc))
+            return ToolExecutionRecord.failed(command, tool_error_text(name, exc))
         return ToolExecutionRecord.succeeded(command, result)
 
     async def execute(self, tool: Tool, arguments: dict[str, Any]) -> Any:
@@ -173,7 +181,7 @@ class Executor:
         shared limiter and the timeout, and return what the tool returned.
 
         Unlike :meth:`call`, this raises: the tool's own exception, unchanged, or
-        :class:`~toolloop.ToolTimeoutError`. For callers that decide per exception what to do
+        :class:`~toolloop.errors.ToolTimeoutError`. For callers that decide per exception what to do
         (the agent's ``wrap_tool_call`` middleware retries chosen exceptions).
         """
         limiter = self.limiter

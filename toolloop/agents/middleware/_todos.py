@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..agents._messages import pending_tool_calls
-from ..agents._middleware import AgentMiddleware, ModelHandler, ModelRequest, ModelResponse
-from ..agents._state import AgentState, Command, Todo
-from ..agents._tool_call import error_message
-from ..tools import Tool
+from ...tools import Tool
+from .._messages import pending_tool_calls
+from .._middleware import AgentMiddleware, ModelHandler, ModelRequest, ModelResponse
+from .._state import AgentState, Command, Todo
+from .._tool_call import error_message
 
 __all__ = ["TODO_SYSTEM_PROMPT", "WRITE_TODOS_DESCRIPTION", "TodoListMiddleware", "write_todos"]
 

@@ -24,10 +24,10 @@ from typing import Any
 
 import anyio
 
-from toolloop.agents._status import StatusAgent, StatusAgentResult
-from toolloop.agents._status_steps import StatusView
 from toolloop.checkpoints import CheckpointStore, SQLiteCheckpointStore
 from toolloop.flow import FlowEvent
+from toolloop.status_agent._agent import StatusAgent, StatusAgentResult
+from toolloop.status_agent._steps import StatusView
 
 
 class Scripted:

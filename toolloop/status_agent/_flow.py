@@ -31,8 +31,8 @@ from collections.abc import Callable, Hashable
 from typing import Any, cast
 
 from ..flow import Context, Flow, Step, Target
-from ._status_human import HUMAN_EVENT
-from ._status_nodes import (
+from ._human import HUMAN_EVENT
+from ._nodes import (
     FLOW_NAME,
     RECOVER_EVENT,
     analysis,
@@ -45,7 +45,7 @@ from ._status_nodes import (
     reflection,
     tool_execution,
 )
-from ._status_state import NodeName, StatusAgentState
+from ._state import NodeName, StatusAgentState
 
 __all__ = ["ROUTES", "next_step", "status_agent_flow"]
 

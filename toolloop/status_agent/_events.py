@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from .._records import ToolExecutionRecord
 from ..checkpoints import CallSource, CheckpointStatus, HumanRequest
 from ..flow import FlowEvent
-from ._status_state import AgentStatus, NodeName
+from ..runner import ToolExecutionRecord
+from ._state import AgentStatus, NodeName
 
 __all__ = [
     "CheckpointSaved",

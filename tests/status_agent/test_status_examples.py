@@ -11,13 +11,13 @@ import pytest
 from status_support import Scripted, call, calls, finish, path_of
 
 from toolloop import ModelOutputError, StepFailedError
-from toolloop.agents._status import StatusAgent
-from toolloop.agents._status_llm import LLMStatusSteps
-from toolloop.agents._status_state import StatusAgentState
-from toolloop.agents._status_steps import StatusView
 from toolloop.checkpoints import Replan, SQLiteCheckpointStore
 from toolloop.loop import EXTRA_INSTRUCTION
 from toolloop.models import OpenAIChatModel
+from toolloop.status_agent._agent import StatusAgent
+from toolloop.status_agent._llm import LLMStatusSteps
+from toolloop.status_agent._state import StatusAgentState
+from toolloop.status_agent._steps import StatusView
 from toolloop.testing import FakeOpenAIServer, ScriptedChatModel
 
 pytestmark = [

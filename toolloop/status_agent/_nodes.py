@@ -17,8 +17,6 @@ from typing import Any
 
 import anyio
 
-from .._executor import Executor
-from .._records import ToolExecutionRecord
 from ..checkpoints import (
     Approve,
     CallSource,
@@ -31,7 +29,8 @@ from ..checkpoints import (
     call_once,
 )
 from ..flow import Context, FlowSnapshot, Step, Wait
-from ._status_events import (
+from ..runner import Executor, ToolExecutionRecord
+from ._events import (
     CheckpointSaved,
     HumanInputRequested,
     LoopGuardTripped,
@@ -39,15 +38,15 @@ from ._status_events import (
     StatusToolCallFinished,
     StatusToolCallStarted,
 )
-from ._status_guard import check_progress
-from ._status_human import (
+from ._guard import check_progress
+from ._human import (
     HUMAN_EVENT,
     apply_decision,
     approval_request,
     interrupted_request,
     review_request,
 )
-from ._status_state import (
+from ._state import (
     NodeName,
     Note,
     StatusAgentState,
@@ -55,7 +54,7 @@ from ._status_state import (
     StatusToolCall,
     Transition,
 )
-from ._status_steps import (
+from ._steps import (
     StatusDecision,
     StatusPlan,
     StatusReflection,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from ._status_state import NodeName, StatusAgentState
+from ._state import NodeName, StatusAgentState
 
 __all__ = ["check_progress", "progress_key"]
 

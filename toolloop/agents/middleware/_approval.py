@@ -23,12 +23,12 @@ from typing import Any, Literal, TypeAlias
 import pydantic
 from pydantic import BaseModel
 
-from .._errors import ResumeError
-from ..agents._messages import AssistantMessage, ToolCall, last_assistant, pending_tool_calls
-from ..agents._middleware import AgentMiddleware, Pause, Runtime
-from ..agents._state import AgentState
-from ..agents._tool_call import error_message
-from ..checkpoints import Approve, Continue, Edit, Reject, Replan, Stop, parse_decision
+from ..._errors import ResumeError
+from ...checkpoints import Approve, Continue, Edit, Reject, Replan, Stop, parse_decision
+from .._messages import AssistantMessage, ToolCall, last_assistant, pending_tool_calls
+from .._middleware import AgentMiddleware, Pause, Runtime
+from .._state import AgentState
+from .._tool_call import error_message
 
 __all__ = ["ApprovalDecision", "ApprovalPolicy", "Decision", "HumanApprovalMiddleware"]
 

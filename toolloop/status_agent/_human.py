@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._records import ToolExecutionRecord
 from ..checkpoints import (
     Approve,
     Continue,
@@ -36,7 +35,8 @@ from ..checkpoints import (
     RequestedCall,
     Stop,
 )
-from ._status_state import Note, StatusAgentState, StatusCallRecord, StatusToolCall
+from ..runner import ToolExecutionRecord
+from ._state import Note, StatusAgentState, StatusCallRecord, StatusToolCall
 
 __all__ = [
     "HUMAN_EVENT",
