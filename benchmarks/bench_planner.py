@@ -71,10 +71,11 @@ from typing import Any
 
 import anyio
 
-from toolloop import CommandStarted, FlowEvent, PlanDecided
-from toolloop.loop import LoopResult, async_plan_and_execute
+from toolloop.flow import FlowEvent
+from toolloop.loop import LoopResult, PlanDecided, async_plan_and_execute
 from toolloop.models import OpenAIChatModel
 from toolloop.planners import PlannerContext, PlannerReply, StructuredPlanner
+from toolloop.runner import ToolCallStarted
 from toolloop.testing import FakeOpenAIServer, StreamRecord
 from toolloop.tools import Tool, ToolRegistry
 
@@ -439,7 +440,7 @@ async def one_run(
 
     def on_event(event: FlowEvent) -> None:
         now = time.monotonic()
-        if isinstance(event, CommandStarted) and event.round_index == 0:
+        if isinstance(event, ToolCallStarted) and event.round_index == 0:
             starts.append(now)
         elif isinstance(event, PlanDecided):
             decided[event.round_index] = (now, event)

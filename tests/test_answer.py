@@ -9,16 +9,15 @@ from contextlib import asynccontextmanager
 import pytest
 
 from toolloop import (
-    EXTRA_INSTRUCTION,
     LoopResult,
     ModelCallError,
     StructuredPlanner,
     ToolExecutionRecord,
     async_plan_and_execute,
     final_answer,
-    final_answer_messages,
     stream_final_answer,
 )
+from toolloop.loop import EXTRA_INSTRUCTION, final_answer_messages
 from toolloop.models import OpenAIChatModel
 from toolloop.testing import FakeOpenAIServer
 

@@ -115,7 +115,7 @@ _FORMERLY = {
         ).split(),
         "errors",
     ),
-    **dict.fromkeys("ExecutionRound Executor OnFinish OnStart".split(), "runner"),
+    **dict.fromkeys("Executor OnFinish OnStart".split(), "runner"),
     "DEFAULT_PURPOSE": "runner",
     "final_answer_messages": "loop",
     **dict.fromkeys(
@@ -132,7 +132,7 @@ _FORMERLY = {
     ),
     **dict.fromkeys(
         (
-            "EXTRA_INSTRUCTION CommandFinished CommandStarted LoopEvent LoopFinished "
+            "EXTRA_INSTRUCTION LoopEvent LoopFinished "
             "LoopStream NormalizedPlan PlanDecided PlanItem RoundFinished RoundStarted "
             "RoundState StopReason loop_flow normalize_plan to_action_results"
         ).split(),

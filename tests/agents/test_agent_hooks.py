@@ -9,7 +9,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from toolloop import ExecutionTimeoutError, StepFailedError
+from toolloop import ExecutionTimeoutError
 from toolloop.agents import (
     AgentDefinitionError,
     AgentMiddleware,
@@ -33,6 +33,7 @@ from toolloop.agents import (
     wrap_model_call,
     wrap_tool_call,
 )
+from toolloop.errors import StepFailedError
 from toolloop.testing import ScriptedChatModel
 
 pytestmark = pytest.mark.anyio

@@ -107,9 +107,6 @@ async def test_pending_calls_go_to_tools_then_back_to_the_model() -> None:
         "begin",
         "model",
         "tools",
-        "call_tool",
-        "call_tool",
-        "after_tools",
         "model",
         "finish",
         "end",
@@ -146,7 +143,7 @@ async def test_each_call_is_its_own_task_under_the_concurrency_limit() -> None:
     assert [m.content for m in result.messages if isinstance(m, ToolMessage)] == [
         str(i) for i in range(6)
     ]
-    assert sum(e.step == "call_tool" for e in result.trace) == 6
+    assert sum(e.step == "tools" for e in result.trace) == 1  # one batch ran the six
 
     peak = 0
     model.add_reply(tool_calls=[call("slow", {"n": i}) for i in range(6)])
@@ -232,7 +229,7 @@ async def test_every_tool_return_direct_ends_the_run_after_the_tools() -> None:
     model.add_reply(tool_calls=[call("lookup", {"key": "a"}), call("lookup", {"key": "b"})])
     result = await create_agent(model, [lookup, echo]).run("look up a and b")
     assert len(model.requests) == 1  # the model is not asked again
-    assert steps(result)[-3:] == ["after_tools", "finish", "end"]
+    assert steps(result)[-3:] == ["tools", "finish", "end"]
     assert isinstance(result.messages[-1], ToolMessage)
 
     # one tool that is not return_direct: back to the model
@@ -272,8 +269,6 @@ async def test_a_structured_output_tool_beside_other_tools_ends_after_the_tools(
         "begin",
         "model",
         "tools",
-        "call_tool",
-        "after_tools",
         "finish",
         "end",
     ]

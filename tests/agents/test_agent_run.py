@@ -8,7 +8,7 @@ from typing import Any
 import anyio
 import pytest
 
-from toolloop import ExecutionTimeoutError, FlowEvent, ModelCallError
+from toolloop import ExecutionTimeoutError, ModelCallError
 from toolloop.agents import (
     AgentDefinitionError,
     AgentFinished,
@@ -19,11 +19,11 @@ from toolloop.agents import (
     ModelCallFinished,
     ModelCallLimitError,
     ModelCallStarted,
-    ToolCallFinished,
-    ToolCallStarted,
     agent_flow,
     create_agent,
 )
+from toolloop.flow import FlowEvent
+from toolloop.runner import ToolCallFinished, ToolCallStarted
 from toolloop.testing import FakeToolCall, ScriptedChatModel, ScriptedChatReply
 
 pytestmark = pytest.mark.anyio
@@ -92,9 +92,13 @@ async def test_runs_publish_typed_events() -> None:
     finished = [e for e in events if isinstance(e, ModelCallFinished)]
     assert finished[1].message.content == "done"
     tool_started = next(e for e in events if isinstance(e, ToolCallStarted))
-    assert tool_started.tool_call.name == "echo"
+    assert tool_started.command.tool_name == "echo"
+    assert tool_started.command.tool_kwargs == {"text": "x"}
+    assert tool_started.round_index == 0  # asked for by the first model turn
     tool_done = next(e for e in events if isinstance(e, ToolCallFinished))
-    assert tool_done.message.content == "x"
+    assert tool_done.call_id == tool_started.call_id
+    assert tool_done.record.success
+    assert tool_done.record.result == "x"
     end = next(e for e in events if isinstance(e, AgentFinished))
     assert (end.model_calls, end.messages) == (2, 4)
 
@@ -179,7 +183,7 @@ def test_the_flow_picture() -> None:
     agent = create_agent(ScriptedChatModel(), [echo])
     picture = agent.to_mermaid()
     assert agent.flow is agent_flow
-    for label in ("begin", "model", "tools", "call_tool", "after_tools", "finish", "resume"):
+    for label in ("begin", "model", "tools", "finish", "resume"):
         assert f'"{label}"' in picture
     assert '-->|"pause"|' in picture
     assert [t.name for t in agent.tools] == ["echo"]

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from toolloop import ToolDefinitionError
 from toolloop.agents import (
     AgentDefinitionError,
     ProviderStrategy,
@@ -19,6 +18,7 @@ from toolloop.agents import (
     UserMessage,
     create_agent,
 )
+from toolloop.errors import ToolDefinitionError
 from toolloop.testing import ScriptedChatModel
 
 pytestmark = pytest.mark.anyio

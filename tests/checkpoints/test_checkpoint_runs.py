@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from toolloop import Executor, ToolCommand, ToolExecutionRecord
+from toolloop import ToolCommand, ToolExecutionRecord
 from toolloop.checkpoints import (
     Approve,
     CheckpointedRun,
@@ -32,6 +32,7 @@ from toolloop.checkpoints import (
     restore,
 )
 from toolloop.flow import Context, Flow, FlowSnapshot
+from toolloop.runner import Executor
 
 pytestmark = pytest.mark.anyio
 

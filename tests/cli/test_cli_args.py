@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from toolloop import loop_flow
 from toolloop.__main__ import main as module_main
 from toolloop.cli import CLIError, load_object, load_tools, main
+from toolloop.loop import loop_flow
 
 TOOLS_SOURCE = '''
 def get_weather(city: str) -> dict:

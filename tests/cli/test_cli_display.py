@@ -12,14 +12,8 @@ from toolloop import ToolCommand, ToolExecutionRecord
 from toolloop.cli import LiveDisplay, PlainDisplay, main
 from toolloop.cli._session import make_display
 from toolloop.flow import ExecutionFailed, FlowEvent, StepStarted
-from toolloop.loop import (
-    CommandFinished,
-    CommandStarted,
-    LoopFinished,
-    PlanDecided,
-    RoundFinished,
-    RoundStarted,
-)
+from toolloop.loop import LoopFinished, PlanDecided, RoundFinished, RoundStarted
+from toolloop.runner import ToolCallFinished, ToolCallStarted
 from toolloop.tracing import read_trace
 
 E = "run"
@@ -44,12 +38,24 @@ def events() -> list[FlowEvent]:
             duration=0.2,
             notes=["command 2 has no tool_name: dropped"],
         ),
-        CommandStarted(execution_id=E, at=0.2, round_index=0, index=0, command=WEATHER),
-        CommandStarted(execution_id=E, at=0.2, round_index=0, index=1, command=FARE),
-        CommandFinished(
-            execution_id=E, at=0.21, round_index=0, index=1, record=FAILED, duration=0.01
+        ToolCallStarted(
+            execution_id=E, at=0.2, round_index=0, index=0, call_id="0.0", command=WEATHER
         ),
-        CommandFinished(execution_id=E, at=0.5, round_index=0, index=0, record=OK, duration=0.3),
+        ToolCallStarted(
+            execution_id=E, at=0.2, round_index=0, index=1, call_id="0.1", command=FARE
+        ),
+        ToolCallFinished(
+            execution_id=E,
+            at=0.21,
+            round_index=0,
+            index=1,
+            call_id="0.1",
+            record=FAILED,
+            duration=0.01,
+        ),
+        ToolCallFinished(
+            execution_id=E, at=0.5, round_index=0, index=0, call_id="0.0", record=OK, duration=0.3
+        ),
         RoundFinished(execution_id=E, at=0.5, round_index=0, records=[OK, FAILED], duration=0.3),
         RoundStarted(execution_id=E, at=0.5, round_index=1),
         PlanDecided(
@@ -153,9 +159,19 @@ def test_live_lines_are_cut_to_the_terminal_width() -> None:
     out = Terminal()
     display = LiveDisplay(out, color=True, width=40)
     display(RoundStarted(execution_id=E, at=0.0, round_index=0))
-    display(CommandStarted(execution_id=E, at=0.0, round_index=0, index=0, command=FARE))
     display(
-        CommandFinished(execution_id=E, at=0.5, round_index=0, index=0, record=FAILED, duration=0.5)
+        ToolCallStarted(execution_id=E, at=0.0, round_index=0, index=0, call_id="0.0", command=FARE)
+    )
+    display(
+        ToolCallFinished(
+            execution_id=E,
+            at=0.5,
+            round_index=0,
+            index=0,
+            call_id="0.0",
+            record=FAILED,
+            duration=0.5,
+        )
     )
     display.close()
     visible = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())

@@ -14,7 +14,7 @@ import pytest
 
 from toolloop import ModelCallError, PlannerError
 from toolloop.cli import PlainDisplay, RunOptions, async_run, describe_error
-from toolloop.loop import CommandFinished
+from toolloop.runner import ToolCallFinished
 from toolloop.testing import FakeOpenAIServer
 from toolloop.tracing import read_trace
 
@@ -145,7 +145,7 @@ async def test_run_in_process_plain(tools_module: Path) -> None:
     trace = read_trace(tools_module / "run.jsonl")
     assert trace.meta["request"] == "Sunglasses for Lisbon?"
     assert trace.meta["tools"] == ["get_weather", "find_fare"]
-    assert sum(isinstance(e, CommandFinished) for e in trace.events) == 2
+    assert sum(isinstance(e, ToolCallFinished) for e in trace.events) == 2
     raw = (tools_module / "run.jsonl").read_text(encoding="utf-8")
     assert "sk-test-0123456789abcdefghijkl" not in raw
     root = ET.parse(tools_module / "run.svg").getroot()

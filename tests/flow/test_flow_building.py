@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolloop import ResumeError
+from toolloop.errors import ResumeError
 from toolloop.flow import Context, Flow, Step
 
 pytestmark = pytest.mark.anyio

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from toolloop import DefinitionError, FlowDefinitionError
+from toolloop.errors import DefinitionError, FlowDefinitionError
 from toolloop.flow import Context, Flow, Step
 
 

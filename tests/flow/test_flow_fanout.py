@@ -9,7 +9,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from toolloop import StepFailedError
+from toolloop.errors import StepFailedError
 from toolloop.flow import Context, Flow, Step
 
 pytestmark = pytest.mark.anyio

@@ -10,7 +10,8 @@ import anyio
 import pytest
 from pydantic import BaseModel
 
-from toolloop import ExecutionTimeoutError, FlowDefinitionError, ResumeError, StepFailedError
+from toolloop import ExecutionTimeoutError
+from toolloop.errors import FlowDefinitionError, ResumeError, StepFailedError
 from toolloop.flow import Context, Flow, FlowSnapshot, Wait
 
 pytestmark = pytest.mark.anyio

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolloop import ExecutionStalledError, FlowDefinitionError, StepFailedError
+from toolloop.errors import ExecutionStalledError, FlowDefinitionError, StepFailedError
 from toolloop.flow import Context, Flow, Step
 
 pytestmark = pytest.mark.anyio

@@ -8,13 +8,8 @@ from typing import Any
 import anyio
 import pytest
 
-from toolloop import (
-    ExecutionError,
-    ExecutionStalledError,
-    ExecutionTimeoutError,
-    RunError,
-    StepFailedError,
-)
+from toolloop import ExecutionTimeoutError
+from toolloop.errors import ExecutionError, ExecutionStalledError, RunError, StepFailedError
 from toolloop.flow import Context, Flow, Step
 
 pytestmark = pytest.mark.anyio

@@ -8,8 +8,6 @@ import pytest
 from toolloop import ExecutionTimeoutError, PlannerError, ToolExecutionRecord
 from toolloop.flow import FlowEvent
 from toolloop.loop import (
-    CommandFinished,
-    CommandStarted,
     LoopFinished,
     PlanDecided,
     RoundFinished,
@@ -19,6 +17,7 @@ from toolloop.loop import (
     stream_plan_and_execute,
 )
 from toolloop.planners import PlannerContext
+from toolloop.runner import ToolCallFinished, ToolCallStarted
 from toolloop.testing import ScriptedPlanner
 
 pytestmark = pytest.mark.anyio
@@ -288,8 +287,8 @@ async def test_events_tell_the_story_in_order() -> None:
             (
                 RoundStarted,
                 PlanDecided,
-                CommandStarted,
-                CommandFinished,
+                ToolCallStarted,
+                ToolCallFinished,
                 RoundFinished,
                 LoopFinished,
             ),
@@ -298,8 +297,8 @@ async def test_events_tell_the_story_in_order() -> None:
     assert [e.kind for e in loop_events] == [
         "round_started",
         "plan_decided",
-        "command_started",
-        "command_finished",
+        "tool_call_started",
+        "tool_call_finished",
         "round_finished",
         "round_started",
         "plan_decided",
@@ -320,7 +319,7 @@ async def test_stream_of_events() -> None:
         async for event in run:
             kinds.append(event.kind)
     assert kinds[0] == "execution_started" and kinds[-1] == "execution_finished"
-    assert "command_finished" in kinds
+    assert "tool_call_finished" in kinds
     assert run.result.action_results == {"a": 16}
 
 
@@ -330,7 +329,7 @@ async def test_stream_left_early_cancels_the_run() -> None:
     with anyio.fail_after(5):
         async with stream_plan_and_execute("x", tools=[probe.work], planner=planner) as run:
             async for event in run:
-                if event.kind == "command_started":
+                if event.kind == "tool_call_started":
                     break
     assert probe.running == 0 and probe.cancelled == 1
     with pytest.raises(RuntimeError, match="not finished"):

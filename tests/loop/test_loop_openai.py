@@ -18,9 +18,10 @@ from toolloop import (
     PlannerError,
 )
 from toolloop.flow import FlowEvent
-from toolloop.loop import CommandStarted, LoopResult, PlanDecided, async_plan_and_execute
+from toolloop.loop import LoopResult, PlanDecided, async_plan_and_execute
 from toolloop.models import OpenAIChatModel
 from toolloop.planners import StructuredPlanner
+from toolloop.runner import ToolCallStarted
 from toolloop.testing import FakeOpenAIServer
 
 pytestmark = [
@@ -222,7 +223,7 @@ async def test_streaming_dispatch_starts_tools_while_the_plan_streams() -> None:
     assert [r.kwargs["city"] for r in result.done_plans] == ["C0", "C1", "C2", "C3"]
     assert [r.kwargs["wait"] for r in result.done_plans] == waits
     assert all(r.success for r in result.done_plans)
-    assert [e.index for e in events if isinstance(e, CommandStarted)] == [0, 1, 2, 3]
+    assert [e.index for e in events if isinstance(e, ToolCallStarted)] == [0, 1, 2, 3]
     # the longest tool was done before the plan had finished: max(plan, tools), not the sum
     assert tools.finished["C0"] < stream.ended_at
 

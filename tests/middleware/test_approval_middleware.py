@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from toolloop import ResumeError
 from toolloop.agents import (
     Agent,
     AgentMiddleware,
@@ -20,6 +19,7 @@ from toolloop.agents import (
     ToolMessage,
     create_agent,
 )
+from toolloop.errors import ResumeError
 from toolloop.middleware import (
     ApprovalDecision,
     ApprovalPolicy,

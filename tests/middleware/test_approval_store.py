@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from toolloop import ResumeError
 from toolloop.agents import Agent, AgentModelError, create_agent
 from toolloop.checkpoints import (
     CheckpointConflictError,
@@ -20,6 +19,7 @@ from toolloop.checkpoints import (
     RunNotResumableError,
     SQLiteCheckpointStore,
 )
+from toolloop.errors import ResumeError
 from toolloop.middleware import HumanApprovalMiddleware
 from toolloop.testing import ScriptedChatModel
 

@@ -15,7 +15,6 @@ from toolloop import (
     ModelOutputError,
     PlannerError,
     ToolExecutionRecord,
-    ToolRegistry,
     async_plan_and_execute,
     final_answer,
 )
@@ -29,6 +28,7 @@ from toolloop.planners import (
     tool_calling_messages,
 )
 from toolloop.testing import FakeOpenAIServer
+from toolloop.tools import ToolRegistry
 
 pytestmark = [
     pytest.mark.anyio,

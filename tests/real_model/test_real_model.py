@@ -42,13 +42,12 @@ from toolloop import (
     LoopResult,
     ModelCallError,
     ModelOutputError,
-    PlanDecided,
     PlannerError,
     ToolExecutionRecord,
-    ToolRegistry,
     async_plan_and_execute,
 )
 from toolloop.flow import FlowEvent
+from toolloop.loop import PlanDecided
 from toolloop.models import (
     ChatDelta,
     ChatModel,
@@ -64,6 +63,7 @@ from toolloop.planners import (
     StructuredPlanner,
     planner_messages,
 )
+from toolloop.tools import ToolRegistry
 
 URL_VAR = "TOOLLOOP_REAL_MODEL_URL"
 NAME_VAR = "TOOLLOOP_REAL_MODEL_NAME"

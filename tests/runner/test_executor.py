@@ -244,32 +244,32 @@ async def test_streaming_submit_starts_commands_while_the_round_is_open() -> Non
     executor = Executor(ToolRegistry([first, gauge.tool()]))
     records: list[ToolExecutionRecord] = []
     with anyio.fail_after(5):
-        async with executor.round(records=records) as rnd:
+        async with executor.batch(results=records) as rnd:
             assert rnd.submit(cmd("first")) == 0
             await first_started.wait()  # it runs before the round's block ends
             assert rnd.submit(cmd("work", n=7)) == 1
-            assert [c.tool_name for c in rnd.commands] == ["first", "work"]
-    assert [r.result for r in rnd.records] == ["first", 7]
-    assert records == rnd.records
+            assert [c.tool_name for c in rnd.items] == ["first", "work"]
+    assert [r.result for r in rnd.results] == ["first", 7]
+    assert records == rnd.results
 
 
 async def test_records_list_is_appended_to() -> None:
     done: list[ToolExecutionRecord] = []
     executor = Executor([add])
-    await executor.run([cmd("add", a=1)], records=done)
-    await executor.run([cmd("add", a=2), cmd("add", a=3)], records=done)
+    await executor.run([cmd("add", a=1)], results=done)
+    await executor.run([cmd("add", a=2), cmd("add", a=3)], results=done)
     assert [r.result for r in done] == [2, 3, 4]
     assert await executor.run([]) == []
 
 
 async def test_round_misuse() -> None:
     executor = Executor([add])
-    rnd = executor.round()
+    rnd = executor.batch()
     with pytest.raises(RuntimeError, match="only inside"):
         rnd.submit(cmd("add", a=1))
     async with rnd:
         with pytest.raises(RuntimeError, match="complete only after"):
-            _ = rnd.records
+            _ = rnd.results
     with pytest.raises(RuntimeError, match="only inside"):
         rnd.submit(cmd("add", a=1))
     with pytest.raises(RuntimeError, match="used once"):
@@ -295,7 +295,7 @@ async def test_cancelled_run_leaves_a_record_for_every_command() -> None:
     with anyio.move_on_after(0.1) as scope:
         await executor.run(
             [cmd("add", a=1), cmd("work", n=1, delay=10), cmd("work", n=2, delay=10)],
-            records=records,
+            results=records,
         )
         after_run = True
     assert scope.cancelled_caught
@@ -312,16 +312,16 @@ async def test_cancelled_round_covers_waiting_commands_too() -> None:
     finished: list[int] = []
     executor = Executor([gauge.tool()], concurrency=2, on_finish=lambda i, r, d: finished.append(i))
     with anyio.CancelScope() as scope:
-        async with executor.round() as rnd:
+        async with executor.batch() as rnd:
             for i in range(5):
                 rnd.submit(cmd("work", n=i, delay=10))
             await anyio.sleep(0.05)
             scope.cancel()
             await anyio.sleep(10)
     assert scope.cancelled_caught
-    assert len(rnd.records) == 5
-    assert all(not r.success for r in rnd.records)
-    assert {r.error for r in rnd.records} == {"tool 'work' was cancelled before it finished"}
+    assert len(rnd.results) == 5
+    assert all(not r.success for r in rnd.results)
+    assert {r.error for r in rnd.results} == {"tool 'work' was cancelled before it finished"}
     assert sorted(gauge.started) == [0, 1]  # the waiting three never started
     assert sorted(gauge.cancelled) == [0, 1]
     assert sorted(finished) == [0, 1, 2, 3, 4]
@@ -330,7 +330,7 @@ async def test_cancelled_round_covers_waiting_commands_too() -> None:
 async def test_error_in_round_body_cancels_calls_and_propagates() -> None:
     gauge = Gauge()
     executor = Executor([gauge.tool()])
-    rnd = executor.round()
+    rnd = executor.batch()
 
     async def plan() -> None:
         async with rnd:
@@ -340,7 +340,7 @@ async def test_error_in_round_body_cancels_calls_and_propagates() -> None:
 
     with pytest.raises(ValueError, match="planner broke"):
         await plan()
-    assert [r.error for r in rnd.records] == ["tool 'work' was cancelled before it finished"]
+    assert [r.error for r in rnd.results] == ["tool 'work' was cancelled before it finished"]
     assert gauge.cancelled == [1]
 
 

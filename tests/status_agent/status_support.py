@@ -190,7 +190,7 @@ def result_data(result: StatusAgentResult) -> dict[str, Any]:
 
 async def _main(args: argparse.Namespace) -> None:
     def on_event(event: FlowEvent) -> None:
-        if args.crash == "after_outcome" and event.kind == "status_tool_call_finished":
+        if args.crash == "after_outcome" and event.kind == "tool_call_finished":
             os.kill(os.getpid(), signal.SIGKILL)  # after the outcome, before the checkpoint
 
     async with SQLiteCheckpointStore(args.db) as store:

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from status_support import Scripted, call, calls, finish, path_of
 
-from toolloop import ModelOutputError, StepFailedError
+from toolloop import ModelOutputError
 from toolloop.checkpoints import Replan, SQLiteCheckpointStore
+from toolloop.errors import StepFailedError
 from toolloop.loop import EXTRA_INSTRUCTION
 from toolloop.models import OpenAIChatModel
 from toolloop.status_agent._agent import StatusAgent

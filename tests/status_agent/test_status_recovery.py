@@ -10,8 +10,9 @@ import anyio
 import pytest
 from status_support import Scripted, Tools, call, calls, finish, make_agent, path_of
 
-from toolloop import ExecutionTimeoutError, StepFailedError
+from toolloop import ExecutionTimeoutError
 from toolloop.checkpoints import Approve, MemoryCheckpointStore, Reject, RunNotResumableError
+from toolloop.errors import StepFailedError
 from toolloop.flow import FlowEvent
 from toolloop.status_agent._agent import StatusAgent
 
@@ -44,7 +45,7 @@ async def test_a_failure_after_the_outcome_and_before_the_checkpoint_replays_the
     reflect = Scripted({"verdict": "continue"}, {"verdict": "finish"})
     agent = make_agent(tools, decide=decide, reflect=reflect)
     with pytest.raises(StepFailedError) as info:
-        await agent.run("x", run_id="r", on_event=crash_on("status_tool_call_finished"))
+        await agent.run("x", run_id="r", on_event=crash_on("tool_call_finished"))
     assert isinstance(info.value.__cause__, Crash)
     checkpoint = await agent.store.get("r")
     assert checkpoint is not None

@@ -339,8 +339,8 @@ async def test_the_run_publishes_statuses_tool_calls_and_checkpoints() -> None:
     kinds = [e.kind for e in events]
     assert kinds.count("status_changed") == len(result.state.history)
     assert kinds.count("checkpoint_saved") == len(result.state.history)
-    started = kinds.index("status_tool_call_started")
-    assert kinds[started + 1] == "status_tool_call_finished"
+    started = kinds.index("tool_call_started")
+    assert kinds[started + 1] == "tool_call_finished"
     revisions = [e.revision for e in events if isinstance(e, CheckpointSaved)]
     assert revisions == list(range(2, 2 + len(revisions)))
     assert all(e.execution_id == result.run_id for e in events)

@@ -4,7 +4,7 @@ import jsonschema
 import pytest
 from pydantic import BaseModel
 
-from toolloop import ToolDefinitionError, ToolNotFoundError
+from toolloop.errors import ToolDefinitionError, ToolNotFoundError
 from toolloop.tools import Tool, ToolRegistry, tool
 
 

@@ -13,11 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field, field_validator
 
-from toolloop import (
-    ToolArgumentsError,
-    ToolDefinitionError,
-    ToolTimeoutError,
-)
+from toolloop.errors import ToolArgumentsError, ToolDefinitionError, ToolTimeoutError
 from toolloop.tools import Tool, async_call_tool, tool
 
 pytestmark = pytest.mark.anyio

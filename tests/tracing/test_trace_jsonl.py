@@ -12,15 +12,9 @@ import pytest
 
 from toolloop import async_plan_and_execute
 from toolloop.flow import FlowEvent
-from toolloop.loop import (
-    CommandFinished,
-    CommandStarted,
-    LoopFinished,
-    PlanDecided,
-    RoundFinished,
-    RoundStarted,
-)
+from toolloop.loop import LoopFinished, PlanDecided, RoundFinished, RoundStarted
 from toolloop.planners import PlannerReply
+from toolloop.runner import ToolCallFinished, ToolCallStarted
 from toolloop.testing import ScriptedPlanner
 from toolloop.tracing import (
     REDACTED,
@@ -101,8 +95,8 @@ async def test_export_then_import_gives_equal_events(tmp_path: Path) -> None:
     assert {
         RoundStarted,
         PlanDecided,
-        CommandStarted,
-        CommandFinished,
+        ToolCallStarted,
+        ToolCallFinished,
         RoundFinished,
         LoopFinished,
     } <= kinds
@@ -122,7 +116,7 @@ async def test_every_line_is_a_json_object_with_timings(tmp_path: Path) -> None:
     assert all(isinstance(e["kind"], str) and isinstance(e["at"], float) for e in events)
     ats = [e["at"] for e in events]
     assert ats == sorted(ats)
-    finished = [e for e in events if e["kind"] == "command_finished"]
+    finished = [e for e in events if e["kind"] == "tool_call_finished"]
     assert all("duration" in e for e in finished)
     weather = next(e for e in finished if e["record"]["purpose"] == "weather")
     assert weather["record"]["result"] == {"city": "Lisbon", "days": 3, "temps": [21.5, 19.0]}
@@ -156,7 +150,7 @@ async def test_secrets_are_scrubbed_unless_asked_not_to() -> None:
     assert "Bearer x" not in text
     # the scrubbed trace still reads back; only the secrets differ
     trace = EventTrace.from_lines(text.splitlines())
-    started = next(e for e in trace.events if isinstance(e, CommandStarted))
+    started = next(e for e in trace.events if isinstance(e, ToolCallStarted))
     assert started.command.tool_kwargs == {"query": "q", "api_key": REDACTED}
     # redact=False keeps everything, for a trace that stays private
     raw = io.StringIO()

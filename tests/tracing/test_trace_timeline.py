@@ -11,16 +11,10 @@ import pytest
 
 from toolloop import ToolCommand, ToolExecutionRecord, async_plan_and_execute
 from toolloop.flow import ExecutionFailed, FlowEvent
-from toolloop.loop import (
-    CommandFinished,
-    CommandStarted,
-    LoopFinished,
-    PlanDecided,
-    RoundFinished,
-    RoundStarted,
-)
+from toolloop.loop import LoopFinished, PlanDecided, RoundFinished, RoundStarted
 from toolloop.models import OpenAIChatModel
 from toolloop.planners import StructuredPlanner
+from toolloop.runner import ToolCallFinished, ToolCallStarted
 from toolloop.testing import FakeOpenAIServer
 from toolloop.tracing import EventTrace, RunShape, render_timeline, write_timeline
 
@@ -43,8 +37,12 @@ def streamed_run() -> list[FlowEvent]:
     refused = ToolExecutionRecord.failed(broken, "arguments do not fit the schema")
     return [
         RoundStarted(execution_id=E, at=0.0, round_index=0),
-        CommandStarted(execution_id=E, at=0.1, round_index=0, index=0, command=weather),
-        CommandStarted(execution_id=E, at=0.2, round_index=0, index=1, command=fare),
+        ToolCallStarted(
+            execution_id=E, at=0.1, round_index=0, index=0, call_id="0.0", command=weather
+        ),
+        ToolCallStarted(
+            execution_id=E, at=0.2, round_index=0, index=1, call_id="0.1", command=fare
+        ),
         PlanDecided(
             execution_id=E,
             at=0.3,
@@ -53,10 +51,26 @@ def streamed_run() -> list[FlowEvent]:
             commands=[weather, fare, broken],
             duration=0.3,
         ),
-        CommandFinished(execution_id=E, at=0.3, round_index=0, index=2, record=refused, duration=0),
-        CommandFinished(execution_id=E, at=0.4, round_index=0, index=0, record=ok, duration=0.3),
-        CommandFinished(
-            execution_id=E, at=0.45, round_index=0, index=1, record=failed, duration=0.25
+        ToolCallFinished(
+            execution_id=E,
+            at=0.3,
+            round_index=0,
+            index=2,
+            call_id="0.2",
+            record=refused,
+            duration=0,
+        ),
+        ToolCallFinished(
+            execution_id=E, at=0.4, round_index=0, index=0, call_id="0.0", record=ok, duration=0.3
+        ),
+        ToolCallFinished(
+            execution_id=E,
+            at=0.45,
+            round_index=0,
+            index=1,
+            call_id="0.1",
+            record=failed,
+            duration=0.25,
         ),
         RoundFinished(
             execution_id=E, at=0.45, round_index=0, records=[ok, failed, refused], duration=0.15
@@ -114,7 +128,7 @@ def test_svg_is_well_formed_with_one_bar_per_tool_call() -> None:
     root = parse(render_timeline(EventTrace(events, meta={"request": "Sunny & cheap <now>?"})))
     assert root.tag == f"{SVG}svg"
     calls = bars(root, "call")
-    assert len(calls) == sum(isinstance(e, CommandFinished) for e in events) == 3
+    assert len(calls) == sum(isinstance(e, ToolCallFinished) for e in events) == 3
     assert [sorted(classes(c) - {"call"}) for c in calls] == [["ok"], ["failed"], ["refused"]]
     plans = bars(root, "plan")
     assert len(plans) == 2
@@ -173,9 +187,17 @@ def test_secrets_do_not_reach_the_picture() -> None:
     record = ToolExecutionRecord.failed(leaky, "rejected key sk-0123456789abcdefghijklmnop")
     events = [
         RoundStarted(execution_id=E, at=0.0, round_index=0),
-        CommandStarted(execution_id=E, at=0.1, round_index=0, index=0, command=leaky),
-        CommandFinished(
-            execution_id=E, at=0.2, round_index=0, index=0, record=record, duration=0.1
+        ToolCallStarted(
+            execution_id=E, at=0.1, round_index=0, index=0, call_id="0.0", command=leaky
+        ),
+        ToolCallFinished(
+            execution_id=E,
+            at=0.2,
+            round_index=0,
+            index=0,
+            call_id="0.0",
+            record=record,
+            duration=0.1,
         ),
     ]
     assert "sk-0123456789abcdefghijklmnop" not in render_timeline(events)

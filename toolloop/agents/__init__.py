@@ -27,8 +27,6 @@ from ._events import AgentEvent as AgentEvent
 from ._events import AgentFinished as AgentFinished
 from ._events import ModelCallFinished as ModelCallFinished
 from ._events import ModelCallStarted as ModelCallStarted
-from ._events import ToolCallFinished as ToolCallFinished
-from ._events import ToolCallStarted as ToolCallStarted
 from ._flow import agent_flow as agent_flow
 from ._messages import AssistantMessage as AssistantMessage
 from ._messages import Message as Message
@@ -89,10 +87,8 @@ __all__ = [
     "Todo",
     "TodoStatus",
     "ToolCall",
-    "ToolCallFinished",
     "ToolCallLimitError",
     "ToolCallRequest",
-    "ToolCallStarted",
     "ToolHandler",
     "ToolMessage",
     "ToolStrategy",

@@ -177,7 +177,12 @@ class Agent:
             CheckpointConflictError: the store already has a run with this ``run_id``.
         """
         new = as_messages(messages)
-        start = AgentState() if state is None else state.model_copy(deep=True)
+        if state is None:
+            start = AgentState()
+        else:  # a new run: the counters of the one that made this state do not carry over
+            start = state.model_copy(
+                deep=True, update={"model_calls": 0, "structured_failures": 0, "paused_at": None}
+            )
         execution = Execution(agent_flow, start, self._deps(context), id=run_id)
         run = None
         if self.store is not None:

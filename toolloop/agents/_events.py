@@ -1,19 +1,21 @@
-"""Typed events of an agent run, published on the flow's event stream (``on_event=``)."""
+"""Typed events of an agent run, published on the flow's event stream (``on_event=``).
+
+The tool calls are told by the runner's :class:`~toolloop.runner.ToolCallStarted` and
+:class:`~toolloop.runner.ToolCallFinished`, the same events as in the loop.
+"""
 
 from __future__ import annotations
 
 from typing import Literal
 
 from ..flow import FlowEvent
-from ._messages import AssistantMessage, ToolCall, ToolMessage
+from ._messages import AssistantMessage
 
 __all__ = [
     "AgentEvent",
     "AgentFinished",
     "ModelCallFinished",
     "ModelCallStarted",
-    "ToolCallFinished",
-    "ToolCallStarted",
 ]
 
 
@@ -36,20 +38,8 @@ class ModelCallFinished(AgentEvent):
     duration: float
 
 
-class ToolCallStarted(AgentEvent):
-    kind: Literal["tool_call_started"] = "tool_call_started"
-    tool_call: ToolCall
-
-
-class ToolCallFinished(AgentEvent):
-    kind: Literal["tool_call_finished"] = "tool_call_finished"
-    tool_call: ToolCall
-    message: ToolMessage
-    duration: float
-
-
 class AgentFinished(AgentEvent):
     kind: Literal["agent_finished"] = "agent_finished"
     model_calls: int
-    """Model calls in this run (since it started or was resumed)."""
+    """Model calls this run made in all (across pauses and resumes)."""
     messages: int

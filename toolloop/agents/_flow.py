@@ -2,42 +2,44 @@
 
 ::
 
-    start ──▶ begin ──▶ model ──▶ model? ──tools──▶ tools ──▶ tool_calls (one task per call)
-                          ▲          ├──model──┐                       │
-                          │          ├──end────┼──▶ finish ──▶ end     ▼
-                          │          └──pause──┼──▶ wait_for_answer   after_tools ──▶ model | end
+    start ──▶ begin ──▶ model ──▶ model? ──tools──▶ tools ──▶ model | end
+                          ▲          ├──model──┐
+                          │          ├──end────┼──▶ finish ──▶ end
+                          │          └──pause──┼──▶ wait_for_answer
                           └────────────────────┘
     answered (external) ──▶ resume ──▶ model | tools | end | pause
 
 ``begin`` runs the ``before_agent`` hooks, ``model`` one model turn (``before_model``
 hooks, the model call through the ``wrap_model_call`` onion, structured output, the
-``after_model`` hooks), ``tools`` hands each pending call to its own ``call_tool`` task
-(``wrap_tool_call`` onion, under the run's concurrency limit), ``after_tools`` writes the
-answers in call order, ``finish`` runs the ``after_agent`` hooks. Routing follows
+``after_model`` hooks), ``tools`` runs the pending calls through the runner
+(:class:`~toolloop.runner.ToolBatch`: each call through the ``wrap_tool_call`` onion, at most
+``concurrency`` at once) and writes the answers in call order, ``finish`` runs the
+``after_agent`` hooks. Routing follows
 :mod:`toolloop.agents._routing`. A middleware's :class:`~toolloop.agents.Pause` parks the run
 in ``wait_for_answer``; the snapshot keeps where it stopped (which hook, the pending jump),
-so ``resume`` goes on from the next hook, in this process or another.
+so ``resume`` goes on from the next hook, in this process or another. Every counter of
+the run (model calls, structured-output failures) lives in :class:`AgentState`, so the
+limits hold across pauses; :class:`AgentDeps` holds configuration and services only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
 
-import anyio
-
 from .._errors import DefinitionError, ExecutionError
 from ..flow import Context, Flow, Step, Target
-from ._errors import AgentDefinitionError, AgentModelError, ModelCallLimitError
-from ._events import (
-    AgentFinished,
-    ModelCallFinished,
-    ModelCallStarted,
+from ..runner import (
+    ToolBatch,
     ToolCallFinished,
     ToolCallStarted,
+    ToolCommand,
+    ToolExecutionRecord,
 )
+from ._errors import AgentDefinitionError, AgentModelError, ModelCallLimitError
+from ._events import AgentFinished, ModelCallFinished, ModelCallStarted
 from ._messages import Message, ToolCall, add_messages, new_id, pending_tool_calls
 from ._middleware import AgentMiddleware, ModelRequest, Pause, Runtime, call_hook, hook_outcome
 from ._routing import Route, route_after_model, route_after_tools
@@ -52,30 +54,26 @@ ANSWERED = "answered"
 """The external event that resumes a paused run with its answer."""
 
 
-@dataclass
+@dataclass(slots=True)
 class AgentDeps:
-    """A run's services and bookkeeping (not part of its state)."""
+    """A run's configuration and services (not part of its state): the agent's spec, the
+    caller's ``context``, and the hooks' :class:`Runtime` (made when the run starts or
+    resumes)."""
 
     spec: AgentSpec
     context: Any = None
-    slots: anyio.Semaphore | None = None
     runtime: Runtime | None = None
-    pause: dict[str, Any] | None = None
-    """Where the run paused: ``{"by", "hook", "index", "jump", "request"}`` (JSON-ready)."""
-    model_calls: int = 0
-    structured_failures: int = 0
 
 
-def _deps(ctx: Context[AgentState]) -> AgentDeps:
-    deps = ctx.deps
-    assert isinstance(deps, AgentDeps)
-    return deps
+AgentContext = Context[AgentState, AgentDeps]
 
 
-def _runtime(ctx: Context[AgentState], deps: AgentDeps) -> Runtime:
-    if deps.slots is None:
-        deps.slots = anyio.Semaphore(deps.spec.concurrency)
-    deps.runtime = Runtime(ctx, deps.context, deps.slots)
+def _deps(ctx: AgentContext) -> AgentDeps:
+    return ctx.deps
+
+
+def _runtime(ctx: AgentContext, deps: AgentDeps) -> Runtime:
+    deps.runtime = Runtime(ctx, deps.context)
     return deps.runtime
 
 
@@ -100,9 +98,9 @@ async def _hook(
 
 
 def _paused(
-    deps: AgentDeps, mw: AgentMiddleware, hook: str, index: int, jump: Any, pause: Pause
+    state: AgentState, mw: AgentMiddleware, hook: str, index: int, jump: Any, pause: Pause
 ) -> Route:
-    deps.pause = {
+    state.paused_at = {
         "by": mw.name,
         "hook": hook,
         "index": index,
@@ -112,7 +110,7 @@ def _paused(
     return "pause"
 
 
-async def begin(messages: list[Message], ctx: Context[AgentState]) -> Route:
+async def begin(messages: list[Message], ctx: AgentContext) -> Route:
     """Take the new messages in; run the ``before_agent`` hooks."""
     state, deps = ctx.state, _deps(ctx)
     runtime = _runtime(ctx, deps)
@@ -125,18 +123,18 @@ async def begin(messages: list[Message], ctx: Context[AgentState]) -> Route:
     return "model"
 
 
-async def _call_model(ctx: Context[AgentState], deps: AgentDeps) -> JumpTo | None:
+async def _call_model(ctx: AgentContext, deps: AgentDeps) -> JumpTo | None:
     """One model call; the answer is appended. A structured-output retry jumps to the model."""
     spec, state, runtime = deps.spec, ctx.state, deps.runtime
     assert runtime is not None
-    index = deps.model_calls
+    index = state.model_calls
     if spec.max_model_calls is not None and index >= spec.max_model_calls:
         raise ModelCallLimitError(
             f"the run made {index} model calls, its max_model_calls; raise it, or bound the "
             "run with ModelCallLimitMiddleware(run_limit=..., exit_behavior='end')",
             state=state,
         )
-    deps.model_calls = index + 1
+    state.model_calls = index + 1
     request = ModelRequest(
         model=spec.model,
         messages=list(state.messages),
@@ -180,11 +178,11 @@ async def _call_model(ctx: Context[AgentState], deps: AgentDeps) -> JumpTo | Non
         )
     if spec.strategy is None:
         return None
-    return structured_answer(spec, deps, state, message)
+    return structured_answer(spec, state, message)
 
 
 async def _model_turn(
-    ctx: Context[AgentState],
+    ctx: AgentContext,
     deps: AgentDeps,
     *,
     before_from: int = 0,
@@ -199,7 +197,7 @@ async def _model_turn(
         for i in range(before_from, len(hooks)):
             jump, pause = await _hook(deps, hooks[i], "before_model", (state, runtime), state)
             if pause is not None:
-                return _paused(deps, hooks[i], "before_model", i, None, pause)
+                return _paused(state, hooks[i], "before_model", i, None, pause)
             if jump is not None:
                 return jump  # the model is not called
         retry = await _call_model(ctx, deps)
@@ -208,33 +206,33 @@ async def _model_turn(
     for i in range(after_from, len(hooks)):
         jump, pause = await _hook(deps, hooks[i], "after_model", (state, runtime), state)
         if pause is not None:
-            return _paused(deps, hooks[i], "after_model", i, retry, pause)
+            return _paused(state, hooks[i], "after_model", i, retry, pause)
         if jump is not None:
             return route_after_model(state, jump)
     return route_after_model(state, retry)
 
 
-async def model_step(_: Any, ctx: Context[AgentState]) -> Route:
+async def model_step(_: Any, ctx: AgentContext) -> Route:
     """One model turn."""
     return await _model_turn(ctx, _deps(ctx))
 
 
-def wait_for_answer(_: Any, ctx: Context[AgentState]) -> None:
+def wait_for_answer(_: Any, ctx: AgentContext) -> None:
     """Park the run until the answer to a middleware's ``Pause`` comes."""
-    pause = _deps(ctx).pause
-    ctx.pause(ANSWERED, pause)
+    ctx.pause(ANSWERED, ctx.state.paused_at)
 
 
-async def resume_step(value: tuple[dict[str, Any], Any], ctx: Context[AgentState]) -> Route:
+async def resume_step(value: tuple[dict[str, Any], Any], ctx: AgentContext) -> Route:
     """The answer came: the middleware that paused takes it, then the turn goes on."""
     where, answer = value
     state, deps = ctx.state, _deps(ctx)
     runtime = _runtime(ctx, deps)
+    state.paused_at = None
     mw = deps.spec.by_name[where["by"]]
     hook, index, retry = where["hook"], int(where["index"]), where["jump"]
     jump, pause = await _hook(deps, mw, "resume", (answer, state, runtime), state)
     if pause is not None:  # asked again
-        return _paused(deps, mw, hook, index, retry, pause)
+        return _paused(state, mw, hook, index, retry, pause)
     if hook == "before_model":
         if jump is not None:
             return jump
@@ -244,37 +242,84 @@ async def resume_step(value: tuple[dict[str, Any], Any], ctx: Context[AgentState
     return await _model_turn(ctx, deps, after_from=index + 1, retry=retry)
 
 
-def tools_step(_: Any, ctx: Context[AgentState]) -> list[ToolCall]:
-    """The calls to run: those of the last assistant message without an answer yet."""
-    return pending_tool_calls(ctx.state.messages)
+def _command(call: ToolCall) -> ToolCommand:
+    """The call as the runner's events tell it."""
+    kwargs = call.args if isinstance(call.args, dict) else {}
+    return ToolCommand.model_construct(
+        purpose=call.name, tool_name=call.name, tool_kwargs=kwargs, todo_suggestion=""
+    )
 
 
-async def call_tool(call: ToolCall, ctx: Context[AgentState]) -> ToolOutcome:
-    """One call, in its own task: the ``wrap_tool_call`` onion around the tool."""
-    state, deps = ctx.state, _deps(ctx)
-    runtime = deps.runtime
+def _record(call: ToolCall, outcome: ToolOutcome) -> ToolExecutionRecord:
+    """The call's outcome as a record (its message's text is the result or the error)."""
+    message = outcome.message
+    command = _command(call)
+    if message.status == "success":
+        return ToolExecutionRecord.succeeded(command, message.content)
+    return ToolExecutionRecord.failed(command, message.content)
+
+
+def _cancelled(call: ToolCall) -> ToolOutcome:
+    return ToolOutcome(error_message(call, "the run was cancelled before this call finished"))
+
+
+async def tools_step(_: Any, ctx: AgentContext) -> Route:
+    """Run the calls of the last assistant message that have no answer yet, through the
+    runner (each through the ``wrap_tool_call`` onion, at most ``concurrency`` at once);
+    then :func:`after_tools`."""
+    state, deps = ctx.state, ctx.deps
+    spec, runtime = deps.spec, deps.runtime
     assert runtime is not None
+    calls = pending_tool_calls(state.messages)
     observed = ctx.observed
-    if observed:
+    turn = state.model_calls - 1
+
+    async def call_tool(call: ToolCall, started: Callable[[], None]) -> ToolOutcome:
+        started()  # the onion (middleware included) is the call
+        return await run_tool_call(call, spec.call_tool, spec.registry, state, runtime)
+
+    def on_start(k: int, call: ToolCall) -> None:
         ctx.publish(
-            ToolCallStarted(execution_id=ctx.execution_id, at=ctx.elapsed(), tool_call=call)
+            ToolCallStarted(
+                execution_id=ctx.execution_id,
+                at=ctx.elapsed(),
+                round_index=turn,
+                index=k,
+                call_id=call.id,
+                command=_command(call),
+            )
         )
-    started = perf_counter()
-    outcome = await run_tool_call(call, deps.spec.call_tool, deps.spec.registry, state, runtime)
-    if observed:
+
+    def on_finish(k: int, outcome: ToolOutcome, duration: float) -> None:
+        call = calls[k]
         ctx.publish(
             ToolCallFinished(
                 execution_id=ctx.execution_id,
                 at=ctx.elapsed(),
-                tool_call=call,
-                message=outcome.message,
-                duration=perf_counter() - started,
+                round_index=turn,
+                index=k,
+                call_id=call.id,
+                record=_record(call, outcome),
+                duration=duration,
             )
         )
-    return outcome
+
+    batch: ToolBatch[ToolCall, ToolOutcome] = ToolBatch(
+        call_tool,
+        _cancelled,
+        concurrency=spec.concurrency,
+        on_start=on_start if observed else None,
+        on_finish=on_finish if observed else None,
+    )
+    async with batch:
+        for call in calls[:-1]:
+            batch.submit(call)
+        if calls:
+            await batch.submit_here(calls[-1])
+    return after_tools(batch.results, ctx)
 
 
-def after_tools(outcomes: list[ToolOutcome], ctx: Context[AgentState]) -> Route:
+def after_tools(outcomes: list[ToolOutcome], ctx: AgentContext) -> Route:
     """Write the answers (in call order, right after the assistant message), then the
     tools' state updates; route."""
     state, deps = ctx.state, _deps(ctx)
@@ -309,7 +354,7 @@ def after_tools(outcomes: list[ToolOutcome], ctx: Context[AgentState]) -> Route:
     )
 
 
-async def finish(_: Any, ctx: Context[AgentState]) -> None:
+async def finish(_: Any, ctx: AgentContext) -> None:
     """Answer the calls a jump left behind; run the ``after_agent`` hooks."""
     state, deps = ctx.state, _deps(ctx)
     runtime = deps.runtime
@@ -330,7 +375,7 @@ async def finish(_: Any, ctx: Context[AgentState]) -> None:
             AgentFinished(
                 execution_id=ctx.execution_id,
                 at=ctx.elapsed(),
-                model_calls=deps.model_calls,
+                model_calls=state.model_calls,
                 messages=len(state.messages),
             )
         )
@@ -348,7 +393,7 @@ def _build() -> Flow[AgentState]:
     flow.start.to(begin).match(_route, {"model": model, "tools": tools, "end": end})
     cases: dict[Hashable, Target] = {"model": "model", "tools": "tools", "end": "finish"}
     flow.step("model").match(_route, {**cases, "pause": wait_for_answer})
-    flow.step("tools").for_each(call_tool, name="tool_calls").to(after_tools).match(_route, cases)
+    flow.step("tools").match(_route, cases)
     flow.when(ANSWERED, external=True).to(Step(resume_step, name="resume")).match(
         _route, {**cases, "pause": wait_for_answer}
     )

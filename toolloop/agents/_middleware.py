@@ -78,11 +78,10 @@ class Runtime:
         execution_id: the run's id (it stays the same across a pause).
     """
 
-    __slots__ = ("_ctx", "_slots", "context", "execution_id")
+    __slots__ = ("_ctx", "context", "execution_id")
 
-    def __init__(self, ctx: Context[Any], context: Any, slots: anyio.Semaphore) -> None:
+    def __init__(self, ctx: Context[Any], context: Any) -> None:
         self._ctx = ctx
-        self._slots = slots
         self.context = context
         self.execution_id = ctx.execution_id
 

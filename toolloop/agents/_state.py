@@ -60,12 +60,23 @@ class AgentState(BaseModel):
             ``response_format`` (a model instance for a pydantic schema; after a snapshot is
             restored, its JSON data).
         values: the middleware's own values, by key (e.g. call counters).
+        model_calls: model calls made by this run so far (across pauses and resumes; a new
+            run starts at 0). ``max_model_calls`` bounds it.
+        structured_failures: final answers that failed the ``response_format`` so far.
+        paused_at: where a paused run stopped (which middleware, which hook, what it asks);
+            ``None`` while the run is not paused.
+
+    Everything a run changes is here, so a snapshot or a checkpoint carries it and the
+    limits hold across any number of pauses and resumes.
     """
 
     messages: list[Message] = Field(default_factory=list)
     todos: list[Todo] = Field(default_factory=list)
     structured_response: Any = None
     values: dict[str, Any] = Field(default_factory=dict)
+    model_calls: int = 0
+    structured_failures: int = 0
+    paused_at: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -20,39 +20,35 @@ from ._structured import ProviderStrategy, ToolStrategy
 from ._tool_call import error_message
 
 if TYPE_CHECKING:
-    from ._flow import AgentDeps
     from ._spec import AgentSpec
 
 __all__ = ["structured_answer"]
 
 
-def _failed(
-    deps: AgentDeps, strategy: ToolStrategy | ProviderStrategy, state: AgentState, error: str
-) -> None:
-    deps.structured_failures += 1
-    if deps.structured_failures > strategy.retries:
+def _failed(strategy: ToolStrategy | ProviderStrategy, state: AgentState, error: str) -> None:
+    state.structured_failures += 1
+    if state.structured_failures > strategy.retries:
         raise StructuredOutputError(
             f"the model's final answer failed to fit {strategy.output.name!r} "
-            f"{deps.structured_failures} times (retries={strategy.retries}); the last time: "
+            f"{state.structured_failures} times (retries={strategy.retries}); the last time: "
             f"{error}",
             state=state,
         )
 
 
 def _send_back(
-    deps: AgentDeps,
     strategy: ToolStrategy | ProviderStrategy,
     state: AgentState,
     error: str,
     feedback: str,
 ) -> JumpTo:
-    _failed(deps, strategy, state, error)
+    _failed(strategy, state, error)
     state.messages.append(UserMessage(content=feedback))
     return "model"
 
 
 def structured_answer(
-    spec: AgentSpec, deps: AgentDeps, state: AgentState, message: AssistantMessage
+    spec: AgentSpec, state: AgentState, message: AssistantMessage
 ) -> JumpTo | None:
     """Handle the structured answer in ``message`` (see the module docs); ``"model"`` when
     the model must answer again."""
@@ -64,7 +60,6 @@ def structured_answer(
             if message.tool_calls:
                 return None  # other tools first
             return _send_back(
-                deps,
                 strategy,
                 state,
                 f"the model answered without calling {name!r}",
@@ -76,7 +71,7 @@ def structured_answer(
                 "your one final answer"
             )
             state.messages.extend(error_message(call, error) for call in calls)
-            _failed(deps, strategy, state, error)
+            _failed(strategy, state, error)
             return None
         call = calls[0]
         try:
@@ -87,7 +82,7 @@ def structured_answer(
             state.messages.append(
                 error_message(call, f"{exc}. Fix the arguments and call {name!r} again.")
             )
-            _failed(deps, strategy, state, str(exc))
+            _failed(strategy, state, str(exc))
             return None
         state.structured_response = value
         state.messages.append(
@@ -105,7 +100,6 @@ def structured_answer(
         value = strategy.output.parse_json(message.content)
     except ValueError as exc:
         return _send_back(
-            deps,
             strategy,
             state,
             str(exc),

@@ -52,8 +52,7 @@ async def execute_tool(request: ToolCallRequest, executor: Executor) -> ToolMess
         arguments = tool.validate(call.args)
     except (ToolNotFoundError, ToolArgumentsError) as exc:
         return error_message(call, f"{exc}; the tool did not run.")
-    async with request.runtime._slots:
-        result = await executor.execute(tool, arguments)
+    result = await executor.execute(tool, arguments)
     if isinstance(result, Command):
         return result
     return ToolMessage.model_construct(

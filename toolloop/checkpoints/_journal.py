@@ -15,21 +15,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Literal
 
 from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
 
-from ..runner import Executor, ToolCommand, ToolExecutionRecord
+from ..runner import CallSource, Executor, ToolCommand, ToolExecutionRecord
 from ._errors import CorruptCheckpointError
 from ._model import JournalEntry
 from ._run import CheckpointedRun
 
 __all__ = ["CallSource", "call_once", "interrupted_error"]
-
-CallSource = Literal["ran", "replayed", "interrupted"]
-"""How a call's record came about: the tool ran now; its outcome was read from the journal;
-it was interrupted before (not run again)."""
 
 
 def interrupted_error(call_id: str, tool_name: str) -> str:

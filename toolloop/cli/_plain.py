@@ -22,13 +22,12 @@ from typing import Any, TextIO
 
 from ..flow import ExecutionFailed, FlowEvent
 from ..loop import (
-    CommandFinished,
-    CommandStarted,
     LoopFinished,
     PlanDecided,
     RoundFinished,
     RoundStarted,
 )
+from ..runner import ToolCallFinished, ToolCallStarted
 from ..tracing import redact
 
 __all__ = ["PlainDisplay", "describe", "format_kwargs", "ms", "preview"]
@@ -87,13 +86,13 @@ def describe(event: FlowEvent) -> str | None:
         for note in event.notes:
             text += f"\n{'':10}round {event.round_index}  note: {_one_line(note)}"
         return text
-    if isinstance(event, CommandStarted):
+    if isinstance(event, ToolCallStarted):
         c = event.command
         return (
             f"round {event.round_index}  start #{event.index} {c.tool_name} "
             f"{format_kwargs(c.tool_kwargs)}"
         ).rstrip()
-    if isinstance(event, CommandFinished):
+    if isinstance(event, ToolCallFinished):
         r = event.record
         head = f"round {event.round_index}  "
         took = ms(event.duration)

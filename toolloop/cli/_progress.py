@@ -19,13 +19,12 @@ import anyio
 
 from ..flow import ExecutionFailed, FlowEvent
 from ..loop import (
-    CommandFinished,
-    CommandStarted,
     LoopFinished,
     PlanDecided,
     RoundFinished,
     RoundStarted,
 )
+from ..runner import ToolCallFinished, ToolCallStarted
 from ._plain import format_kwargs, ms, plan_summary, preview
 
 __all__ = ["LiveDisplay"]
@@ -188,13 +187,13 @@ class LiveDisplay:
                 words = s.bold(words)
             permanent.append(f"{t}    plan: {words} {s.dim(f'({ms(event.duration)})')}")
             permanent.extend(f"{t}    {s.dim('note: ' + note)}" for note in event.notes)
-        elif isinstance(event, CommandStarted):
+        elif isinstance(event, ToolCallStarted):
             c = event.command
             text = f"#{event.index} {c.tool_name} {s.dim(format_kwargs(c.tool_kwargs, 80))}"
             self._running[(event.round_index, event.index)] = _Running(
                 event.round_index, event.index, text, now
             )
-        elif isinstance(event, CommandFinished):
+        elif isinstance(event, ToolCallFinished):
             self._running.pop((event.round_index, event.index), None)
             r = event.record
             took = ms(event.duration)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic
+
+from typing_extensions import TypeVar
 
 from ._events import FlowEvent
 
@@ -13,10 +15,14 @@ if TYPE_CHECKING:
 __all__ = ["Context"]
 
 S = TypeVar("S")
+D = TypeVar("D", default=Any)
 
 
-class Context(Generic[S]):
+class Context(Generic[S, D]):
     """What a step sees of its execution: the state, the deps, and ways to act on the run.
+
+    ``Context[S, D]``: ``S`` the state's type, ``D`` the deps' (``Any`` when not given), so
+    a step typed ``ctx: Context[MyState, MyDeps]`` reads ``ctx.deps`` as ``MyDeps``.
 
     One is made per step call (it is two references), so ``ctx.step`` names the caller.
     """
@@ -33,9 +39,10 @@ class Context(Generic[S]):
         return self._ex.state
 
     @property
-    def deps(self) -> Any:
+    def deps(self) -> D:
         """Services and configuration given to the execution (not part of its snapshot)."""
-        return self._ex.deps
+        deps: D = self._ex.deps
+        return deps
 
     @property
     def execution_id(self) -> str:

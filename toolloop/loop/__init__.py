@@ -9,8 +9,6 @@ from ._api import LoopStream as LoopStream
 from ._api import async_plan_and_execute as async_plan_and_execute
 from ._api import plan_and_execute as plan_and_execute
 from ._api import stream_plan_and_execute as stream_plan_and_execute
-from ._events import CommandFinished as CommandFinished
-from ._events import CommandStarted as CommandStarted
 from ._events import LoopEvent as LoopEvent
 from ._events import LoopFinished as LoopFinished
 from ._events import PlanDecided as PlanDecided
@@ -28,8 +26,6 @@ from ._results import to_action_results as to_action_results
 
 __all__ = [
     "EXTRA_INSTRUCTION",
-    "CommandFinished",
-    "CommandStarted",
     "LoopEvent",
     "LoopFinished",
     "LoopResult",

@@ -15,7 +15,7 @@ from ..flow import EventStream, Execution, FlowEvent
 from ..planners import PlannerLike
 from ..runner import Executor
 from ..tools import Tool, ToolRegistry
-from ._flow import LoopDeps, RoundState, commit_inflight, loop_flow
+from ._flow import LoopDeps, RoundState, loop_flow
 from ._results import LoopResult
 
 __all__ = ["LoopStream", "async_plan_and_execute", "plan_and_execute", "stream_plan_and_execute"]
@@ -54,13 +54,11 @@ def _prepare(
         registry=registry,
         executor=executor,
         max_rounds=max_rounds,
-        concurrency=concurrency,
         user_extra_requirement=user_extra_requirement,
         planner_timeout=planner_timeout,
         max_commands=max_commands,
         streaming_dispatch=streaming_dispatch,
         available_tools=registry.specs(),
-        slots=anyio.Semaphore(concurrency) if streaming_dispatch else None,
     )
     execution = loop_flow.execution(deps=deps)
     if on_event is not None:
@@ -77,28 +75,23 @@ async def _run(
     assert isinstance(deps, LoopDeps)
     state = execution.state
     try:
-        await execution.run(timeout=timeout)
+        done = await execution.run(timeout=timeout)
     except ExecutionTimeoutError as exc:
-        commit_inflight(state, deps)  # a streamed round cut short keeps its records
         if on_timeout == "raise" or exc.step is not None:
             raise
         stop: Any = "timeout"
     except PlannerError as exc:
-        if commit_inflight(state, deps):
-            exc.done_plans = list(state.done_plans)
-        raise
-    except BaseException:
-        commit_inflight(state, deps)
+        exc.done_plans = list(state.done_plans)  # a streamed round cut short is in them too
         raise
     else:
-        stop = deps.stop_reason or "response"
+        stop = done.value
     return LoopResult.build(
         deps.user_input,
         state.done_plans,
         rounds=state.round_index,
         stop_reason=stop,
-        notes=deps.notes,
-        planner_text=deps.planner_text,
+        notes=state.notes,
+        planner_text=state.planner_text,
     )
 
 

@@ -1,4 +1,9 @@
-"""Typed events of a plan/execute run, published on the flow's event stream."""
+"""Typed events of a plan/execute run, published on the flow's event stream.
+
+A run tells its rounds with these, and each tool call with the runner's
+:class:`~toolloop.runner.ToolCallStarted` and :class:`~toolloop.runner.ToolCallFinished`, the
+same events the agents publish.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +16,6 @@ from ..runner import ToolCommand, ToolExecutionRecord
 from ._results import StopReason
 
 __all__ = [
-    "CommandFinished",
-    "CommandStarted",
     "LoopEvent",
     "LoopFinished",
     "PlanDecided",
@@ -45,19 +48,6 @@ class PlanDecided(LoopEvent):
     """Seconds the planner took."""
     short_circuited: bool = False
     """The planner stopped reading its output once ``next_action`` was settled."""
-
-
-class CommandStarted(LoopEvent):
-    kind: Literal["command_started"] = "command_started"
-    index: int
-    command: ToolCommand
-
-
-class CommandFinished(LoopEvent):
-    kind: Literal["command_finished"] = "command_finished"
-    index: int
-    record: ToolExecutionRecord
-    duration: float
 
 
 class RoundFinished(LoopEvent):

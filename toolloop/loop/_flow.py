@@ -3,14 +3,18 @@
 ::
 
     start ──▶ plan ──▶ plan? ──execute──▶ execute ──▶ plan
-                │        └────finish────▶ finish ──▶ end
-                └─(emit command_ready, streaming dispatch)──▶ run_command
+                         └────finish────▶ finish ──▶ end
 
 ``plan`` checks ``max_rounds`` before it calls the planner, so no planner call is made whose
-result would be thrown away; ``execute`` runs a round's commands concurrently and writes
-every record into the ``round_state`` (even when the round is cancelled). With streaming
-dispatch, ``plan`` hands each command to ``run_command`` as soon as it is complete, and
-``execute`` waits for those still running.
+result would be thrown away; ``execute`` runs a round's commands concurrently through the
+runner (:class:`~toolloop.runner.ToolBatch`) and writes every record into the run's state,
+even when the round is cancelled. With streaming dispatch the round's batch opens while the
+plan streams: ``plan`` submits each command the moment it is complete, so the tools run
+while the rest of the plan is written, and ``execute`` only reports the round.
+
+Everything that changes during a run lives in its :class:`RoundState` (records, round index,
+notes, stop reason, the planner's text); :class:`LoopDeps` holds configuration and
+services only.
 """
 
 from __future__ import annotations
@@ -31,82 +35,124 @@ from ..planners import (
     StreamingPlanner,
     call_planner,
 )
-from ..runner import Executor, ToolCommand, ToolExecutionRecord, cancelled_error
-from ..tools import ToolRegistry
-from ._events import (
-    CommandFinished,
-    CommandStarted,
-    LoopFinished,
-    PlanDecided,
-    RoundFinished,
-    RoundStarted,
+from ..runner import (
+    Executor,
+    ToolCallFinished,
+    ToolCallStarted,
+    ToolCommand,
+    ToolExecutionRecord,
 )
-from ._inflight import Inflight
-from ._normalize import NormalizedPlan, normalize_command, normalize_plan, over_limit
+from ..tools import ToolRegistry
+from ._events import LoopFinished, PlanDecided, RoundFinished, RoundStarted
+from ._normalize import NormalizedPlan, PlanItem, normalize_command, normalize_plan, over_limit
 from ._results import StopReason
 
-__all__ = ["LoopDeps", "RoundState", "commit_inflight", "loop_flow"]
-
-COMMAND_READY = "command_ready"
+__all__ = ["LoopDeps", "Planned", "RoundState", "loop_flow"]
 
 
 class RoundState(BaseModel):
-    """The loop's per-run state, exactly: ``done_plans``, ``last_round_records``,
-    ``round_index``."""
+    """A run's state: the design's round state (``done_plans``, ``last_round_records``,
+    ``round_index``) and the run's other changing facts. It is all a snapshot carries."""
 
     done_plans: list[ToolExecutionRecord] = Field(default_factory=list)
+    """Every record so far, in the order the commands were planned."""
     last_round_records: list[ToolExecutionRecord] = Field(default_factory=list)
+    """The records of the last round only."""
     round_index: int = 0
+    """How many rounds executed tools (the next round's index)."""
+    notes: list[str] = Field(default_factory=list)
+    """What normalization had to fix or drop, per round."""
+    stop_reason: StopReason | None = None
+    """Why the loop stopped, once it did."""
+    planner_text: str | None = None
+    """The text the planner's model wrote beside its last plan, if any."""
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class LoopDeps:
-    """A run's configuration and services (not part of its state)."""
+    """A run's configuration and services: nothing here changes during the run."""
 
     user_input: str
     planner: PlannerLike
     registry: ToolRegistry
     executor: Executor
     max_rounds: int
-    concurrency: int = 4
     user_extra_requirement: str | None = None
     planner_timeout: float | None = None
     max_commands: int = 64
     max_kwargs_bytes: int = 256 * 1024
     streaming_dispatch: bool = False
     available_tools: list[dict[str, Any]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    stop_reason: StopReason | None = None
-    planner_text: str | None = None
-    inflight: Inflight | None = None
-    slots: anyio.Semaphore | None = None
 
 
-def _deps(ctx: Context[RoundState]) -> LoopDeps:
-    deps = ctx.deps
-    assert isinstance(deps, LoopDeps)
-    return deps
+LoopContext = Context[RoundState, LoopDeps]
 
 
-def commit_inflight(state: RoundState, deps: LoopDeps) -> list[ToolExecutionRecord]:
-    """Write the records of a streamed round into the state (once); they are the round's."""
-    inflight = deps.inflight
-    if inflight is None or inflight.committed:
-        return []
-    inflight.committed = True
-    deps.inflight = None
-    records = [record for _, record in inflight.ordered()]
+@dataclass(slots=True)
+class Planned:
+    """What PLAN hands to the next step: the decided plan, and for a streamed round the
+    records its tools already came to (``None``: EXECUTE runs the commands)."""
+
+    decided: NormalizedPlan
+    records: list[ToolExecutionRecord] | None = None
+    executed_at: float = 0.0
+    """When the round's first tool call was submitted (``perf_counter``)."""
+
+
+def _commit(state: RoundState, index: int, records: list[ToolExecutionRecord]) -> None:
+    """Write one executed round's records into the state."""
     state.last_round_records = records
     state.done_plans.extend(records)
-    state.round_index = inflight.round_index + 1
-    return records
+    state.round_index = index + 1
 
 
-async def plan(_: Any, ctx: Context[RoundState]) -> NormalizedPlan:
+def _planner_error(exc: Exception, index: int, deps: LoopDeps, state: RoundState) -> PlannerError:
+    what = (
+        f"did not answer within {deps.planner_timeout} s"
+        if isinstance(exc, TimeoutError)
+        else f"raised {type(exc).__name__}: {exc}"
+    )
+    error = PlannerError(
+        f"the planner {what} in round {index}; the records made so far are kept in .done_plans",
+        done_plans=state.done_plans,
+        state=state,
+    )
+    error.__cause__ = exc
+    return error
+
+
+def _started_event(
+    ctx: LoopContext, index: int, position: int, command: ToolCommand
+) -> ToolCallStarted:
+    return ToolCallStarted(
+        execution_id=ctx.execution_id,
+        at=ctx.elapsed(),
+        round_index=index,
+        index=position,
+        call_id=f"{index}.{position}",
+        command=command,
+    )
+
+
+def _finished_event(
+    ctx: LoopContext, index: int, position: int, record: ToolExecutionRecord, duration: float
+) -> ToolCallFinished:
+    return ToolCallFinished(
+        execution_id=ctx.execution_id,
+        at=ctx.elapsed(),
+        round_index=index,
+        index=position,
+        call_id=f"{index}.{position}",
+        record=record,
+        duration=duration,
+    )
+
+
+async def plan(_: Any, ctx: LoopContext) -> Planned:
     """PLAN: ask the planner (unless ``max_rounds`` is reached) and normalize its output."""
-    state, deps = ctx.state, _deps(ctx)
+    state, deps = ctx.state, ctx.deps
     if state.round_index >= deps.max_rounds:
-        return NormalizedPlan(next_action="response", stop_reason="max_rounds")
+        return Planned(NormalizedPlan(next_action="response", stop_reason="max_rounds"))
     index = state.round_index
     if ctx.observed:
         ctx.publish(
@@ -122,50 +168,29 @@ async def plan(_: Any, ctx: Context[RoundState]) -> NormalizedPlan:
         max_rounds=deps.max_rounds,
     )
     planner = deps.planner
-    streaming = deps.streaming_dispatch and isinstance(planner, StreamingPlanner)
-    inflight: Inflight | None = None
-    if streaming:
-        inflight = deps.inflight = Inflight(index)
-
-        def dispatch(i: int, raw: Any) -> None:
-            assert inflight is not None
-            item = normalize_command(i, raw, [], max_kwargs_bytes=deps.max_kwargs_bytes)
-            if item is None:
-                return  # dropped; the final normalization says why
-            # counted as normalize_plan counts: every item kept so far, failed ones too
-            if isinstance(item, ToolCommand) and len(inflight.items) >= deps.max_commands:
-                item = over_limit(item, deps.max_commands)
-            if inflight.add(i, item):
-                ctx.emit(COMMAND_READY, (inflight, i))
-
     started = perf_counter()
+    if deps.streaming_dispatch and isinstance(planner, StreamingPlanner):
+        return await _plan_streaming(ctx, planner, context, started)
     try:
         with anyio.fail_after(deps.planner_timeout):
-            if inflight is not None:
-                assert isinstance(planner, StreamingPlanner)
-                raw = await planner.plan_streaming(context, dispatch)
-            else:
-                raw = await call_planner(planner, context)
+            raw = await call_planner(planner, context)
     except Exception as exc:
-        what = (
-            f"did not answer within {deps.planner_timeout} s"
-            if isinstance(exc, TimeoutError)
-            else f"raised {type(exc).__name__}: {exc}"
-        )
-        raise PlannerError(
-            f"the planner {what} in round {index}; the records made so far are kept in .done_plans",
-            done_plans=state.done_plans,
-            state=state,
-        ) from exc
+        raise _planner_error(exc, index, deps, state) from exc
     decided = normalize_plan(
         raw, max_commands=deps.max_commands, max_kwargs_bytes=deps.max_kwargs_bytes
     )
-    if inflight is not None:
-        decided = _merge_streamed(decided, inflight, ctx)
-    deps.notes.extend(f"round {index}: {note}" for note in decided.notes)
+    _decided(ctx, raw, decided, started)
+    return Planned(decided)
+
+
+def _decided(ctx: LoopContext, raw: Any, decided: NormalizedPlan, started: float) -> None:
+    """Note what the planner decided (notes, its text) and tell the observers."""
+    state = ctx.state
+    index = state.round_index
+    state.notes.extend(f"round {index}: {note}" for note in decided.notes)
     output = raw.output if isinstance(raw, PlannerReply) else raw
     text = output.get("content") if isinstance(output, dict) else None
-    deps.planner_text = text if isinstance(text, str) and text.strip() else None
+    state.planner_text = text if isinstance(text, str) and text.strip() else None
     if ctx.observed:
         ctx.publish(
             PlanDecided(
@@ -180,116 +205,124 @@ async def plan(_: Any, ctx: Context[RoundState]) -> NormalizedPlan:
                 short_circuited=isinstance(raw, PlannerReply) and raw.short_circuited,
             )
         )
-    return decided
 
 
-def _merge_streamed(
-    decided: NormalizedPlan, inflight: Inflight, ctx: Context[RoundState]
-) -> NormalizedPlan:
-    """The final plan of a streamed round: what was dispatched plus what was not yet."""
-    if decided.next_action == "execute":
-        for source, item in zip(decided.sources, decided.items, strict=True):
-            if inflight.add(source, item):
-                ctx.emit(COMMAND_READY, (inflight, source))
-    elif inflight.items:
-        # the tools already started: the round runs, and the planner sees them next round
-        notes = [
-            *decided.notes,
-            f"the plan ended with {decided.next_action!r} ({decided.stop_reason}) after "
-            f"{len(inflight.items)} commands had started: they run in this round",
-        ]
-        decided = decided.model_copy(update={"next_action": "execute", "notes": notes})
-    if decided.next_action != "execute":
-        _deps(ctx).inflight = None  # nothing was dispatched: a plain final round
-        return decided
-    indices = sorted(inflight.items)
-    return decided.model_copy(
-        update={
-            "items": [inflight.items[i] for i in indices],
-            "sources": indices,
-            "stop_reason": None,
-        }
-    )
+async def _plan_streaming(
+    ctx: LoopContext, planner: StreamingPlanner, context: PlannerContext, started: float
+) -> Planned:
+    """A streamed round: the batch is open while the plan streams; each command runs as
+    soon as it is complete. Returns once every dispatched command has its record."""
+    state, deps = ctx.state, ctx.deps
+    index = state.round_index
+    observed = ctx.observed
+    items: dict[int, PlanItem] = {}  # by the command's place in the planner's list
+    positions: list[int] = []  # the batch's k-th command is the planner's positions[k]
+    executed_at = 0.0
+
+    def on_start(k: int, command: ToolCommand) -> None:
+        if observed:
+            ctx.publish(_started_event(ctx, index, positions[k], command))
+
+    def on_finish(k: int, record: ToolExecutionRecord, duration: float) -> None:
+        if observed:
+            ctx.publish(_finished_event(ctx, index, positions[k], record, duration))
+
+    batch = deps.executor.batch(on_start=on_start, on_finish=on_finish)
+
+    def add(position: int, item: PlanItem) -> None:
+        nonlocal executed_at
+        if position in items:
+            return
+        items[position] = item
+        if isinstance(item, ToolCommand):
+            positions.append(position)
+            if not executed_at:
+                executed_at = perf_counter()
+            batch.submit(item)
+        elif observed:
+            ctx.publish(_finished_event(ctx, index, position, item, 0.0))
+
+    def dispatch(position: int, raw: Any) -> None:
+        item = normalize_command(position, raw, [], max_kwargs_bytes=deps.max_kwargs_bytes)
+        if item is None:
+            return  # dropped; the final normalization says why
+        # counted as normalize_plan counts: every item kept so far, failed ones too
+        if isinstance(item, ToolCommand) and len(items) >= deps.max_commands:
+            item = over_limit(item, deps.max_commands)
+        add(position, item)
+
+    decided: NormalizedPlan | None = None
+    try:
+        async with batch:
+            try:
+                with anyio.fail_after(deps.planner_timeout):
+                    raw = await planner.plan_streaming(context, dispatch)
+            except Exception as exc:
+                raise _planner_error(exc, index, deps, state) from exc
+            decided = normalize_plan(
+                raw, max_commands=deps.max_commands, max_kwargs_bytes=deps.max_kwargs_bytes
+            )
+            if decided.next_action == "execute":
+                for source, item in zip(decided.sources, decided.items, strict=True):
+                    add(source, item)
+            elif items:
+                # the tools already started: the round runs, and the planner sees them next
+                notes = [
+                    *decided.notes,
+                    f"the plan ended with {decided.next_action!r} ({decided.stop_reason}) "
+                    f"after {len(items)} commands had started: they run in this round",
+                ]
+                decided = decided.model_copy(update={"next_action": "execute", "notes": notes})
+            if decided.next_action == "execute":
+                order = sorted(items)
+                decided = decided.model_copy(
+                    update={
+                        "items": [items[i] for i in order],
+                        "sources": order,
+                        "stop_reason": None,
+                    }
+                )
+            _decided(ctx, raw, decided, started)
+    finally:
+        if items:  # the round ran (maybe cut short): its records are kept, whatever happened
+            ran = dict(zip(positions, batch.results, strict=True))
+            records = [ran.get(i) or items[i] for i in sorted(items)]
+            _commit(state, index, records)  # type: ignore[arg-type]  # records, by now
+    assert decided is not None  # the block ran to its end
+    return Planned(decided, state.last_round_records if items else None, executed_at)
 
 
-def route(decided: NormalizedPlan) -> str:
+def route(planned: Planned) -> str:
+    decided = planned.decided
     return "execute" if decided.next_action == "execute" and decided.items else "finish"
 
 
-async def run_command(value: tuple[Inflight, int], ctx: Context[RoundState]) -> None:
-    """Run one dispatched command under the run's concurrency limit; note its record."""
-    inflight, index = value
-    deps = _deps(ctx)
-    command = inflight.items[index]
-    assert isinstance(command, ToolCommand)
-    assert deps.slots is not None
-    observed = ctx.observed
-    record: ToolExecutionRecord | None = None
-    started = perf_counter()
-
-    def on_start() -> None:
-        nonlocal started
-        started = perf_counter()
-        if observed:
-            ctx.publish(
-                CommandStarted(
-                    execution_id=ctx.execution_id,
-                    at=ctx.elapsed(),
-                    round_index=inflight.round_index,
-                    index=index,
-                    command=command,
-                )
-            )
-
-    try:
-        async with deps.slots:
-            record = await deps.executor.call(command, on_start=on_start)
-    finally:
-        if record is None:
-            record = ToolExecutionRecord.failed(command, cancelled_error(command.tool_name))
-        inflight.finished(index, record)
-        if observed:
-            ctx.publish(
-                CommandFinished(
-                    execution_id=ctx.execution_id,
-                    at=ctx.elapsed(),
-                    round_index=inflight.round_index,
-                    index=index,
-                    record=record,
-                    duration=perf_counter() - started,
-                )
-            )
-
-
-async def execute(decided: NormalizedPlan, ctx: Context[RoundState]) -> None:
+async def execute(planned: Planned, ctx: LoopContext) -> None:
     """EXECUTE: run the round's commands concurrently; one record per command, in order."""
-    state, deps = ctx.state, _deps(ctx)
-    index = state.round_index
-    started = perf_counter()
-    inflight = deps.inflight
-    if inflight is not None:
-        try:
-            await inflight.wait()
-        finally:
-            done = commit_inflight(state, deps)
+    state = ctx.state
+    if planned.records is not None:  # a streamed round: its tools ran while it was planned
+        index = state.round_index - 1
+        records = planned.records
+        duration = perf_counter() - planned.executed_at if planned.executed_at else 0.0
     else:
-        done = await _execute_round(decided, ctx)
+        index = state.round_index
+        started = perf_counter()
+        records = await _execute_round(planned.decided, ctx)
+        duration = perf_counter() - started
     if ctx.observed:
         ctx.publish(
             RoundFinished(
                 execution_id=ctx.execution_id,
                 at=ctx.elapsed(),
                 round_index=index,
-                records=done,
-                duration=perf_counter() - started,
+                records=records,
+                duration=duration,
             )
         )
 
 
-async def _execute_round(
-    decided: NormalizedPlan, ctx: Context[RoundState]
-) -> list[ToolExecutionRecord]:
-    state, deps = ctx.state, _deps(ctx)
+async def _execute_round(decided: NormalizedPlan, ctx: LoopContext) -> list[ToolExecutionRecord]:
+    state, deps = ctx.state, ctx.deps
     index = state.round_index
     items = decided.items
     sources = decided.sources or list(range(len(items)))
@@ -306,67 +339,39 @@ async def _execute_round(
 
     def on_start(k: int, command: ToolCommand) -> None:
         if observed:
-            ctx.publish(
-                CommandStarted(
-                    execution_id=ctx.execution_id,
-                    at=ctx.elapsed(),
-                    round_index=index,
-                    index=sources[positions[k]],
-                    command=command,
-                )
-            )
+            ctx.publish(_started_event(ctx, index, sources[positions[k]], command))
 
     def on_finish(k: int, record: ToolExecutionRecord, duration: float) -> None:
         records[positions[k]] = record
         if observed:
-            ctx.publish(
-                CommandFinished(
-                    execution_id=ctx.execution_id,
-                    at=ctx.elapsed(),
-                    round_index=index,
-                    index=sources[positions[k]],
-                    record=record,
-                    duration=duration,
-                )
-            )
+            ctx.publish(_finished_event(ctx, index, sources[positions[k]], record, duration))
 
     if observed:
         for i, item in enumerate(items):
             if isinstance(item, ToolExecutionRecord):
-                ctx.publish(
-                    CommandFinished(
-                        execution_id=ctx.execution_id,
-                        at=ctx.elapsed(),
-                        round_index=index,
-                        index=sources[i],
-                        record=item,
-                        duration=0.0,
-                    )
-                )
+                ctx.publish(_finished_event(ctx, index, sources[i], item, 0.0))
     try:
         await deps.executor.run(commands, on_start=on_start, on_finish=on_finish)
     finally:
         done = [r for r in records if r is not None]
-        state.last_round_records = done
-        state.done_plans.extend(done)
-        state.round_index = index + 1
+        _commit(state, index, done)
     return done
 
 
-def finish(decided: NormalizedPlan, ctx: Context[RoundState]) -> StopReason:
+def finish(planned: Planned, ctx: LoopContext) -> StopReason:
     """FINISH: say why the loop stopped."""
-    deps = _deps(ctx)
-    reason: StopReason = decided.stop_reason or "response"
-    deps.stop_reason = reason
+    state = ctx.state
+    reason: StopReason = planned.decided.stop_reason or "response"
+    state.stop_reason = reason
     if ctx.observed:
         ctx.publish(
             LoopFinished(
                 execution_id=ctx.execution_id,
                 at=ctx.elapsed(),
-                round_index=ctx.state.round_index,
+                round_index=state.round_index,
                 stop_reason=reason,
-                rounds=ctx.state.round_index,
-                records=len(ctx.state.done_plans),
+                rounds=state.round_index,
+                records=len(state.done_plans),
             )
         )
     return reason
@@ -374,11 +379,10 @@ def finish(decided: NormalizedPlan, ctx: Context[RoundState]) -> StopReason:
 
 def _build() -> Flow[RoundState]:
     flow = Flow("plan_execute", state=RoundState)
-    flow.start.to(plan, emits=[COMMAND_READY])
+    flow.start.to(plan)
     flow.step(plan).match(route, {"execute": execute, "finish": finish})
     flow.step(execute).to(plan)
     flow.step(finish).end()
-    flow.when(COMMAND_READY).to(run_command)
     flow.validate()
     return flow
 

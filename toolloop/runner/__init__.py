@@ -8,11 +8,17 @@ command ends in exactly one :class:`ToolExecutionRecord`, whatever happens to it
 
 from __future__ import annotations
 
-from ._executor import ExecutionRound as ExecutionRound
+from ._batch import BatchCall as BatchCall
+from ._batch import ToolBatch as ToolBatch
+from ._events import CallSource as CallSource
+from ._events import ToolCallEvent as ToolCallEvent
+from ._events import ToolCallFinished as ToolCallFinished
+from ._events import ToolCallStarted as ToolCallStarted
 from ._executor import Executor as Executor
 from ._executor import OnFinish as OnFinish
 from ._executor import OnStart as OnStart
 from ._executor import cancelled_error as cancelled_error
+from ._executor import cancelled_record as cancelled_record
 from ._executor import tool_error_text as tool_error_text
 from ._records import DEFAULT_PURPOSE as DEFAULT_PURPOSE
 from ._records import ToolCommand as ToolCommand
@@ -20,12 +26,18 @@ from ._records import ToolExecutionRecord as ToolExecutionRecord
 
 __all__ = [
     "DEFAULT_PURPOSE",
-    "ExecutionRound",
+    "BatchCall",
+    "CallSource",
     "Executor",
     "OnFinish",
     "OnStart",
+    "ToolBatch",
+    "ToolCallEvent",
+    "ToolCallFinished",
+    "ToolCallStarted",
     "ToolCommand",
     "ToolExecutionRecord",
     "cancelled_error",
+    "cancelled_record",
     "tool_error_text",
 ]

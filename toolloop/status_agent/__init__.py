@@ -16,8 +16,6 @@ from ._events import HumanInputRequested as HumanInputRequested
 from ._events import LoopGuardTripped as LoopGuardTripped
 from ._events import StatusChanged as StatusChanged
 from ._events import StatusEvent as StatusEvent
-from ._events import StatusToolCallFinished as StatusToolCallFinished
-from ._events import StatusToolCallStarted as StatusToolCallStarted
 from ._flow import status_agent_flow as status_agent_flow
 from ._llm import STATUS_SYSTEM_PROMPT as STATUS_SYSTEM_PROMPT
 from ._llm import LLMStatusSteps as LLMStatusSteps
@@ -52,8 +50,6 @@ __all__ = [
     "StatusReflection",
     "StatusSteps",
     "StatusToolCall",
-    "StatusToolCallFinished",
-    "StatusToolCallStarted",
     "StatusView",
     "status_agent_flow",
 ]

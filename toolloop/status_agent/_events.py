@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from ..checkpoints import CallSource, CheckpointStatus, HumanRequest
+from ..checkpoints import CheckpointStatus, HumanRequest
 from ..flow import FlowEvent
-from ..runner import ToolExecutionRecord
 from ._state import AgentStatus, NodeName
 
 __all__ = [
@@ -15,8 +14,6 @@ __all__ = [
     "LoopGuardTripped",
     "StatusChanged",
     "StatusEvent",
-    "StatusToolCallFinished",
-    "StatusToolCallStarted",
 ]
 
 
@@ -30,25 +27,6 @@ class StatusChanged(StatusEvent):
     kind: Literal["status_changed"] = "status_changed"
     node: NodeName
     status: AgentStatus
-
-
-class StatusToolCallStarted(StatusEvent):
-    """A tool call's intent is journaled and the tool starts."""
-
-    kind: Literal["status_tool_call_started"] = "status_tool_call_started"
-    call_id: str
-    tool_name: str
-    arguments: dict[str, Any]
-
-
-class StatusToolCallFinished(StatusEvent):
-    """A tool call's outcome is journaled (``source``: it ``ran`` now, was ``replayed``
-    from the journal, or was ``interrupted`` by an earlier crash)."""
-
-    kind: Literal["status_tool_call_finished"] = "status_tool_call_finished"
-    call_id: str
-    record: ToolExecutionRecord
-    source: CallSource
 
 
 class CheckpointSaved(StatusEvent):

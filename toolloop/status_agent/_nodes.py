@@ -11,11 +11,9 @@ recovery) does the same thing, and tool calls go through the journal, so none ru
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
-
-import anyio
 
 from ..checkpoints import (
     Approve,
@@ -29,14 +27,19 @@ from ..checkpoints import (
     call_once,
 )
 from ..flow import Context, FlowSnapshot, Step, Wait
-from ..runner import Executor, ToolExecutionRecord
+from ..runner import (
+    Executor,
+    ToolBatch,
+    ToolCallFinished,
+    ToolCallStarted,
+    ToolExecutionRecord,
+    cancelled_record,
+)
 from ._events import (
     CheckpointSaved,
     HumanInputRequested,
     LoopGuardTripped,
     StatusChanged,
-    StatusToolCallFinished,
-    StatusToolCallStarted,
 )
 from ._guard import check_progress
 from ._human import (
@@ -247,54 +250,60 @@ async def tool_execution(value: Any, state: State, deps: StatusDeps, ctx: Contex
     run = deps.checkpoint
     calls = [c for c in state.pending_calls if c.approved]
     journal = await run.journal()
-    results: dict[str, tuple[ToolExecutionRecord, CallSource]] = {}
-    slots = anyio.Semaphore(deps.concurrency)
-    observed = ctx.observed
-
-    async def one(call: StatusToolCall) -> None:
-        def started() -> None:
-            if observed:
-                ctx.publish(
-                    _event(
-                        StatusToolCallStarted,
-                        ctx,
-                        call_id=call.call_id,
-                        tool_name=call.tool_name,
-                        arguments=call.arguments,
-                    )
-                )
-
-        async with slots:
-            record, source = await call_once(
-                run, call.call_id, call.command(), deps.executor, journal=journal, on_start=started
-            )
-        results[call.call_id] = (record, source)
-        if observed:
-            ctx.publish(
-                _event(
-                    StatusToolCallFinished, ctx, call_id=call.call_id, record=record, source=source
-                )
-            )
-
     todo = [c for c in calls if state.record_of(c.call_id) is None]  # never twice in the state
-    if len(todo) == 1:
-        await one(todo[0])
-    elif todo:
-        try:
-            async with anyio.create_task_group() as tg:
-                for call in todo:
-                    tg.start_soon(one, call)
-        except Exception as exc:  # one failure (a journal write, say): raise it as it was
-            inner: Sequence[BaseException] = getattr(exc, "exceptions", ())
-            if len(inner) == 1:
-                raise inner[0] from exc.__cause__
-            raise
-    for call in calls:
-        if call.call_id in results:
-            record, source = results[call.call_id]
-            state.records.append(
-                StatusCallRecord(call_id=call.call_id, record=record, source=source)
+    observed = ctx.observed
+    turn = sum(t.node == "tool_execution" for t in state.history)
+
+    async def one(
+        call: StatusToolCall, started: Callable[[], None]
+    ) -> tuple[ToolExecutionRecord, CallSource]:
+        return await call_once(
+            run, call.call_id, call.command(), deps.executor, journal=journal, on_start=started
+        )
+
+    def cancelled(call: StatusToolCall) -> tuple[ToolExecutionRecord, CallSource]:
+        return cancelled_record(call.command()), "interrupted"
+
+    def on_start(k: int, call: StatusToolCall) -> None:
+        ctx.publish(
+            ToolCallStarted(
+                execution_id=ctx.execution_id,
+                at=ctx.elapsed(),
+                round_index=turn,
+                index=k,
+                call_id=call.call_id,
+                command=call.command(),
             )
+        )
+
+    def on_finish(k: int, done: tuple[ToolExecutionRecord, CallSource], took: float) -> None:
+        ctx.publish(
+            ToolCallFinished(
+                execution_id=ctx.execution_id,
+                at=ctx.elapsed(),
+                round_index=turn,
+                index=k,
+                call_id=todo[k].call_id,
+                record=done[0],
+                duration=took,
+                source=done[1],
+            )
+        )
+
+    batch: ToolBatch[StatusToolCall, tuple[ToolExecutionRecord, CallSource]] = ToolBatch(
+        one,
+        cancelled,
+        concurrency=deps.concurrency,
+        on_start=on_start if observed else None,
+        on_finish=on_finish if observed else None,
+    )
+    async with batch:
+        for call in todo[:-1]:
+            batch.submit(call)
+        if todo:
+            await batch.submit_here(todo[-1])
+    for call, (record, source) in zip(todo, batch.results, strict=True):
+        state.records.append(StatusCallRecord(call_id=call.call_id, record=record, source=source))
     state.pending_calls = [c for c in state.pending_calls if not c.approved]
     state.unreflected = [c.call_id for c in calls]
     failed = [c for c in calls if not _succeeded(state, c.call_id)]

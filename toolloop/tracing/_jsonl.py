@@ -10,7 +10,7 @@ published::
 
 ``at`` is seconds since the run started (``started`` is that moment on the wall clock) and
 the events that end something carry their ``duration``. Reading a trace gives back the same
-event classes (``RoundStarted``, ``CommandFinished``, ...) with equal values; an event whose
+event classes (``RoundStarted``, ``ToolCallFinished``, ...) with equal values; an event whose
 class is not imported is read as an :class:`UnknownEvent` that keeps every field.
 
 Secrets are scrubbed on the way out (see :func:`~toolloop.tracing.redact`) unless

@@ -25,13 +25,12 @@ from ..flow import (
     FlowEvent,
 )
 from ..loop import (
-    CommandFinished,
-    CommandStarted,
     LoopFinished,
     PlanDecided,
     RoundFinished,
     RoundStarted,
 )
+from ..runner import ToolCallFinished, ToolCallStarted
 from ._jsonl import EventTrace
 from ._redact import redact, redact_text
 
@@ -161,7 +160,7 @@ class OpenTelemetrySpans:
             )
         elif isinstance(event, PlanDecided):
             self._plan_decided(event, run)
-        elif isinstance(event, CommandStarted):
+        elif isinstance(event, ToolCallStarted):
             rnd = self._round_span(event.round_index, event.at, run)
             command = event.command
             span = self._start(
@@ -176,7 +175,7 @@ class OpenTelemetrySpans:
             span.set_attribute("gen_ai.operation.name", "execute_tool")
             span.set_attribute("gen_ai.tool.name", _text(command.tool_name))
             self._calls[(event.round_index, event.index)] = span
-        elif isinstance(event, CommandFinished):
+        elif isinstance(event, ToolCallFinished):
             self._command_finished(event, run)
         elif isinstance(event, RoundFinished):
             finished = self._rounds.pop(event.round_index, None)
@@ -219,7 +218,7 @@ class OpenTelemetrySpans:
             span.add_event("short_circuit", timestamp=end)
         span.end(end_time=end)
 
-    def _command_finished(self, event: CommandFinished, run: Span) -> None:
+    def _command_finished(self, event: ToolCallFinished, run: Span) -> None:
         record = event.record
         span = self._calls.pop((event.round_index, event.index), None)
         if span is None:  # refused before it ran

@@ -8,13 +8,12 @@ from typing import Any
 
 from ..flow import ExecutionFailed, FlowEvent
 from ..loop import (
-    CommandFinished,
-    CommandStarted,
     LoopFinished,
     PlanDecided,
     RoundFinished,
     RoundStarted,
 )
+from ..runner import ToolCallFinished, ToolCallStarted
 
 __all__ = ["CallSpan", "RoundSpan", "RunShape"]
 
@@ -106,7 +105,7 @@ class RunShape:
                 span.short_circuited = event.short_circuited
                 span.stop_reason = event.stop_reason
                 span.notes = list(event.notes)
-            elif isinstance(event, CommandStarted):
+            elif isinstance(event, ToolCallStarted):
                 command = event.command
                 call = CallSpan(
                     round_index=event.round_index,
@@ -118,7 +117,7 @@ class RunShape:
                 )
                 open_calls[(event.round_index, event.index)] = call
                 round_at(event.round_index, event.at).calls.append(call)
-            elif isinstance(event, CommandFinished):
+            elif isinstance(event, ToolCallFinished):
                 record = event.record
                 found = open_calls.pop((event.round_index, event.index), None)
                 if found is None:
