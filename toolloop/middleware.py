@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from .agents.middleware import TODO_SYSTEM_PROMPT as TODO_SYSTEM_PROMPT
 from .agents.middleware import WRITE_TODOS_DESCRIPTION as WRITE_TODOS_DESCRIPTION
-from .agents.middleware import ApprovalDecision as ApprovalDecision
 from .agents.middleware import ApprovalPolicy as ApprovalPolicy
-from .agents.middleware import Decision as Decision
 from .agents.middleware import HumanApprovalMiddleware as HumanApprovalMiddleware
 from .agents.middleware import ModelCallLimitMiddleware as ModelCallLimitMiddleware
 from .agents.middleware import TodoListMiddleware as TodoListMiddleware
@@ -21,9 +19,7 @@ from .agents.middleware import write_todos as write_todos
 __all__ = [
     "TODO_SYSTEM_PROMPT",
     "WRITE_TODOS_DESCRIPTION",
-    "ApprovalDecision",
     "ApprovalPolicy",
-    "Decision",
     "HumanApprovalMiddleware",
     "ModelCallLimitMiddleware",
     "TodoListMiddleware",

@@ -17,6 +17,7 @@ from toolloop.checkpoints import (
     RequestedCall,
     Stop,
     check_decision,
+    parse_answer,
     parse_decision,
 )
 from toolloop.tools import ToolRegistry
@@ -119,3 +120,55 @@ def test_a_request_reads_as_text_and_round_trips_as_json() -> None:
     assert "needs approval" in text
     assert text.endswith("answer with: approve, edit, reject, replan, stop")
     assert HumanRequest.model_validate(APPROVAL.model_dump(mode="json")) == APPROVAL
+
+
+TWO = HumanRequest(
+    kind="approve_tool_calls",
+    reason="2 tool call(s) need your approval",
+    tool_calls=[
+        RequestedCall(call_id="a", tool_name="send_mail", arguments={"to": "x", "body": "y"}),
+        RequestedCall(
+            call_id="b", tool_name="send_mail", arguments={"to": "z"}, allowed=["approve", "reject"]
+        ),
+    ],
+    allowed=["approve", "edit", "reject", "replan", "stop"],
+)
+
+
+def test_one_decision_per_call() -> None:
+    registry = ToolRegistry([send_mail])
+
+    def validate(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        return registry.get(name).validate(arguments)
+
+    answer = {"a": Edit(arguments={"a": {"to": "q", "body": "r"}}), "b": "reject"}
+    checked = check_decision(TWO, answer, validate_arguments=validate)
+    assert checked == {"a": Edit(arguments={"a": {"to": "q", "body": "r"}}), "b": Reject()}
+    assert parse_answer({"a": "approve", "b": {"kind": "reject"}}) == {
+        "a": Approve(),
+        "b": Reject(),
+    }
+    with pytest.raises(DecisionError, match=r"missing: \['b'\]"):
+        check_decision(TWO, {"a": "approve"})
+    with pytest.raises(DecisionError, match="'edit' decision does not fit call 'b'"):
+        check_decision(TWO, {"a": "approve", "b": Edit(arguments={"b": {"to": "w"}})})
+    with pytest.raises(DecisionError, match="'stop' decision does not fit call 'a'"):
+        check_decision(TWO, {"a": "stop", "b": "approve"})
+    with pytest.raises(DecisionError, match="do not fit tool 'send_mail'"):
+        check_decision(
+            TWO,
+            {"a": Edit(arguments={"a": {"to": 3}}), "b": "approve"},
+            validate_arguments=validate,
+        )
+    with pytest.raises(DecisionError, match="the decision for call 'a'"):
+        check_decision(TWO, {"a": {"kind": "maybe"}, "b": "approve"})
+
+
+def test_a_call_that_allows_fewer_decisions_is_checked_under_one_decision_too() -> None:
+    assert check_decision(TWO, "approve") == Approve()
+    assert check_decision(TWO, Reject(message="no")) == Reject(message="no")
+    with pytest.raises(DecisionError, match="'edit' decision does not fit call 'b'"):
+        check_decision(TWO, Edit(arguments={"b": {"to": "w"}}))
+    # an edit of the other call leaves 'b' as it is: approved, which it allows
+    edited = check_decision(TWO, Edit(arguments={"a": {"to": "q"}}))
+    assert isinstance(edited, Edit)

@@ -83,6 +83,7 @@ async def test_pause_persist_claim_resume_complete(tmp_path: Path) -> None:
         stored = await CheckpointedRun.load(store, "r1")
         question = HumanRequest.model_validate(stored.request)
         decision = check_decision(question, "approve")
+        assert isinstance(decision, Approve)
         execution = restore(build_approval_flow(), stored)
         claimed = await CheckpointedRun.claim(
             store, stored, event="approval", value=decision.model_dump(mode="json")

@@ -19,9 +19,9 @@ from toolloop.agents import (
     ToolMessage,
     create_agent,
 )
+from toolloop.checkpoints import Approve, DecisionError, Edit, HumanRequest, Reject, Stop
 from toolloop.errors import ResumeError
 from toolloop.middleware import (
-    ApprovalDecision,
     ApprovalPolicy,
     HumanApprovalMiddleware,
 )
@@ -91,14 +91,18 @@ async def test_the_run_pauses_before_any_tool_runs() -> None:
     assert result.status == "paused"
     assert result.paused_by == "HumanApprovalMiddleware"
     assert log == []  # nothing ran, not even the call that needs no approval
-    request = result.pause_request
-    assert request["kind"] == "tool_approval"
-    actions = request["actions"]
-    assert [a["tool_call_id"] for a in actions] == ["c1", "c2"]
-    assert actions[0]["allowed"] == ["approve", "edit", "reject"]
-    assert actions[1]["allowed"] == ["approve", "reject"]
-    assert actions[1]["description"].endswith("Careful.")
-    assert actions[0]["args"] == {"to": "bob", "body": "hi"}
+    request = result.request  # the protocol shared with the status agent
+    assert isinstance(request, HumanRequest)
+    assert request.kind == "approve_tool_calls"
+    assert request.model_dump(mode="json") == result.pause_request  # JSON-ready
+    calls = request.tool_calls
+    assert [c.call_id for c in calls] == ["c1", "c2"]
+    assert calls[0].allowed == ["approve", "edit", "reject"]
+    assert calls[1].allowed == ["approve", "reject"]
+    assert calls[1].why.endswith("Careful.")
+    assert calls[0].arguments == {"to": "bob", "body": "hi"}
+    assert request.allowed == ["approve", "edit", "reject"]
+    assert "send_email" in request.describe()
     json.loads(saved(result))  # plain JSON
 
 
@@ -110,10 +114,10 @@ async def test_approve_edit_reject_after_a_json_round_trip_in_a_new_agent() -> N
 
     resumed = await build(model).resume(
         json.loads(text),
-        [
-            {"type": "edit", "args": {"to": "bob", "body": "hello, Bob"}},
-            ApprovalDecision(type="reject", message="keep that file"),
-        ],
+        {
+            "c1": {"kind": "edit", "arguments": {"c1": {"to": "bob", "body": "hello, Bob"}}},
+            "c2": Reject(message="keep that file"),
+        },
     )
     assert resumed.status == "completed"
     assert resumed.execution_id == paused.execution_id
@@ -152,18 +156,22 @@ async def test_answers_that_do_not_fit_are_refused_and_the_snapshot_stays_usable
     paused = await build(model).run("tidy up")
     text = saved(paused)
     agent = build(model)
-    with pytest.raises(ResumeError, match="one decision per call"):
-        await agent.resume(text, [{"type": "approve"}])
-    with pytest.raises(ResumeError, match="'edit' is not allowed for the call to 'delete_file'"):
-        await agent.resume(text, [{"type": "approve"}, {"type": "edit", "args": {}}])
-    with pytest.raises(ResumeError, match="needs 'args'"):
-        await agent.resume(text, [{"type": "edit"}, {"type": "approve"}])
-    with pytest.raises(ResumeError, match="not a decision"):
-        await agent.resume(text, [{"type": "maybe"}, {"type": "approve"}])
-    with pytest.raises(ResumeError, match="unknown tool calls"):
-        await agent.resume(text, {"c9": {"type": "approve"}})
+    with pytest.raises(DecisionError, match=r"each call asked about.*missing: \['c2'\]"):
+        await agent.resume(text, {"c1": Approve()})
+    with pytest.raises(DecisionError, match="'edit' decision does not fit call 'c2'"):
+        await agent.resume(
+            text, {"c1": Approve(), "c2": Edit(arguments={"c2": {"path": "/tmp/y"}})}
+        )
+    with pytest.raises(DecisionError, match="the 'edit' decision is malformed"):
+        await agent.resume(text, {"c1": {"kind": "edit"}, "c2": Approve()})
+    with pytest.raises(DecisionError, match="a decision's kind is one of"):
+        await agent.resume(text, {"c1": {"kind": "maybe"}, "c2": Approve()})
+    with pytest.raises(DecisionError, match=r"unknown: \['c9'\]"):
+        await agent.resume(text, {"c9": Approve(), "c1": Approve(), "c2": Approve()})
+    with pytest.raises(DecisionError, match=r"gives its new arguments as \{'c1'"):
+        await agent.resume(text, {"c1": Edit(arguments={"c2": {}}), "c2": Approve()})
     assert log == []
-    done = await agent.resume(text, {"c1": {"type": "approve"}, "c2": {"type": "reject"}})
+    done = await agent.resume(text, {"c1": "approve", "c2": {"kind": "reject"}})
     assert sorted(log) == ["email bob: hi", "read /etc/motd"]
     assert done.text == "all done"
 
@@ -173,7 +181,7 @@ async def test_edited_arguments_are_checked_before_the_tool_runs() -> None:
     model = three_calls()
     paused = await build(model).run("tidy up")
     done = await build(model).resume(
-        saved(paused), {"decisions": [{"type": "edit", "args": {"to": 3}}, {"type": "approve"}]}
+        saved(paused), {"c1": Edit(arguments={"c1": {"to": 3}}), "c2": Approve()}
     )
     answers = {m.tool_call_id: m for m in done.messages if isinstance(m, ToolMessage)}
     assert answers["c1"].status == "error"
@@ -220,15 +228,13 @@ async def test_a_before_model_pause_resumes_with_the_next_hooks() -> None:
     assert order == ["ask", "answer trains", "after"]
 
 
-async def test_the_decisions_shared_with_the_status_agent_work_too() -> None:
-    from toolloop.checkpoints import Approve, Edit, Reject, Stop
-
+async def test_one_decision_answers_every_call() -> None:
     model = three_calls()
     text = saved(await build(model).run("tidy up"))
     agent = build(model)
-    with pytest.raises(ResumeError, match="'stop' decision does not answer a tool approval"):
+    with pytest.raises(DecisionError, match="a 'stop' decision does not fit it"):
         await agent.resume(text, Stop())
-    with pytest.raises(ResumeError, match="'edit' is not allowed"):
+    with pytest.raises(DecisionError, match="'edit' decision does not fit call 'c2'"):
         await agent.resume(text, Edit(arguments={"c2": {"path": "/tmp/y"}}))
 
     log.clear()

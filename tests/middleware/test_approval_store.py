@@ -64,7 +64,7 @@ async def test_a_paused_run_is_kept_and_resumed_once_from_another_store_object(
     assert checkpoint.status == "paused"
     assert checkpoint.metadata == {"agent": "middleware", "who": "t"}
     request: Any = checkpoint.request
-    assert request["request"]["actions"][0]["name"] == "send_email"
+    assert request["request"]["tool_calls"][0]["tool_name"] == "send_email"
 
     agent = build(model, store)
     done = await agent.resume("run-1", "approve")
@@ -98,7 +98,7 @@ async def test_a_bad_answer_writes_nothing_and_a_failed_run_is_marked() -> None:
     model = scripted()
     paused = await build(model, store).run("mail ada")
     before = await store.get(paused.run_id)
-    with pytest.raises(ResumeError, match="one decision per call"):
+    with pytest.raises(ResumeError, match="a decision is Approve"):
         await build(model, store).resume(paused.run_id, [])
     assert await store.get(paused.run_id) == before
 

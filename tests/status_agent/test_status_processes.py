@@ -71,6 +71,7 @@ async def test_a_run_paused_in_one_process_resumes_in_another(
             "arguments": {"to": "ada@example.org", "body": "hello"},
             "purpose": "tell Ada",
             "why": "tool 'send_mail' needs approval",
+            "allowed": None,
         }
     ]
     assert files.sent == 0  # the first process ended; nothing was sent

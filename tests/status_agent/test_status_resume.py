@@ -202,3 +202,29 @@ async def test_a_snapshot_that_does_not_fit_the_agent_is_corrupt() -> None:
     with pytest.raises(CorruptCheckpointError, match="paused but not for a human decision"):
         await agent.resume("run-1", Approve())
     assert tools.calls == []
+
+
+async def test_one_decision_per_call_approves_one_and_rejects_the_other() -> None:
+    store = MemoryCheckpointStore()
+    tools = Tools()
+    decide = Scripted(
+        calls(
+            call("send_mail", "tell Ada", to="ada", body="hi"),
+            call("send_mail", "tell Bob", to="bob", body="hi"),
+        ),
+        finish("sent one"),
+    )
+    agent = make_agent(tools, decide=decide, store=store, require_approval=["send_mail"])
+    paused = await agent.run("Mail Ada and Bob", run_id="r")
+    assert paused.request is not None
+    ada, bob = (c.call_id for c in paused.request.tool_calls)
+    done = await agent.resume(
+        "r", {ada: Edit(arguments={ada: {"to": "ada", "body": "hello"}}), bob: "reject"}
+    )
+    assert done.status == "completed"
+    assert tools.calls == [("send_mail", {"to": "ada", "body": "hello"})]  # bob's never ran
+    sources = {r.call_id: r.source for r in done.state.records}
+    assert sources == {ada: "ran", bob: "rejected"}
+    # the checkpoint kept the answer as JSON, and a process that died mid-resume reads it back
+    checkpoint = await stored(store, "r")
+    assert checkpoint.status == "completed"

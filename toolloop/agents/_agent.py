@@ -8,14 +8,16 @@ from typing import Any, Literal
 
 import anyio
 import sniffio
+from pydantic import ValidationError
 
 from .._errors import ResumeError
-from ..checkpoints import CheckpointedRun, CheckpointStore
+from ..checkpoints import CheckpointedRun, CheckpointStore, HumanRequest
 from ..flow import Execution, Flow, FlowEvent, FlowResult, FlowSnapshot, TraceEntry
 from ..models import ChatModel
+from ..runner import ToolCommand, ToolExecutionRecord
 from ..tools import Tool, ToolRegistry
 from ._flow import ANSWERED, AgentDeps, agent_flow
-from ._messages import AssistantMessage, Message, MessageLike, as_messages
+from ._messages import AssistantMessage, Message, MessageLike, ToolCall, ToolMessage, as_messages
 from ._middleware import AgentMiddleware
 from ._persist import begin_run, claim_run, drive, load_paused
 from ._spec import AgentSpec, build_spec
@@ -35,7 +37,9 @@ class AgentResult:
         state: the final (or paused) state: messages, todos, structured response, values.
         snapshot: when paused, everything needed to resume the run, here or in another
             process (``snapshot.model_dump(mode="json")`` is plain JSON, for any store).
-        pause_request: when paused, what the middleware asks (e.g. the tool calls to approve).
+        pause_request: when paused, what the middleware asks, as JSON data (for
+            :class:`~toolloop.middleware.HumanApprovalMiddleware`, a
+            :class:`~toolloop.checkpoints.HumanRequest`'s: see :attr:`request`).
         paused_by: when paused, the name of the middleware that paused.
         execution_id: the run's id, the same across pauses (its ``run_id`` in a store).
     """
@@ -63,6 +67,53 @@ class AgentResult:
     @property
     def paused(self) -> bool:
         return self._flow_result.status == "paused"
+
+    @property
+    def request(self) -> HumanRequest | None:
+        """When paused for a human (the shared protocol of :mod:`toolloop.checkpoints`):
+        what is asked; ``None`` otherwise."""
+        if not isinstance(self.pause_request, dict) or "kind" not in self.pause_request:
+            return None
+        try:
+            return HumanRequest.model_validate(self.pause_request)
+        except ValidationError:
+            return None  # a middleware of its own that asks something else
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why a completed run stopped: ``structured_response`` (the answer fits the
+        ``response_format``), ``answered`` (the model answered without a tool call),
+        ``tools`` (it ended after its tools: ``return_direct``, or a tool's jump) or
+        ``middleware`` (a hook ended it); ``None`` while paused."""
+        if self.paused:
+            return None
+        if self.state.structured_response is not None:
+            return "structured_response"
+        last = self.state.messages[-1] if self.state.messages else None
+        if isinstance(last, AssistantMessage) and not last.tool_calls:
+            return "answered"
+        if isinstance(last, ToolMessage):
+            return "tools"
+        return "middleware"
+
+    @property
+    def records(self) -> list[ToolExecutionRecord]:
+        """One record per tool call the model made in this state's conversation, in order
+        (its answer's text is the result, or the error)."""
+        asked: dict[str, ToolCall] = {}
+        records: list[ToolExecutionRecord] = []
+        for message in self.state.messages:
+            if isinstance(message, AssistantMessage):
+                asked.update((call.id, call) for call in message.tool_calls)
+            elif isinstance(message, ToolMessage) and message.tool_call_id in asked:
+                call = asked[message.tool_call_id]
+                kwargs = call.args if isinstance(call.args, dict) else {}
+                command = ToolCommand(purpose=call.name, tool_name=call.name, tool_kwargs=kwargs)
+                if message.status == "success":
+                    records.append(ToolExecutionRecord.succeeded(command, message.content))
+                else:
+                    records.append(ToolExecutionRecord.failed(command, message.content))
+        return records
 
     @property
     def messages(self) -> list[Message]:

@@ -22,6 +22,7 @@ from ._human import Approve as Approve
 from ._human import Continue as Continue
 from ._human import DecisionKind as DecisionKind
 from ._human import Edit as Edit
+from ._human import HumanAnswer as HumanAnswer
 from ._human import HumanDecision as HumanDecision
 from ._human import HumanRequest as HumanRequest
 from ._human import Reject as Reject
@@ -30,6 +31,7 @@ from ._human import RequestedCall as RequestedCall
 from ._human import RequestKind as RequestKind
 from ._human import Stop as Stop
 from ._human import check_decision as check_decision
+from ._human import parse_answer as parse_answer
 from ._human import parse_decision as parse_decision
 from ._journal import CallSource as CallSource
 from ._journal import call_once as call_once
@@ -59,6 +61,7 @@ __all__ = [
     "DecisionError",
     "DecisionKind",
     "Edit",
+    "HumanAnswer",
     "HumanDecision",
     "HumanRequest",
     "JournalEntry",
@@ -76,6 +79,7 @@ __all__ = [
     "call_once",
     "check_decision",
     "expect_status",
+    "parse_answer",
     "parse_decision",
     "restore",
 ]

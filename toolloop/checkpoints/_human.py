@@ -2,7 +2,8 @@
 
 Shared by every agent that pauses for a person. A run that needs a human pauses with a
 :class:`HumanRequest` — which tool calls, with which arguments, and why — and is resumed
-with one :class:`HumanDecision`:
+with one :class:`HumanDecision` for all the calls it asks about, or with one per call
+(``{call_id: decision}``: approve this one, edit that one, reject the third):
 
 - :class:`Approve`: run the calls as they are;
 - :class:`Edit`: run them with new arguments (``{call_id: arguments}``, checked against the
@@ -12,8 +13,10 @@ with one :class:`HumanDecision`:
 - :class:`Continue`: go on (after a review, when no call waits);
 - :class:`Stop`: end the run.
 
-A request lists the decisions it ``allows``; :func:`check_decision` refuses the others with a
-:class:`DecisionError` saying what would fit.
+A request lists the decisions it ``allows`` (a call may allow fewer); :func:`check_decision`
+refuses the others with a :class:`DecisionError` saying what would fit. Both agents (the
+middleware agent's :class:`~toolloop.agents.middleware.HumanApprovalMiddleware` and the
+status agent) speak this one protocol.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ __all__ = [
     "Continue",
     "DecisionKind",
     "Edit",
+    "HumanAnswer",
     "HumanDecision",
     "HumanRequest",
     "Reject",
@@ -60,6 +64,8 @@ class RequestedCall(BaseModel):
     """Why the model wants the call."""
     why: str = ""
     """Why the human is asked about it (e.g. the tool needs approval)."""
+    allowed: list[DecisionKind] | None = None
+    """The decisions that fit this call, when they are fewer than the request's."""
 
 
 class HumanRequest(BaseModel):
@@ -136,7 +142,12 @@ HumanDecision = Annotated[
 ]
 """One of the decisions, told apart by ``kind``."""
 
+HumanAnswer = HumanDecision | dict[str, HumanDecision]
+"""What answers a request: one decision for every call it asks about, or one per call
+(``{call_id: Approve() | Edit(arguments={call_id: {...}}) | Reject(...)}``)."""
+
 _DECISION: TypeAdapter[HumanDecision] = TypeAdapter(HumanDecision)
+_PER_CALL: tuple[str, ...] = ("approve", "edit", "reject")
 _KINDS: tuple[str, ...] = ("approve", "edit", "reject", "replan", "continue", "stop")
 
 
@@ -170,13 +181,56 @@ def parse_decision(value: object) -> HumanDecision:
         raise DecisionError(f"the {kind!r} decision is malformed: {problems}") from exc
 
 
+def parse_answer(value: object) -> HumanAnswer:
+    """One decision (see :func:`parse_decision`), or a mapping of call ids to decisions.
+
+    Raises:
+        DecisionError: ``value`` is none of these.
+    """
+    if isinstance(value, Mapping) and "kind" not in value:
+        answers: dict[str, HumanDecision] = {}
+        for call_id, decision in value.items():
+            try:
+                answers[str(call_id)] = parse_decision(decision)
+            except DecisionError as exc:
+                raise DecisionError(f"the decision for call {call_id!r}: {exc}") from exc
+        return answers
+    return parse_decision(value)
+
+
+def _check_edit(
+    edit: Edit,
+    calls: Mapping[str, RequestedCall],
+    validate_arguments: Callable[[str, dict[str, Any]], dict[str, Any]] | None,
+) -> Edit:
+    unknown = sorted(set(edit.arguments) - set(calls))
+    if unknown or not edit.arguments:
+        raise DecisionError(
+            f"an edit names the calls it changes, among {sorted(calls)}; got {unknown or 'none'}"
+        )
+    checked: dict[str, dict[str, Any]] = {}
+    for call_id, arguments in edit.arguments.items():
+        tool_name = calls[call_id].tool_name
+        if validate_arguments is None:
+            checked[call_id] = dict(arguments)
+            continue
+        try:
+            checked[call_id] = validate_arguments(tool_name, dict(arguments))
+        except Exception as exc:
+            raise DecisionError(
+                f"the edited arguments of call {call_id!r} do not fit tool {tool_name!r}: {exc}"
+            ) from exc
+    return edit.model_copy(update={"arguments": checked})
+
+
 def check_decision(
     request: HumanRequest,
     decision: object,
     *,
     validate_arguments: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None,
-) -> HumanDecision:
-    """``decision`` parsed and checked against ``request``; raises before anything changes.
+) -> HumanAnswer:
+    """The answer (one decision, or one per call) parsed and checked against ``request``;
+    raises before anything changes.
 
     Args:
         validate_arguments: ``(tool_name, arguments) -> arguments``, raising when the
@@ -184,34 +238,54 @@ def check_decision(
             arguments are checked with it.
 
     Raises:
-        DecisionError: a kind the request does not allow, an edit of a call it does not
-            ask about, or edited arguments the tool refuses.
+        DecisionError: a kind the request (or one of its calls) does not allow, an edit of a
+            call it does not ask about, edited arguments the tool refuses, or per-call
+            decisions that miss a call or name one it does not ask about.
     """
-    parsed = parse_decision(decision)
+    calls = {c.call_id: c for c in request.tool_calls}
+    parsed = parse_answer(decision)
+    if isinstance(parsed, dict):
+        unknown = sorted(set(parsed) - set(calls))
+        missing = sorted(set(calls) - set(parsed))
+        if unknown or missing or not calls:
+            raise DecisionError(
+                f"per-call decisions answer each call asked about, {sorted(calls)}; "
+                f"unknown: {unknown}, missing: {missing}"
+            )
+        checked: dict[str, HumanDecision] = {}
+        for call_id, one in parsed.items():
+            allowed = calls[call_id].allowed or request.allowed
+            if one.kind not in _PER_CALL or one.kind not in allowed:
+                fits = [k for k in allowed if k in _PER_CALL]
+                raise DecisionError(
+                    f"a {one.kind!r} decision does not fit call {call_id!r} "
+                    f"({calls[call_id].tool_name}): answer it with one of {fits}"
+                )
+            if isinstance(one, Edit):
+                if set(one.arguments) != {call_id}:
+                    raise DecisionError(
+                        f"the edit of call {call_id!r} gives its new arguments as "
+                        f"{{{call_id!r}: {{...}}}}; got arguments for {sorted(one.arguments)}"
+                    )
+                one = _check_edit(one, calls, validate_arguments)
+            checked[call_id] = one
+        return checked
     if parsed.kind not in request.allowed:
         raise DecisionError(
             f"the run asks {request.kind!r} ({request.reason}); a {parsed.kind!r} decision "
             f"does not fit it: answer with one of {list(request.allowed)}"
         )
-    if isinstance(parsed, Edit):
-        calls = {c.call_id: c for c in request.tool_calls}
-        unknown = sorted(set(parsed.arguments) - set(calls))
-        if unknown or not parsed.arguments:
-            raise DecisionError(
-                f"an edit names the calls it changes, among {sorted(calls)}; got "
-                f"{unknown or 'none'}"
-            )
-        checked: dict[str, dict[str, Any]] = {}
-        for call_id, arguments in parsed.arguments.items():
-            tool_name = calls[call_id].tool_name
-            if validate_arguments is None:
-                checked[call_id] = dict(arguments)
-                continue
-            try:
-                checked[call_id] = validate_arguments(tool_name, dict(arguments))
-            except Exception as exc:
+    if parsed.kind in _PER_CALL:
+        for call in calls.values():
+            kind = parsed.kind
+            if isinstance(parsed, Edit) and call.call_id not in parsed.arguments:
+                kind = "approve"  # an edit runs the calls it does not name as they are
+            if call.allowed is not None and kind not in call.allowed:
                 raise DecisionError(
-                    f"the edited arguments of call {call_id!r} do not fit tool {tool_name!r}: {exc}"
-                ) from exc
-        parsed = parsed.model_copy(update={"arguments": checked})
+                    f"a {kind!r} decision does not fit call {call.call_id!r} "
+                    f"({call.tool_name}), which allows {call.allowed}: answer per call, "
+                    f"e.g. {{{call.call_id!r}: {{'kind': {call.allowed[0]!r}}}}}"
+                )
+    if isinstance(parsed, Edit):
+        parsed = _check_edit(parsed, calls, validate_arguments)
     return parsed

@@ -92,6 +92,7 @@ async def _run(
         stop_reason=stop,
         notes=state.notes,
         planner_text=state.planner_text,
+        run_id=execution.id,
     )
 
 

@@ -51,6 +51,8 @@ class LoopResult(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     user_input: str
+    run_id: str = ""
+    """The run's id (its execution's)."""
     done_plans: list[ToolExecutionRecord] = Field(default_factory=list)
     """Every record, in the order the commands were planned."""
     rounds: int
@@ -80,6 +82,20 @@ class LoopResult(BaseModel):
         if not self.done_plans:
             return {}
         return {"tool_logs": [r.model_dump(mode="json", fallback=str) for r in self.done_plans]}
+
+    @property
+    def status(self) -> Literal["completed", "paused"]:
+        """``completed``: a loop that returns has ended."""
+        return "completed"
+
+    @property
+    def paused(self) -> bool:
+        return False
+
+    @property
+    def records(self) -> list[ToolExecutionRecord]:
+        """The records (``done_plans``), as every run's result names them."""
+        return self.done_plans
 
     @property
     def action_results(self) -> dict[str, Any] | None:
@@ -115,10 +131,12 @@ class LoopResult(BaseModel):
         stop_reason: StopReason,
         notes: Sequence[str] = (),
         planner_text: str | None = None,
+        run_id: str = "",
     ) -> LoopResult:
         """Fold the records in (when read); with none, nothing is injected."""
         return cls.model_construct(
             user_input=user_input,
+            run_id=run_id,
             done_plans=list(done_plans),
             rounds=rounds,
             stop_reason=stop_reason,

@@ -23,6 +23,7 @@ from ._executor import tool_error_text as tool_error_text
 from ._records import DEFAULT_PURPOSE as DEFAULT_PURPOSE
 from ._records import ToolCommand as ToolCommand
 from ._records import ToolExecutionRecord as ToolExecutionRecord
+from ._result import RunResult as RunResult
 
 __all__ = [
     "DEFAULT_PURPOSE",
@@ -31,6 +32,7 @@ __all__ = [
     "Executor",
     "OnFinish",
     "OnStart",
+    "RunResult",
     "ToolBatch",
     "ToolCallEvent",
     "ToolCallFinished",

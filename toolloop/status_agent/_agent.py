@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 import anyio
 from pydantic import BaseModel, ConfigDict
+from pydantic_core import to_jsonable_python
 
 from ..checkpoints import (
     Checkpoint,
@@ -39,7 +40,7 @@ from ..checkpoints import (
     RunNotResumableError,
     check_decision,
     expect_status,
-    parse_decision,
+    parse_answer,
     restore,
 )
 from ..flow import Execution, FlowEvent, FlowResult
@@ -255,7 +256,7 @@ class StatusAgent:
             )
         checked = check_decision(question, decision, validate_arguments=self._check_arguments)
         run = await CheckpointedRun.claim(
-            self.store, checkpoint, event=HUMAN_EVENT, value=checked.model_dump(mode="json")
+            self.store, checkpoint, event=HUMAN_EVENT, value=to_jsonable_python(checked)
         )
         deps.run = run
         if on_event is not None:
@@ -292,7 +293,7 @@ class StatusAgent:
         value: Any = None
         if checkpoint.resume_event == HUMAN_EVENT and waits == [HUMAN_EVENT]:
             try:
-                value = parse_decision(checkpoint.resume_value)
+                value = parse_answer(checkpoint.resume_value)
             except DecisionError as exc:
                 raise CorruptCheckpointError(
                     f"run {run_id!r} was being resumed with a decision that cannot be read "

@@ -28,6 +28,7 @@ from ..checkpoints import (
     Continue,
     DecisionKind,
     Edit,
+    HumanAnswer,
     HumanDecision,
     HumanRequest,
     Reject,
@@ -105,7 +106,7 @@ def review_request(reason: str, details: dict[str, Any] | None = None) -> HumanR
     return HumanRequest(kind="review", reason=reason, allowed=_ON_REVIEW, details=details or {})
 
 
-def apply_decision(state: StatusAgentState, decision: HumanDecision) -> None:
+def apply_decision(state: StatusAgentState, decision: HumanAnswer) -> None:
     """Change ``state`` as ``decision`` says (see the module docs) and set the status."""
     question = state.question
     kind = question.kind if question is not None else "review"
@@ -113,6 +114,9 @@ def apply_decision(state: StatusAgentState, decision: HumanDecision) -> None:
     state.question = None
     state.error = None
     state.decisions.append(decision)
+    if isinstance(decision, dict):
+        _apply_per_call(state, kind, asked, decision)
+        return
     if decision.message:
         state.notes.append(Note(source="human", text=decision.message))
     if isinstance(decision, (Approve, Edit)):
@@ -142,14 +146,7 @@ def apply_decision(state: StatusAgentState, decision: HumanDecision) -> None:
         state.status = "ready_for_execution" if isinstance(decision, Approve) else "plan_modified"
     elif isinstance(decision, Reject):
         if kind == "approve_tool_calls":
-            why = f"rejected by the human: {decision.message or 'no reason given'}"
-            for call in state.pending_calls:
-                if call.call_id in asked:
-                    record = ToolExecutionRecord.failed(call.command(), why)
-                    state.records.append(
-                        StatusCallRecord(call_id=call.call_id, record=record, source="rejected")
-                    )
-            state.pending_calls = [c for c in state.pending_calls if c.call_id not in asked]
+            _reject(state, [c for c in state.pending_calls if c.call_id in asked], decision)
         state.status = "plan_modified"
     elif isinstance(decision, Replan):
         state.pending_calls = []
@@ -165,3 +162,67 @@ def apply_decision(state: StatusAgentState, decision: HumanDecision) -> None:
             f": {decision.message}" if decision.message else ""
         )
         state.status = "human_stopped"
+
+
+def _reject(state: StatusAgentState, calls: list[StatusToolCall], decision: Reject) -> None:
+    """The rejected calls get a failed record each (``source="rejected"``); they never run."""
+    why = f"rejected by the human: {decision.message or 'no reason given'}"
+    for call in calls:
+        record = ToolExecutionRecord.failed(call.command(), why)
+        state.records.append(
+            StatusCallRecord(call_id=call.call_id, record=record, source="rejected")
+        )
+    gone = {c.call_id for c in calls}
+    state.pending_calls = [c for c in state.pending_calls if c.call_id not in gone]
+
+
+def _apply_per_call(
+    state: StatusAgentState,
+    kind: str,
+    asked: dict[str, RequestedCall],
+    decisions: dict[str, HumanDecision],
+) -> None:
+    """One decision per call: approve, edit (new arguments) or reject each."""
+    for call_id, decision in decisions.items():
+        if decision.message:
+            state.notes.append(Note(source="human", text=f"on {call_id}: {decision.message}"))
+    if kind == "interrupted_tool_calls":
+        again = []
+        for call_id, decision in decisions.items():
+            if isinstance(decision, (Approve, Edit)):
+                c = asked[call_id]
+                edits = decision.arguments if isinstance(decision, Edit) else {}
+                again.append(
+                    StatusToolCall(
+                        call_id=state.new_call_id(),
+                        tool_name=c.tool_name,
+                        arguments=edits.get(call_id, c.arguments),
+                        purpose=c.purpose,
+                        approved=True,
+                    )
+                )
+        state.pending_calls = again
+        state.status = "plan_modified"
+        return
+    rejected: list[tuple[StatusToolCall, Reject]] = []
+    kept: list[StatusToolCall] = []
+    for call in state.pending_calls:
+        answer = decisions.get(call.call_id)
+        if isinstance(answer, Reject):
+            rejected.append((call, answer))
+            continue
+        if answer is not None:
+            edits = answer.arguments if isinstance(answer, Edit) else {}
+            call = call.model_copy(
+                update={
+                    "approved": True,
+                    "why": "",
+                    "arguments": edits.get(call.call_id, call.arguments),
+                }
+            )
+        kept.append(call)
+    state.pending_calls = kept
+    for call, reject in rejected:
+        _reject(state, [call], reject)
+    everything_approved = all(isinstance(d, Approve) for d in decisions.values())
+    state.status = "ready_for_execution" if everything_approved else "plan_modified"

@@ -138,7 +138,7 @@ def node(name: NodeName) -> Callable[[NodeBody], Step]:
     def decorate(body: NodeBody) -> Step:
         async def run_node(value: Any, ctx: Context[State]) -> None:
             state, deps = ctx.state, _deps(ctx)
-            if not (name == "human_intervention" and isinstance(value, _DECISIONS)):
+            if not (name == "human_intervention" and isinstance(value, (*_DECISIONS, dict))):
                 reason = check_progress(
                     state, name, max_steps=deps.max_steps, max_idle_visits=deps.max_idle_visits
                 )
@@ -375,7 +375,7 @@ def _call_key(record: StatusCallRecord) -> str:
 async def human_intervention(
     value: Any, state: State, deps: StatusDeps, ctx: Context[State]
 ) -> None:
-    if isinstance(value, _DECISIONS):  # the human answered (delivered by HUMAN_EVENT)
+    if isinstance(value, (*_DECISIONS, dict)):  # the human answered (by HUMAN_EVENT)
         apply_decision(state, value)
         return
     if state.question is None:

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..checkpoints import HumanDecision, HumanRequest
+from ..checkpoints import HumanAnswer, HumanRequest
 from ..runner import ToolCommand, ToolExecutionRecord
 
 __all__ = [
@@ -146,8 +146,8 @@ class StatusAgentState(BaseModel):
     notes: list[Note] = Field(default_factory=list)
     question: HumanRequest | None = None
     """What the human is (about to be) asked."""
-    decisions: list[HumanDecision] = Field(default_factory=list)
-    """The human's decisions, in order."""
+    decisions: list[HumanAnswer] = Field(default_factory=list)
+    """The human's answers, in order (a decision, or one per call)."""
     answer: str | None = None
     error: str | None = None
     """The last error a step reported (e.g. the conversation's)."""

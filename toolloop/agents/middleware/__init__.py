@@ -11,9 +11,7 @@
 
 from __future__ import annotations
 
-from ._approval import ApprovalDecision as ApprovalDecision
 from ._approval import ApprovalPolicy as ApprovalPolicy
-from ._approval import Decision as Decision
 from ._approval import HumanApprovalMiddleware as HumanApprovalMiddleware
 from ._limits import ModelCallLimitMiddleware as ModelCallLimitMiddleware
 from ._limits import ToolCallLimitMiddleware as ToolCallLimitMiddleware
@@ -26,9 +24,7 @@ from ._todos import write_todos as write_todos
 __all__ = [
     "TODO_SYSTEM_PROMPT",
     "WRITE_TODOS_DESCRIPTION",
-    "ApprovalDecision",
     "ApprovalPolicy",
-    "Decision",
     "HumanApprovalMiddleware",
     "ModelCallLimitMiddleware",
     "TodoListMiddleware",
