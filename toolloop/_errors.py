@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .flow._trace import TraceEntry
+    from .flow import TraceEntry
 
 __all__ = [
     "DefinitionError",

@@ -21,12 +21,14 @@ from ._executor import cancelled_error as cancelled_error
 from ._executor import cancelled_record as cancelled_record
 from ._executor import tool_error_text as tool_error_text
 from ._records import DEFAULT_PURPOSE as DEFAULT_PURPOSE
+from ._records import EXTRA_INSTRUCTION as EXTRA_INSTRUCTION
 from ._records import ToolCommand as ToolCommand
 from ._records import ToolExecutionRecord as ToolExecutionRecord
 from ._result import RunResult as RunResult
 
 __all__ = [
     "DEFAULT_PURPOSE",
+    "EXTRA_INSTRUCTION",
     "BatchCall",
     "CallSource",
     "Executor",

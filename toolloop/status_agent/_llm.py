@@ -15,8 +15,8 @@ from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
 from .._errors import ModelOutputError
-from ..loop import EXTRA_INSTRUCTION
 from ..models import ChatModel, ChatRequest, StructuredOutput
+from ..runner import EXTRA_INSTRUCTION
 from ._steps import StatusDecision, StatusPlan, StatusReflection, StatusView, as_output
 
 __all__ = ["STATUS_SYSTEM_PROMPT", "LLMStatusSteps", "status_context"]
