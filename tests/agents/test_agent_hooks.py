@@ -21,6 +21,7 @@ from toolloop.agents import (
     ModelResponse,
     Pause,
     Runtime,
+    ToolCall,
     ToolCallRequest,
     ToolHandler,
     ToolMessage,
@@ -349,3 +350,78 @@ async def test_runtime_context_reaches_the_hooks() -> None:
         "go", context={"user": "ada"}
     )
     assert seen == [({"user": "ada"}, result.execution_id)]
+
+
+async def test_wrap_model_call_may_answer_tool_calls_without_running_them() -> None:
+    ran: list[str] = []
+
+    def lookup(key: str) -> str:
+        """Look a key up.
+
+        Args:
+            key: the key.
+        """
+        ran.append(key)
+        return f"looked up {key}"
+
+    class Cache(AgentMiddleware):
+        """Answers the model's first turn from a cache: one call answered, one left to run."""
+
+        async def wrap_model_call(self, request: ModelRequest, handler: ModelHandler) -> Any:
+            if request.state.model_calls > 1:
+                return await handler(request)
+            ask = AssistantMessage(
+                content="",
+                tool_calls=[
+                    ToolCall(id="k1", name="lookup", args={"key": "cached"}),
+                    ToolCall(id="k2", name="lookup", args={"key": "fresh"}),
+                ],
+            )
+            return [ask, ToolMessage(tool_call_id="k1", name="lookup", content="from cache")]
+
+    model = ScriptedChatModel()
+    model.add_reply("both known")
+    result = await create_agent(model, [lookup], middleware=[Cache()]).run("look up")
+    assert ran == ["fresh"]  # the answered call never ran
+    answers = {m.tool_call_id: m.content for m in result.messages if isinstance(m, ToolMessage)}
+    assert answers == {"k1": "from cache", "k2": "looked up fresh"}
+    assert result.text == "both known"
+    sent = model.requests[0].messages  # the model saw both answers, in call order
+    assert [m.get("tool_call_id") for m in sent if m["role"] == "tool"] == ["k1", "k2"]
+
+
+async def test_a_synthetic_reply_that_answers_everything_goes_back_to_the_model() -> None:
+    class Mock(AgentMiddleware):
+        def wrap_model_call(self, request: ModelRequest, handler: ModelHandler) -> Any:
+            if request.state.model_calls > 1:
+                return handler(request)
+            ask = AssistantMessage(content="", tool_calls=[ToolCall(id="m1", name="nope", args={})])
+            return [ask, ToolMessage(tool_call_id="m1", name="nope", content="mocked")]
+
+    model = ScriptedChatModel(["done"])
+    result = await create_agent(model, middleware=[Mock()]).run("go")
+    assert [e.step for e in result.trace if e.step in ("model", "tools")] == ["model", "model"]
+    assert result.text == "done"
+
+
+@pytest.mark.parametrize(
+    ("reply", "message"),
+    [
+        (["text"], "starts with str"),
+        ([AssistantMessage(content="x"), UserMessage(content="y")], "only ToolMessages"),
+        (
+            [AssistantMessage(content="x"), ToolMessage(tool_call_id="zz", content="y")],
+            "the tool call 'zz', which the message does not ask for",
+        ),
+    ],
+)
+async def test_a_synthetic_reply_that_does_not_fit_is_a_clear_error(
+    reply: list[Any], message: str
+) -> None:
+    class Bad(AgentMiddleware):
+        def wrap_model_call(self, request: ModelRequest, handler: ModelHandler) -> Any:
+            return reply
+
+    with pytest.raises(StepFailedError, match=message) as info:
+        await create_agent(ScriptedChatModel(["x"]), middleware=[Bad()]).run("go")
+    assert isinstance(info.value.__cause__, AgentDefinitionError)

@@ -166,6 +166,7 @@ async def _call_model(ctx: AgentContext, deps: AgentDeps) -> JumpTo | None:
     if message.id is None:
         message = message.model_copy(update={"id": new_id()})
     state.messages.append(message)
+    state.messages.extend(response.tool_results)  # answered by a middleware: they do not run
     if observed:
         ctx.publish(
             ModelCallFinished(

@@ -132,9 +132,15 @@ class ModelRequest:
 
 @dataclass(frozen=True)
 class ModelResponse:
-    """What a model call gave: the assistant's message."""
+    """What a model call gave: the assistant's message and, from a ``wrap_model_call``
+    that answers tool calls itself (a cache, a mock, a guard), their answers.
+
+    The calls answered in ``tool_results`` do not run: the run goes to the tools for the
+    others only, or, when every call is answered, straight back to the model.
+    """
 
     message: AssistantMessage
+    tool_results: tuple[ToolMessage, ...] = ()
 
 
 @dataclass(frozen=True)

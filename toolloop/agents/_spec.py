@@ -76,12 +76,42 @@ def _wrap_model(middleware: AgentMiddleware, inner: ModelHandler) -> ModelHandle
             return result
         if isinstance(result, AssistantMessage):
             return ModelResponse(result)
+        if isinstance(result, (list, tuple)) and result:
+            return _synthetic(middleware, list(result))
         raise AgentDefinitionError(
             f"{middleware.name}.wrap_model_call returned {type(result).__name__}; it returns "
-            "what `await handler(request)` gave, another ModelResponse, or an AssistantMessage"
+            "what `await handler(request)` gave, another ModelResponse, an AssistantMessage, "
+            "or a list: an AssistantMessage then ToolMessages answering its tool calls"
         )
 
     return handler
+
+
+def _synthetic(middleware: AgentMiddleware, messages: list[Any]) -> ModelResponse:
+    """A reply a ``wrap_model_call`` made up: the assistant's message, then answers to some
+    or all of its tool calls (those do not run)."""
+    where = f"{middleware.name}.wrap_model_call"
+    first, rest = messages[0], messages[1:]
+    if not isinstance(first, AssistantMessage):
+        raise AgentDefinitionError(
+            f"{where} returned a list that starts with {type(first).__name__}; it starts with "
+            "the AssistantMessage, then the ToolMessages that answer its tool calls"
+        )
+    asked = {call.id for call in first.tool_calls}
+    answered: set[str] = set()
+    for message in rest:
+        if not isinstance(message, ToolMessage):
+            raise AgentDefinitionError(
+                f"{where} returned a list with a {type(message).__name__} after the "
+                "AssistantMessage; only ToolMessages answering its tool calls may follow"
+            )
+        if message.tool_call_id not in asked or message.tool_call_id in answered:
+            raise AgentDefinitionError(
+                f"{where} answered the tool call {message.tool_call_id!r}, which the message "
+                f"does not ask for (or answered it twice); its calls are {sorted(asked)}"
+            )
+        answered.add(message.tool_call_id)
+    return ModelResponse(first, tuple(rest))
 
 
 def _wrap_tool(middleware: AgentMiddleware, inner: ToolHandler) -> ToolHandler:
