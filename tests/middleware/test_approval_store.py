@@ -109,3 +109,35 @@ async def test_a_bad_answer_writes_nothing_and_a_failed_run_is_marked() -> None:
     failed = await store.get("broken")
     assert failed is not None and failed.status == "failed"
     assert "down" in (failed.error or "")
+
+
+@pytest.mark.parametrize("form", ["object", "json", "data"])
+async def test_a_stored_run_resumed_by_its_snapshot_goes_through_the_store(form: str) -> None:
+    sent.clear()
+    store = MemoryCheckpointStore()
+    model = scripted()
+    model.add_reply("mailed again")
+    agent = build(model, store)
+    paused = await agent.run("mail ada")
+    assert paused.snapshot is not None
+    snapshot: Any = paused.snapshot
+    if form == "json":
+        snapshot = json.dumps(paused.snapshot.model_dump(mode="json"))
+    elif form == "data":
+        snapshot = paused.snapshot.model_dump(mode="json")
+    done = await agent.resume(snapshot, "approve")
+    assert done.status == "completed"
+    stored = await store.get(paused.run_id)
+    assert stored is not None and stored.status == "completed"
+    # the same paused moment again, by id or by another copy of the snapshot: never twice
+    with pytest.raises(RunNotResumableError):
+        await agent.resume(paused.run_id, "approve")
+    with pytest.raises(RunNotResumableError):
+        await agent.resume(paused.snapshot, "approve")
+    assert sent == ["ada"]
+
+
+async def test_a_run_id_without_a_store_is_a_clear_error() -> None:
+    agent = create_agent(scripted(), [send_email])
+    with pytest.raises(ResumeError, match="no store to find it in"):
+        await agent.resume("run-1", "approve")

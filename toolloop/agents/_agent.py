@@ -271,14 +271,21 @@ class Agent:
         """
         deps = self._deps(context)
         checkpoint = None
-        if (
-            isinstance(paused, str)
-            and self.store is not None
-            and not paused.lstrip().startswith("{")
-        ):
+        if isinstance(paused, str) and not paused.lstrip().startswith("{"):
+            if self.store is None:
+                raise ResumeError(
+                    f"{paused!r} is a run id, but this agent has no store to find it in; "
+                    "build it with create_agent(..., store=...), or resume the snapshot"
+                )
             checkpoint, execution = await load_paused(self.store, paused, deps)
         else:
             execution = agent_flow.restore(paused, deps=deps)
+            if self.store is not None:
+                # A run the store keeps resumes through the store, whatever form the
+                # caller hands it in: once, as by its id (never once per copy of a snapshot).
+                stored = await self.store.get(execution.id)
+                if stored is not None:
+                    checkpoint, execution = await load_paused(self.store, execution.id, deps)
         where, middleware = self._paused_by(execution)
         checked = middleware.check_answer(answer, where["request"])
         run = None
