@@ -110,7 +110,8 @@ async def test_with_no_record_only_the_user_input_is_sent() -> None:
 async def test_deltas_stream_in_order_as_they_arrive() -> None:
     content = "Yes, pack them: the sky over Lisbon is clear all day."
     async with serving() as (server, model):
-        reply = server.add_reply(content=content, chunk_size=5, delay=0.005)
+        # 11 chunks 50 ms apart: the first piece is read long before the server's last
+        reply = server.add_reply(content=content, chunk_size=5, delay=0.05)
         pieces: list[str] = []
         async with stream_final_answer(model, with_records()) as text:
             async for piece in text:

@@ -180,12 +180,17 @@ async def test_tool_timeout_applies_to_every_call() -> None:
 async def test_a_shared_limiter_bounds_calls_across_runs() -> None:
     running = peak = 0
 
+    three = anyio.Event()
+
     async def work(n: int) -> int:
         """Work."""
         nonlocal running, peak
         running += 1
         peak = max(peak, running)
-        await anyio.sleep(0.01)
+        if running >= 3:
+            three.set()
+        with anyio.fail_after(30):  # a hang guard: a limiter below 3 would hang here
+            await three.wait()
         running -= 1
         return n
 

@@ -147,7 +147,7 @@ async def test_a_failing_item_fails_the_execution_and_cancels_its_siblings() -> 
             if len(started) == 3:  # the third to start (trio starts them in any order)
                 await anyio.sleep(0.01)
                 raise ValueError(f"item {value} is bad")
-            await anyio.sleep(5)
+            await anyio.sleep_forever()
             finished.append(value)
             return value
         except anyio.get_cancelled_exc_class():
@@ -156,7 +156,7 @@ async def test_a_failing_item_fails_the_execution_and_cancels_its_siblings() -> 
 
     flow: Flow[dict[str, Any]] = Flow("fragile")
     flow.start.for_each(fragile, limit=4).end()
-    with anyio.fail_after(2):
+    with anyio.fail_after(30):  # a hang guard
         with pytest.raises(StepFailedError) as info:
             await flow.run(range(8))
     err = info.value

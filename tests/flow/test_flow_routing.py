@@ -264,7 +264,7 @@ async def test_emit_returns_at_once_and_handlers_run_concurrently() -> None:
     async def announce(value: int, ctx: Context[dict[str, Any]]) -> None:
         ctx.emit("announced", value)
         order.append("announce returned from emit")
-        await anyio.sleep(0.01)
+        await anyio.sleep_forever()  # the end cancels it
         order.append("announce done")
 
     async def listen(value: int) -> int:
@@ -326,12 +326,15 @@ async def test_emit_in_a_chain_turns_the_value_into_an_event() -> None:
 
 async def test_several_handlers_of_one_event_all_run() -> None:
     seen: list[str] = []
+    left_done = anyio.Event()
 
     async def left(value: int) -> None:
         seen.append(f"left {value}")
+        left_done.set()
 
     async def right(value: int) -> list[str]:
-        await anyio.sleep(0.01)
+        with anyio.fail_after(10):  # a hang guard: both handlers run at once
+            await left_done.wait()
         seen.append(f"right {value}")
         return sorted(seen)
 
@@ -344,12 +347,15 @@ async def test_several_handlers_of_one_event_all_run() -> None:
 
 
 async def test_collect_joins_steps_run_in_parallel() -> None:
+    b_done = anyio.Event()
+
     async def fetch_a(value: int) -> str:
-        await anyio.sleep(0.02)
+        with anyio.fail_after(10):  # a hang guard: in series, a would wait here for ever
+            await b_done.wait()
         return f"a{value}"
 
     async def fetch_b(value: int) -> str:
-        await anyio.sleep(0.001)
+        b_done.set()
         return f"b{value}"
 
     flow: Flow[dict[str, Any]] = Flow("join")

@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from toolloop import ExecutionTimeoutError
@@ -22,10 +23,22 @@ class Probe:
         self.started = 0
         self.finished = 0
         self.cancelled = 0
+        self._waiting: list[tuple[int, anyio.Event]] = []
+
+    async def until_started(self, count: int) -> None:
+        """Wait until ``count`` probed steps have started (a hang guard bounds it)."""
+        if self.started < count:
+            event = anyio.Event()
+            self._waiting.append((count, event))
+            with anyio.fail_after(30):
+                await event.wait()
 
     def step(self, name: str, seconds: float) -> Step:
         async def sleepy(value: Any) -> Any:
             self.started += 1
+            for count, event in self._waiting:
+                if self.started >= count:
+                    event.set()
             try:
                 await anyio.sleep(seconds)
             except anyio.get_cancelled_exc_class():
@@ -73,13 +86,13 @@ async def test_a_failure_cancels_the_rest_of_the_execution() -> None:
     probe = Probe()
 
     async def explode(value: Any) -> None:
-        await anyio.sleep(0.01)
+        await probe.until_started(1)
         raise ValueError("no")
 
     flow: Flow[dict[str, Any]] = Flow("failing fork")
-    flow.start.to(probe.step("long", 5)).end()
+    flow.start.to(probe.step("long", 10)).end()
     flow.start.to(explode).end()
-    with anyio.fail_after(2):
+    with anyio.fail_after(30):  # a hang guard
         with pytest.raises(StepFailedError, match="'explode'"):
             await flow.run(1)
     assert (probe.started, probe.cancelled, probe.finished) == (1, 1, 0)
@@ -108,14 +121,15 @@ async def test_whole_execution_timeout_cancels_a_sleeping_step_at_the_deadline()
     with pytest.raises(ExecutionTimeoutError) as info:
         await execution.run(1, timeout=0.1)
     elapsed = time.perf_counter() - t0
-    assert 0.1 <= elapsed < 0.15
+    assert elapsed >= 0.1 - 1e-3  # not before the deadline
+    assert elapsed < 5  # a hang guard: the step alone would sleep 10 s
     err = info.value
     assert isinstance(err, TimeoutError)
     assert err.timeout == 0.1
     assert err.step is None
     assert "'slow' did not finish within 0.1 s" in str(err)
     assert [(e.step, e.outcome) for e in err.trace] == [("quick", "ok"), ("sleeper", "cancelled")]
-    assert 0.1 <= err.trace[-1].ended < 0.15
+    assert 0.1 - 1e-3 <= err.trace[-1].ended < 5
     assert err.state == {"quick": 1}
     assert (probe.cancelled, probe.finished) == (1, 0)
     assert execution.status == "failed"
@@ -127,7 +141,7 @@ async def test_whole_execution_timeout_cancels_every_branch_and_fan_out() -> Non
     flow.start.batch(probe.step("a", 10), probe.step("b", 10)).end()
     flow.start.for_each(probe.step("c", 10), limit=2, name="each").end()
     with pytest.raises(ExecutionTimeoutError):
-        await flow.run([1, 2, 3], timeout=0.05)
+        await flow.run([1, 2, 3], timeout=0.5)  # the four start at once, well before it
     assert (probe.started, probe.cancelled, probe.finished) == (4, 4, 0)
 
 
@@ -147,7 +161,7 @@ async def test_per_step_timeout_names_the_step() -> None:
     t0 = time.perf_counter()
     with pytest.raises(ExecutionTimeoutError) as info:
         await flow.run(1, timeout=5)
-    assert time.perf_counter() - t0 < 0.1
+    assert time.perf_counter() - t0 < 4  # the step's timeout, not the run's 5 s (or its 10 s)
     err = info.value
     assert err.step == "think"
     assert err.timeout == 0.05
@@ -158,7 +172,7 @@ async def test_per_step_timeout_names_the_step() -> None:
 
 async def test_per_step_timeout_in_a_fan_out_names_the_step() -> None:
     async def lookup(value: int) -> int:
-        await anyio.sleep(0.5 if value == 2 else 0)
+        await anyio.sleep(60 if value == 2 else 0)  # value 2 never makes its 0.05 s
         return value
 
     flow: Flow[dict[str, Any]] = Flow("fan timeout")
@@ -193,7 +207,7 @@ async def test_ctx_end_ends_the_execution_and_cancels_the_rest() -> None:
     flow: Flow[dict[str, Any]] = Flow("early end")
     flow.start.to(decide).to(probe.step("after", 0)).end()
     flow.start.to(probe.step("slow", 10)).end()
-    with anyio.fail_after(2):
+    with anyio.fail_after(30):  # a hang guard
         result = await flow.run(7)
     assert result.value == "decided 7"
     assert (probe.started, probe.cancelled, probe.finished) == (1, 1, 0)
@@ -208,7 +222,7 @@ async def test_first_end_wins() -> None:
         return "fast"
 
     async def slow(value: int) -> str:
-        await anyio.sleep(0.05)
+        await anyio.sleep_forever()  # the first end cancels it
         return "slow"
 
     flow: Flow[dict[str, Any]] = Flow("race")
@@ -231,9 +245,20 @@ async def test_outside_cancellation_leaves_no_task_running() -> None:
 
     execution = flow.execution()
     tasks_before = len(anyio.get_running_tasks())
-    with anyio.move_on_after(0.05) as scope:
-        await execution.run(1)
-    assert scope.cancelled_caught
+    async with anyio.create_task_group() as tg:
+
+        async def run() -> None:
+            with anyio.CancelScope() as scope:
+                cancel.append(scope)
+                await execution.run(1)
+            caught.append(scope.cancelled_caught)
+
+        cancel: list[anyio.CancelScope] = []
+        caught: list[bool] = []
+        tg.start_soon(run)
+        await probe.until_started(5)  # every branch is in its step
+        cancel[0].cancel()
+    assert caught == [True]
     assert len(anyio.get_running_tasks()) == tasks_before
     assert (probe.started, probe.cancelled, probe.finished) == (5, 5, 0)
     assert execution.status == "cancelled"
@@ -244,7 +269,8 @@ async def test_outside_cancellation_leaves_no_task_running() -> None:
         "item",
         "side_step",
     ]
-    await anyio.sleep(0.05)  # nothing wakes up later either
+    for _ in range(100):  # nothing wakes up later either
+        await anyio.lowlevel.checkpoint()
     assert probe.finished == 0
 
 
@@ -255,7 +281,7 @@ async def test_outside_cancellation_while_a_run_is_in_a_task_group() -> None:
     tasks_before = len(anyio.get_running_tasks())
     async with anyio.create_task_group() as tg:
         tg.start_soon(flow.run, 1)
-        await anyio.sleep(0.01)
+        await probe.until_started(1)
         assert len(anyio.get_running_tasks()) > tasks_before
         tg.cancel_scope.cancel()
     assert len(anyio.get_running_tasks()) == tasks_before
@@ -268,6 +294,6 @@ async def test_timeout_leaves_no_task_running() -> None:
     flow.start.batch(*(probe.step(f"s{i}", 10) for i in range(5))).end()
     tasks_before = len(anyio.get_running_tasks())
     with pytest.raises(ExecutionTimeoutError):
-        await flow.run(1, timeout=0.02)
+        await flow.run(1, timeout=0.5)  # the five start at once, well before it
     assert len(anyio.get_running_tasks()) == tasks_before
     assert probe.cancelled == 5

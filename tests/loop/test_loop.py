@@ -244,7 +244,7 @@ async def test_whole_run_timeout_is_enforced_and_keeps_records() -> None:
     with pytest.raises(ExecutionTimeoutError) as info:
         await async_plan_and_execute("x", tools=[probe.work], planner=planner, timeout=0.3)
     elapsed = anyio.current_time() - start
-    assert 0.3 <= elapsed < 0.6
+    assert 0.3 - 1e-3 <= elapsed < 5  # at the deadline, not before; the slow tool takes 10 s
     state = info.value.state
     assert [r.purpose for r in state.done_plans] == ["fast", "slow"]
     assert state.done_plans[1].success is False

@@ -21,14 +21,30 @@ def cmd(tool_name: str, **kwargs: Any) -> ToolCommand:
 
 
 class Gauge:
-    """Counts the calls running at once."""
+    """Counts the calls running at once.
 
-    def __init__(self) -> None:
+    With ``hold=k``, calls wait until ``k`` of them run at once, then all go on (a gate, not
+    a clock): the peak is then exactly what the limit allows, and a limit below ``k`` would
+    hang (the hang guard fails the test).
+    """
+
+    def __init__(self, hold: int | None = None) -> None:
         self.now = 0
         self.max = 0
         self.started: list[int] = []
         self.finished: list[int] = []
         self.cancelled: list[int] = []
+        self.hold = hold
+        self.released = anyio.Event()
+        self._waits: list[tuple[int, anyio.Event]] = []
+
+    async def until_started(self, count: int) -> None:
+        """Wait until ``count`` calls have started (a hang guard bounds it)."""
+        if len(self.started) < count:
+            event = anyio.Event()
+            self._waits.append((count, event))
+            with anyio.fail_after(30):
+                await event.wait()
 
     def tool(self, name: str = "work") -> Tool:
         gauge = self
@@ -37,8 +53,17 @@ class Gauge:
             gauge.now += 1
             gauge.max = max(gauge.max, gauge.now)
             gauge.started.append(n)
+            for count, event in gauge._waits:
+                if len(gauge.started) >= count:
+                    event.set()
             try:
-                await anyio.sleep(delay)
+                if gauge.hold is None:
+                    await anyio.sleep(delay)
+                else:
+                    if gauge.now >= gauge.hold:
+                        gauge.released.set()
+                    with anyio.fail_after(30):  # a hang guard
+                        await gauge.released.wait()
             except anyio.get_cancelled_exc_class():
                 gauge.cancelled.append(n)
                 raise
@@ -126,7 +151,7 @@ async def test_timeout_really_cancels() -> None:
     executor = Executor([gauge.tool()], tool_timeout=0.05)
     start = time.monotonic()
     [record] = await executor.run([cmd("work", n=1, delay=10)])
-    assert time.monotonic() - start < 1
+    assert time.monotonic() - start < 5  # a hang guard: the tool alone would take 10 s
     assert record.error == "tool 'work' did not finish within 0.05 s; it was cancelled"
     assert gauge.cancelled == [1]
 
@@ -150,9 +175,9 @@ async def test_tool_own_timeout_wins_when_smaller() -> None:
 
 
 async def test_concurrency_is_exact() -> None:
-    gauge = Gauge()
+    gauge = Gauge(hold=3)
     executor = Executor([gauge.tool()], concurrency=3)
-    commands = [cmd("work", n=i, delay=0.001 * (i % 4)) for i in range(10)]
+    commands = [cmd("work", n=i) for i in range(10)]
     records = await executor.run(commands)
     assert gauge.max == 3
     assert [r.result for r in records] == list(range(10))
@@ -171,7 +196,7 @@ async def test_concurrency_one_runs_one_at_a_time() -> None:
 
 
 async def test_shared_limiter_holds_across_concurrent_rounds() -> None:
-    gauge = Gauge()
+    gauge = Gauge(hold=3)
     limiter = anyio.CapacityLimiter(3)
     first = Executor([gauge.tool()], concurrency=5, limiter=limiter)
     second = Executor([gauge.tool()], concurrency=5, limiter=limiter)
@@ -190,12 +215,21 @@ async def test_shared_limiter_holds_across_concurrent_rounds() -> None:
 
 
 async def test_records_in_command_order_when_later_ones_finish_first() -> None:
-    gauge = Gauge()
-    delays = [0.05, 0.04, 0.03, 0.02, 0.0]
-    records = await Executor([gauge.tool()]).run(
-        [cmd("work", n=i, delay=d) for i, d in enumerate(delays)]
-    )
-    assert gauge.finished == [4, 3, 2, 1, 0]
+    finished: list[int] = []
+    turn = [anyio.Event() for _ in range(5)]
+    turn[4].set()
+
+    async def relay(n: int) -> int:
+        """Finish after the call after this one (the last finishes first)."""
+        with anyio.fail_after(30):  # a hang guard: the five run at once
+            await turn[n].wait()
+        finished.append(n)
+        if n:
+            turn[n - 1].set()
+        return n
+
+    records = await Executor([relay]).run([cmd("relay", n=i) for i in range(5)])
+    assert finished == [4, 3, 2, 1, 0]
     assert [r.result for r in records] == [0, 1, 2, 3, 4]
 
 
@@ -292,12 +326,21 @@ async def test_cancelled_run_leaves_a_record_for_every_command() -> None:
     executor = Executor([gauge.tool(), add], concurrency=2)
     records: list[ToolExecutionRecord] = []
     after_run = False
-    with anyio.move_on_after(0.1) as scope:
-        await executor.run(
-            [cmd("add", a=1), cmd("work", n=1, delay=10), cmd("work", n=2, delay=10)],
-            results=records,
-        )
-        after_run = True
+    scope = anyio.CancelScope()
+
+    async def run() -> None:
+        nonlocal after_run
+        with scope:
+            await executor.run(
+                [cmd("add", a=1), cmd("work", n=1, delay=10), cmd("work", n=2, delay=10)],
+                results=records,
+            )
+            after_run = True
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        await gauge.until_started(2)  # add ran, then both tools started in its slot
+        scope.cancel()
     assert scope.cancelled_caught
     assert not after_run  # the cancellation was not swallowed
     assert [r.success for r in records] == [True, False, False]
@@ -315,7 +358,7 @@ async def test_cancelled_round_covers_waiting_commands_too() -> None:
         async with executor.batch() as rnd:
             for i in range(5):
                 rnd.submit(cmd("work", n=i, delay=10))
-            await anyio.sleep(0.05)
+            await gauge.until_started(2)
             scope.cancel()
             await anyio.sleep(10)
     assert scope.cancelled_caught
@@ -335,7 +378,7 @@ async def test_error_in_round_body_cancels_calls_and_propagates() -> None:
     async def plan() -> None:
         async with rnd:
             rnd.submit(cmd("work", n=1, delay=10))
-            await anyio.sleep(0.01)
+            await gauge.until_started(1)
             raise ValueError("planner broke")
 
     with pytest.raises(ValueError, match="planner broke"):

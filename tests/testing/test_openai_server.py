@@ -217,12 +217,10 @@ async def test_429_then_success_through_the_client_retries() -> None:
     async with serving(max_retries=2) as (server, client):
         server.add_error(429, "slow down", headers={"retry-after-ms": "1"})
         server.add_reply("after the retry")
-        start = time.monotonic()
-        completion = await client.chat.completions.create(model="m", messages=MESSAGES)
-        elapsed = time.monotonic() - start
+        with anyio.fail_after(30):  # a hang guard
+            completion = await client.chat.completions.create(model="m", messages=MESSAGES)
 
     assert completion.choices[0].message.content == "after the retry"
-    assert elapsed < 0.3  # the server-directed 1 ms backoff, not the default 0.5 s+
     assert [request.headers["x-stainless-retry-count"] for request in server.requests] == [
         "0",
         "1",
@@ -484,7 +482,7 @@ async def test_exit_leaves_no_task_and_drops_open_streams() -> None:
         await stream.__anext__()
         idle = await anyio.connect_tcp("127.0.0.1", server.port)  # an idle keep-alive
     try:
-        assert time.monotonic() - start < 5
+        assert time.monotonic() - start < 15  # the open stream's next chunk was 30 s away
         assert len(anyio.get_running_tasks()) == before
         record = server.streams[0]
         assert record.server_disconnected
@@ -574,21 +572,21 @@ async def test_chunked_request_body_expect_continue_and_keep_alive() -> None:
     assert server.requests[0].connection == server.requests[1].connection
 
 
-# -- speed ---------------------------------------------------------------------------------
+# -- many chunks (their speed is measured in benchmarks/bench_planner.py) ------------------
 
 
-async def test_many_small_chunks_stream_fast() -> None:
+async def test_many_small_chunks_all_arrive_in_order() -> None:
     async with serving() as (server, client):
         server.add_reply("x" * 2000, chunk_size=1)
-        start = time.monotonic()
-        chunks = await stream_chunks(client)
-        elapsed = time.monotonic() - start
+        with anyio.fail_after(60):  # a hang guard
+            chunks = await stream_chunks(client)
 
     assert len(chunks) == 2002
-    assert elapsed < 2.0  # ~0.3 s measured, almost all of it the client parsing chunks
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "x" * 2000
 
 
-async def test_the_server_alone_sends_2000_chunks_well_under_a_second() -> None:
+async def test_the_server_alone_sends_2000_chunks() -> None:
     body = json.dumps({"model": "m", "messages": [], "stream": True}).encode()
     request = b"POST /v1/chat/completions HTTP/1.1\r\ncontent-length: %d\r\n\r\n%s" % (
         len(body),
@@ -596,16 +594,14 @@ async def test_the_server_alone_sends_2000_chunks_well_under_a_second() -> None:
     )
     async with FakeOpenAIServer() as server:
         server.add_reply("x" * 2000, chunk_size=1)
-        start = time.monotonic()
-        async with await anyio.connect_tcp("127.0.0.1", server.port) as sock:
-            await sock.send(request)
-            received = bytearray()
-            while not received.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n"):
-                received += await sock.receive()
-        elapsed = time.monotonic() - start
+        with anyio.fail_after(60):  # a hang guard
+            async with await anyio.connect_tcp("127.0.0.1", server.port) as sock:
+                await sock.send(request)
+                received = bytearray()
+                while not received.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n"):
+                    received += await sock.receive()
 
     assert received.count(b"data: ") == 2003
-    assert elapsed < 0.5  # ~0.07 s measured
 
 
 # -- specs and surface ---------------------------------------------------------------------
