@@ -16,10 +16,18 @@ from ..flow import Execution, Flow, FlowEvent, FlowResult, FlowSnapshot, TraceEn
 from ..models import ChatModel
 from ..runner import ToolCommand, ToolExecutionRecord
 from ..tools import Tool, ToolRegistry
+from ._durable import RECOVERY, check_recovery_answer
 from ._flow import ANSWERED, AgentDeps, agent_flow
 from ._messages import AssistantMessage, Message, MessageLike, ToolCall, ToolMessage, as_messages
 from ._middleware import AgentMiddleware
-from ._persist import begin_run, claim_run, drive, load_paused
+from ._persist import (
+    begin_run,
+    claim_interrupted,
+    claim_run,
+    drive,
+    load_interrupted,
+    load_paused,
+)
 from ._spec import AgentSpec, build_spec
 from ._state import AgentState, Todo
 from ._structured import ResponseFormat
@@ -192,6 +200,9 @@ class Agent:
             execution.subscribe(on_event)
         if run is None:
             return AgentResult(await started())
+        deps = execution.deps
+        assert isinstance(deps, AgentDeps)
+        deps.run = run  # progress checkpoints and the tool journal
         return AgentResult(await drive(run, started()))
 
     async def run(
@@ -237,7 +248,7 @@ class Agent:
         execution = Execution(agent_flow, start, self._deps(context), id=run_id)
         run = None
         if self.store is not None:
-            run = await begin_run(self.store, execution, metadata)
+            run = await begin_run(self.store, execution, new, metadata)
         return await self._finish(
             execution, functools.partial(execution.run, new, timeout=timeout), on_event, run
         )
@@ -287,7 +298,10 @@ class Agent:
                 if stored is not None:
                     checkpoint, execution = await load_paused(self.store, execution.id, deps)
         where, middleware = self._paused_by(execution)
-        checked = middleware.check_answer(answer, where["request"])
+        if middleware is None:  # recovery asked about interrupted calls
+            checked: Any = check_recovery_answer(answer, where["request"])
+        else:
+            checked = middleware.check_answer(answer, where["request"])
         run = None
         if checkpoint is not None:
             assert self.store is not None
@@ -299,9 +313,56 @@ class Agent:
             run,
         )
 
+    async def recover(
+        self,
+        run_id: str,
+        *,
+        force: bool = False,
+        context: Any = None,
+        timeout: float | None = None,
+        on_event: Callable[[FlowEvent], None] | None = None,
+    ) -> AgentResult:
+        """Continue a stored run whose process died (or whose step failed) from its last
+        checkpoint.
+
+        Tool calls with a journaled outcome are not run again (their outcome is replayed);
+        calls that started without an outcome may or may not have taken effect, so the run
+        pauses and asks a human (a :class:`~toolloop.checkpoints.HumanRequest` of kind
+        ``interrupted_tool_calls``: resume with approve or edit to run them again, or
+        reject). A run that was being resumed goes on with the answer it was resumed with.
+
+        Args:
+            force: take the run over even if its owning process may still run it (on
+                another host its liveness cannot be checked).
+
+        Raises:
+            ResumeError: the agent has no store.
+            RunNotFoundError: no such run.
+            RunNotResumableError: the run is paused (resume it), completed, or still running.
+            CorruptCheckpointError: the checkpoint cannot be read back.
+        """
+        if self.store is None:
+            raise ResumeError("recover() needs a store: build the agent with store=...")
+        deps = self._deps(context)
+        checkpoint, execution, event, value = await load_interrupted(self.store, run_id, deps)
+        if event == ANSWERED:
+            where, middleware = self._paused_by(execution)
+            if middleware is None:
+                answer: Any = check_recovery_answer(value, where["request"])
+            else:
+                answer = middleware.check_answer(value, where["request"])
+            value = (where, answer)
+        run = await claim_interrupted(self.store, checkpoint, force=force)
+        return await self._finish(
+            execution,
+            functools.partial(execution.resume, event, value, timeout=timeout),
+            on_event,
+            run,
+        )
+
     def _paused_by(
         self, execution: Execution[AgentState]
-    ) -> tuple[dict[str, Any], AgentMiddleware]:
+    ) -> tuple[dict[str, Any], AgentMiddleware | None]:
         waits = execution.waiting
         if not waits:
             raise ResumeError(
@@ -311,6 +372,8 @@ class Agent:
         where = waits[0].request
         if not isinstance(where, dict) or not {"by", "hook", "index", "request"} <= set(where):
             raise ResumeError(f"run {execution.id} was not paused by an agent middleware")
+        if where["by"] == RECOVERY:
+            return where, None
         middleware = self._spec.by_name.get(where["by"])
         if middleware is None:
             raise ResumeError(

@@ -24,12 +24,13 @@ limits hold across pauses; :class:`AgentDeps` holds configuration and services o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Any
+from typing import Any, Literal
 
 from .._errors import DefinitionError, ExecutionError
+from ..checkpoints import CheckpointedRun
 from ..flow import Context, Flow, Step, Target
 from ..runner import (
     ToolBatch,
@@ -37,6 +38,15 @@ from ..runner import (
     ToolCallStarted,
     ToolCommand,
     ToolExecutionRecord,
+)
+from ._durable import (
+    INTERRUPTED,
+    RECOVER,
+    RECOVERY,
+    apply_recovery_answer,
+    interrupted_request,
+    journaled_call,
+    progress_snapshot,
 )
 from ._errors import AgentDefinitionError, AgentModelError, ModelCallLimitError
 from ._events import AgentFinished, ModelCallFinished, ModelCallStarted
@@ -63,6 +73,8 @@ class AgentDeps:
     spec: AgentSpec
     context: Any = None
     runtime: Runtime | None = None
+    run: CheckpointedRun | None = None
+    """With a store: the run's checkpoint (progress after each step, the tool journal)."""
 
 
 AgentContext = Context[AgentState, AgentDeps]
@@ -110,12 +122,24 @@ def _paused(
     return "pause"
 
 
+async def _progress(ctx: AgentContext, step: str, route: Route) -> Route:
+    """With a store, write a progress checkpoint: the state, and where the run goes next."""
+    run = ctx.deps.run
+    if run is not None:
+        await run.save(progress_snapshot(ctx.state, ctx.execution_id, step, route))
+    return route
+
+
 async def begin(messages: list[Message], ctx: AgentContext) -> Route:
     """Take the new messages in; run the ``before_agent`` hooks."""
     state, deps = ctx.state, _deps(ctx)
     runtime = _runtime(ctx, deps)
     add_messages(state.messages, messages)
     state.structured_response = None
+    return await _before_agent(state, deps, runtime)
+
+
+async def _before_agent(state: AgentState, deps: AgentDeps, runtime: Runtime) -> Route:
     for mw in deps.spec.before_agent:
         jump, _ = await _hook(deps, mw, "before_agent", (state, runtime), state)
         if jump is not None:
@@ -215,7 +239,15 @@ async def _model_turn(
 
 async def model_step(_: Any, ctx: AgentContext) -> Route:
     """One model turn."""
-    return await _model_turn(ctx, _deps(ctx))
+    return await _progress(ctx, "model", await _model_turn(ctx, _deps(ctx)))
+
+
+async def recover_step(route: Route | Literal["begin"], ctx: AgentContext) -> Route:
+    """A recovered run goes on where its last progress checkpoint said it would."""
+    runtime = _runtime(ctx, ctx.deps)
+    if route == "begin":  # it died before its first step: the new messages are in the state
+        return await _before_agent(ctx.state, ctx.deps, runtime)
+    return route
 
 
 def wait_for_answer(_: Any, ctx: AgentContext) -> None:
@@ -227,8 +259,18 @@ async def resume_step(value: tuple[dict[str, Any], Any], ctx: AgentContext) -> R
     """The answer came: the middleware that paused takes it, then the turn goes on."""
     where, answer = value
     state, deps = ctx.state, _deps(ctx)
-    runtime = _runtime(ctx, deps)
+    _runtime(ctx, deps)
     state.paused_at = None
+    if where["by"] == RECOVERY:  # a human answered about interrupted calls
+        apply_recovery_answer(state, answer)
+        return await _progress(ctx, "resume", route_after_model(state))
+    return await _progress(ctx, "resume", await _answered(where, answer, ctx))
+
+
+async def _answered(where: dict[str, Any], answer: Any, ctx: AgentContext) -> Route:
+    state, deps = ctx.state, ctx.deps
+    runtime = deps.runtime
+    assert runtime is not None
     mw = deps.spec.by_name[where["by"]]
     hook, index, retry = where["hook"], int(where["index"]), where["jump"]
     jump, pause = await _hook(deps, mw, "resume", (answer, state, runtime), state)
@@ -275,9 +317,23 @@ async def tools_step(_: Any, ctx: AgentContext) -> Route:
     observed = ctx.observed
     turn = state.model_calls - 1
 
+    run = deps.run
+    journal = await run.journal() if run is not None else {}
+    interrupted: list[ToolCall] = []
+
     async def call_tool(call: ToolCall, started: Callable[[], None]) -> ToolOutcome:
         started()  # the onion (middleware included) is the call
-        return await run_tool_call(call, spec.call_tool, spec.registry, state, runtime)
+
+        def onion() -> Awaitable[ToolOutcome]:
+            return run_tool_call(call, spec.call_tool, spec.registry, state, runtime)
+
+        if run is None:
+            return await onion()
+        outcome = await journaled_call(run, journal, f"{turn}.{call.id}", call, onion)
+        if outcome is None:  # an earlier attempt's outcome is unknown: ask, do not re-run
+            interrupted.append(call)
+            return ToolOutcome(error_message(call, INTERRUPTED))
+        return outcome
 
     def on_start(k: int, call: ToolCall) -> None:
         ctx.publish(
@@ -317,7 +373,13 @@ async def tools_step(_: Any, ctx: AgentContext) -> Route:
             batch.submit(call)
         if calls:
             await batch.submit_here(calls[-1])
-    return after_tools(batch.results, ctx)
+    if interrupted:  # answer the others; the interrupted ones wait for a human
+        asked = {call.id for call in interrupted}
+        done = [o for o in batch.results if o.message.tool_call_id not in asked]
+        after_tools(done, ctx)
+        state.paused_at = interrupted_request(interrupted)
+        return await _progress(ctx, "tools", "pause")
+    return await _progress(ctx, "tools", after_tools(batch.results, ctx))
 
 
 def after_tools(outcomes: list[ToolOutcome], ctx: AgentContext) -> Route:
@@ -394,9 +456,12 @@ def _build() -> Flow[AgentState]:
     flow.start.to(begin).match(_route, {"model": model, "tools": tools, "end": end})
     cases: dict[Hashable, Target] = {"model": "model", "tools": "tools", "end": "finish"}
     flow.step("model").match(_route, {**cases, "pause": wait_for_answer})
-    flow.step("tools").match(_route, cases)
+    flow.step("tools").match(_route, {**cases, "pause": "wait_for_answer"})
     flow.when(ANSWERED, external=True).to(Step(resume_step, name="resume")).match(
-        _route, {**cases, "pause": wait_for_answer}
+        _route, {**cases, "pause": "wait_for_answer"}
+    )
+    flow.when(RECOVER, external=True).to(Step(recover_step, name="recovered")).match(
+        _route, {**cases, "pause": "wait_for_answer"}
     )
     flow.step("finish").end()
     flow.validate()

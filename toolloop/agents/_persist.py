@@ -18,16 +18,29 @@ from pydantic_core import to_jsonable_python
 from ..checkpoints import (
     Checkpoint,
     CheckpointedRun,
+    CheckpointStatus,
     CheckpointStore,
+    CorruptCheckpointError,
     RunNotResumableError,
     expect_status,
     restore,
 )
-from ..flow import Execution, FlowResult, FlowSnapshot
-from ._flow import AgentDeps, agent_flow
+from ..flow import Execution, FlowResult
+from ._durable import RECOVER, progress_snapshot
+from ._flow import ANSWERED, AgentDeps, agent_flow
+from ._messages import Message, add_messages
 from ._state import AgentState
 
-__all__ = ["begin_run", "claim_run", "drive", "load_paused"]
+__all__ = [
+    "begin_run",
+    "claim_interrupted",
+    "claim_run",
+    "drive",
+    "load_interrupted",
+    "load_paused",
+]
+
+_INTERRUPTED: tuple[CheckpointStatus, ...] = ("running", "failed")
 
 
 def summary(state: AgentState) -> dict[str, Any]:
@@ -47,19 +60,18 @@ def summary(state: AgentState) -> dict[str, Any]:
 async def begin_run(
     store: CheckpointStore,
     execution: Execution[AgentState],
+    new: list[Message],
     metadata: dict[str, Any] | None,
 ) -> CheckpointedRun:
     """Write the first checkpoint of a new run (``running``; its snapshot is the state it
-    starts from).
+    starts from, with the new messages in, so a run that dies at once can be recovered).
 
     Raises:
         CheckpointConflictError: the store already has a run with this id.
     """
-    snapshot = FlowSnapshot(
-        flow=agent_flow.name,
-        execution_id=execution.id,
-        state=execution.state.model_dump(mode="json"),
-    )
+    start = execution.state.model_copy(deep=True)
+    add_messages(start.messages, new)
+    snapshot = progress_snapshot(start, execution.id, "start", "begin")
     return await CheckpointedRun.begin(
         store,
         run_id=execution.id,
@@ -87,6 +99,51 @@ async def load_paused(
             f"({agent_flow.name!r}); resume it with the agent that made it"
         )
     return checkpoint, restore(agent_flow, checkpoint, deps=deps)
+
+
+async def load_interrupted(
+    store: CheckpointStore, run_id: str, deps: AgentDeps
+) -> tuple[Checkpoint, Execution[AgentState], str, Any]:
+    """The interrupted run ``run_id``, restored, with the event (and value) it goes on with:
+    the answer it was being resumed with, or recovery from its last progress checkpoint.
+
+    Raises:
+        RunNotFoundError: no such run.
+        RunNotResumableError: the run is paused (resume it) or completed.
+        CorruptCheckpointError: its checkpoint cannot be read back, or has no step to go on
+            from.
+    """
+    checkpoint = await CheckpointedRun.load(store, run_id)
+    expect_status(checkpoint, _INTERRUPTED)
+    if checkpoint.flow != agent_flow.name:
+        raise RunNotResumableError(
+            f"run {run_id!r} is a run of flow {checkpoint.flow!r}, not of the agent "
+            f"({agent_flow.name!r}); recover it with the agent that made it"
+        )
+    execution = restore(agent_flow, checkpoint, deps=deps)
+    waits = execution.waiting
+    if checkpoint.resume_event == ANSWERED and [w.event for w in waits] == [ANSWERED]:
+        return checkpoint, execution, ANSWERED, checkpoint.resume_value
+    if len(waits) == 1 and waits[0].event == RECOVER and isinstance(waits[0].request, dict):
+        return checkpoint, execution, RECOVER, waits[0].request.get("route")
+    raise CorruptCheckpointError(
+        f"run {run_id!r} has no step to go on from (its snapshot waits for "
+        f"{[w.event for w in waits]}); it was left as it is"
+    )
+
+
+async def claim_interrupted(
+    store: CheckpointStore, checkpoint: Checkpoint, *, force: bool
+) -> CheckpointedRun:
+    """Take an interrupted run over (see :meth:`CheckpointedRun.claim`)."""
+    return await CheckpointedRun.claim(
+        store,
+        checkpoint,
+        expect=_INTERRUPTED,
+        event=checkpoint.resume_event,
+        value=checkpoint.resume_value,
+        force=force,
+    )
 
 
 async def claim_run(

@@ -1,0 +1,177 @@
+"""A middleware-agent run cut off (cancelled, or its process killed) is recovered from its
+last checkpoint: finished tool calls are replayed, never re-run; a call whose outcome is
+unknown goes to a human."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from toolloop.agents import create_agent
+from toolloop.checkpoints import (
+    Approve,
+    MemoryCheckpointStore,
+    Reject,
+    RunNotResumableError,
+    SQLiteCheckpointStore,
+)
+from toolloop.errors import ResumeError
+from toolloop.testing import ScriptedChatModel
+
+pytestmark = pytest.mark.anyio
+
+SUPPORT = Path(__file__).with_name("agent_support.py")
+
+
+def mail_model() -> ScriptedChatModel:
+    def responder(request: Any) -> Any:
+        from toolloop.testing import FakeToolCall, ScriptedChatReply
+
+        answered = [m for m in request.messages if m["role"] == "tool"]
+        if answered:
+            return f"done: {answered[-1]['content']}"
+        return ScriptedChatReply(tool_calls=(FakeToolCall("send_mail", '{"to": "ada"}'),))
+
+    return ScriptedChatModel(responder=responder)
+
+
+class Mailer:
+    """A tool that can be held inside its call by a gate."""
+
+    def __init__(self, hold: bool) -> None:
+        self.sent = 0
+        self.inside = anyio.Event()
+        self.hold = hold
+
+    async def send_mail(self, to: str) -> str:
+        """Send a mail.
+
+        Args:
+            to: the address.
+        """
+        self.sent += 1
+        self.inside.set()
+        if self.hold:
+            await anyio.sleep_forever()
+        return f"mail {self.sent} sent to {to}"
+
+
+async def cancelled_mid_tool(store: MemoryCheckpointStore) -> Mailer:
+    mailer = Mailer(hold=True)
+    agent = create_agent(mail_model(), [mailer.send_mail], store=store)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(functools.partial(agent.run, "mail ada", run_id="r"))
+        with anyio.fail_after(30):
+            await mailer.inside.wait()
+        tg.cancel_scope.cancel()
+    checkpoint = await store.get("r")
+    assert checkpoint is not None and checkpoint.status == "running"
+    return mailer
+
+
+@pytest.mark.parametrize("approve", [True, False], ids=["approved", "rejected"])
+async def test_a_call_cut_off_mid_tool_goes_to_a_human(approve: bool) -> None:
+    store = MemoryCheckpointStore()
+    first = await cancelled_mid_tool(store)
+    assert first.sent == 1
+    mailer = Mailer(hold=False)
+    agent = create_agent(mail_model(), [mailer.send_mail], store=store)
+    with pytest.raises(RunNotResumableError, match="running"):
+        await agent.resume("r", Approve())  # not paused: it is recovered, not resumed
+    paused = await agent.recover("r")
+    assert paused.status == "paused"
+    assert mailer.sent == 0  # not re-run on its own
+    request = paused.request
+    assert request is not None and request.kind == "interrupted_tool_calls"
+    assert [c.tool_name for c in request.tool_calls] == ["send_mail"]
+    done = await agent.resume("r", Approve() if approve else Reject(message="sent already"))
+    assert done.status == "completed"
+    assert mailer.sent == (1 if approve else 0)
+    if approve:
+        assert done.text == "done: mail 1 sent to ada"
+    else:
+        assert "a human chose not to run it again (sent already)" in done.text
+    stored = await store.get("r")
+    assert stored is not None and stored.status == "completed"
+
+
+async def test_recover_needs_a_store_and_a_run_that_was_cut_off() -> None:
+    with pytest.raises(ResumeError, match="needs a store"):
+        await create_agent(mail_model()).recover("r")
+    store = MemoryCheckpointStore()
+    mailer = Mailer(hold=False)
+    agent = create_agent(mail_model(), [mailer.send_mail], store=store)
+    await agent.run("mail ada", run_id="done")
+    with pytest.raises(RunNotResumableError, match="completed"):
+        await agent.recover("done")
+    assert mailer.sent == 1
+
+
+async def process(files: dict[str, Path], backend: str, *args: str) -> dict[str, Any] | None:
+    """Run ``agent_support.py``; its JSON result, or ``None`` if it was killed."""
+    with anyio.fail_after(120):  # a hang guard
+        done = await anyio.run_process(
+            [
+                sys.executable,
+                str(SUPPORT),
+                args[0],
+                str(files["db"]),
+                str(files["counter"]),
+                "r",
+                *args[1:],
+                "--backend",
+                backend,
+            ],
+            check=False,
+        )
+    if done.returncode < 0:
+        return None
+    assert done.returncode == 0, done.stderr.decode()
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def sent(files: dict[str, Path]) -> int:
+    return int(files["counter"].read_text()) if files["counter"].exists() else 0
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    return {"db": tmp_path / "runs.db", "counter": tmp_path / "sent"}
+
+
+@pytest.mark.timeout(300)
+async def test_killed_inside_the_tool_the_call_is_put_to_a_human(
+    files: dict[str, Path], anyio_backend: str
+) -> None:
+    assert await process(files, anyio_backend, "run", "--crash", "in_tool") is None
+    assert sent(files) == 1  # the mail went out, but its outcome was never recorded
+    paused = await process(files, anyio_backend, "recover")
+    assert paused is not None and paused["status"] == "paused"
+    assert paused["request"]["kind"] == "interrupted_tool_calls"
+    assert sent(files) == 1  # recovery did not send it again
+    done = await process(files, anyio_backend, "resume", '{"kind": "reject"}')
+    assert done is not None and done["status"] == "completed"
+    assert sent(files) == 1
+    store = SQLiteCheckpointStore(files["db"])
+    checkpoint = await store.get("r")
+    await store.aclose()
+    assert checkpoint is not None and checkpoint.status == "completed"
+
+
+@pytest.mark.timeout(300)
+async def test_killed_after_the_outcome_is_journaled_the_tool_runs_once(
+    files: dict[str, Path], anyio_backend: str
+) -> None:
+    assert await process(files, anyio_backend, "run", "--crash", "after_outcome") is None
+    assert sent(files) == 1
+    done = await process(files, anyio_backend, "recover")
+    assert done is not None and done["status"] == "completed"
+    assert done["text"] == "done: mail 1 sent to ada"  # the journaled outcome, replayed
+    assert sent(files) == 1
