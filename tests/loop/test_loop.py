@@ -127,8 +127,9 @@ async def test_zero_rounds_injects_nothing() -> None:
         (RESPONSE, "response"),
         ({"use_tool": False, "execution_commands": [cmd("work", n=1)]}, "use_tool_false"),
         ({"next_action": "execute", "execution_commands": []}, "no_commands"),
-        ("garbage", "response"),
-        (None, "response"),
+        ("garbage", "invalid_plan"),
+        ([{"tool_name": "work"}], "invalid_plan"),
+        (None, "invalid_plan"),
     ],
 )
 async def test_stop_conditions(output: Any, reason: str) -> None:

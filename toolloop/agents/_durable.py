@@ -18,7 +18,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
-from pydantic_core import to_jsonable_python
 
 from ..checkpoints import (
     Approve,
@@ -33,6 +32,7 @@ from ..checkpoints import (
     check_decision,
 )
 from ..flow import FlowSnapshot, Wait
+from ..runner import json_safe
 from ._messages import AssistantMessage, ToolCall, ToolMessage, last_assistant, new_id
 from ._state import AgentState
 from ._tool_call import ToolOutcome, error_message
@@ -71,7 +71,7 @@ def progress_snapshot(state: AgentState, execution_id: str, step: str, route: st
 def _dump(outcome: ToolOutcome) -> dict[str, Any]:
     return {
         "message": outcome.message.model_dump(mode="json"),
-        "update": to_jsonable_python(outcome.update, fallback=repr),
+        "update": json_safe(outcome.update),
         "jump": outcome.jump,
         "return_direct": outcome.return_direct,
     }

@@ -13,7 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
-from pydantic_core import to_jsonable_python
+
+from ..runner import json_safe
 
 __all__ = [
     "AssistantMessage",
@@ -115,7 +116,7 @@ def content_text(value: Any) -> str:
     """A tool's result as message text: strings as they are, anything else as JSON."""
     if isinstance(value, str):
         return value
-    return json.dumps(to_jsonable_python(value, fallback=str), ensure_ascii=False)
+    return json.dumps(json_safe(value), ensure_ascii=False)
 
 
 def _openai_tool_calls(calls: Any) -> list[ToolCall]:

@@ -13,8 +13,6 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Any
 
-from pydantic_core import to_jsonable_python
-
 from ..checkpoints import (
     Checkpoint,
     CheckpointedRun,
@@ -26,6 +24,7 @@ from ..checkpoints import (
     restore,
 )
 from ..flow import Execution, FlowResult
+from ..runner import json_safe
 from ._durable import RECOVER, progress_snapshot
 from ._flow import ANSWERED, AgentDeps, agent_flow
 from ._messages import Message, add_messages
@@ -52,7 +51,7 @@ def summary(state: AgentState) -> dict[str, Any]:
             break
     return {
         "text": text,
-        "structured_response": to_jsonable_python(state.structured_response, fallback=str),
+        "structured_response": json_safe(state.structured_response),
         "messages": len(state.messages),
     }
 
@@ -154,7 +153,7 @@ async def claim_run(
     Raises:
         RunNotResumableError: someone resumed it since it was read; nothing was written.
     """
-    value = to_jsonable_python(answer, fallback=str)
+    value = json_safe(answer)
     return await CheckpointedRun.claim(store, checkpoint, event=event, value=value)
 
 

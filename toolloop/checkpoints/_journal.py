@@ -17,9 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from pydantic import ValidationError
-from pydantic_core import to_jsonable_python
 
-from ..runner import CallSource, Executor, ToolCommand, ToolExecutionRecord
+from ..runner import CallSource, Executor, ToolCommand, ToolExecutionRecord, json_safe
 from ._errors import CorruptCheckpointError
 from ._model import JournalEntry
 from ._run import CheckpointedRun
@@ -80,5 +79,5 @@ async def call_once(
 
 
 def _dump(record: ToolExecutionRecord) -> object:
-    """The record as JSON data (a result that is not JSON becomes its ``repr``)."""
-    return to_jsonable_python(record, fallback=repr)
+    """The record as JSON data (see :func:`~toolloop.runner.json_safe`)."""
+    return json_safe(record)

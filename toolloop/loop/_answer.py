@@ -14,9 +14,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from pydantic_core import to_jsonable_python
-
 from ..models import ChatDelta, ChatModel, ChatRequest
+from ..runner import json_safe
 from ._results import LoopResult
 
 __all__ = ["final_answer", "final_answer_messages", "stream_final_answer"]
@@ -35,9 +34,7 @@ def final_answer_messages(
         return messages
     instruction = result.extra_instruction or ""
     system = f"{system_prompt}\n\n{instruction}" if system_prompt else instruction
-    data = json.dumps(
-        to_jsonable_python(action_results, fallback=str), ensure_ascii=False, indent=2
-    )
+    data = json.dumps(json_safe(action_results), ensure_ascii=False, indent=2)
     messages.append({"role": "system", "content": system})
     messages.append(
         {

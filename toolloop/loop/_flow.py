@@ -243,7 +243,10 @@ async def _plan_streaming(
             ctx.publish(_finished_event(ctx, index, position, item, 0.0))
 
     def dispatch(position: int, raw: Any) -> None:
-        item = normalize_command(position, raw, [], max_kwargs_bytes=deps.max_kwargs_bytes)
+        try:
+            item = normalize_command(position, raw, [], max_kwargs_bytes=deps.max_kwargs_bytes)
+        except Exception:  # unreadable: the final normalization says why
+            return
         if item is None:
             return  # dropped; the final normalization says why
         # counted as normalize_plan counts: every item kept so far, failed ones too

@@ -10,10 +10,13 @@ The rules, as in the design:
 - a command without ``tool_name`` is dropped; a missing ``purpose`` gets a default;
 - ``next`` mirrors ``todo_suggestion``.
 
-Nothing a planner returns makes this raise. Commands that name a tool but cannot run
-(arguments that are not an object, too large, past the per-round limit) are kept, in order,
-as records that failed without running, so every command still ends in exactly one record.
-Everything set aside is explained in ``notes``.
+Nothing a planner returns makes this raise: not garbage, not a mapping whose access raises,
+not a value nested ten thousand levels deep or one that contains itself. An output that is
+no object at all (``None``, a list, text that is not a JSON object) stops the loop with the
+stop reason ``invalid_plan``. Commands that name a tool but cannot run (arguments that are
+not an object, too large, nested deeper than 64 levels or cyclic, past the per-round limit)
+are kept, in order, as records that failed without running, so every command still ends in
+exactly one record. Everything set aside is explained in ``notes``.
 """
 
 from __future__ import annotations
@@ -25,7 +28,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..planners import PlannerReply
-from ..runner import DEFAULT_PURPOSE, ToolCommand, ToolExecutionRecord
+from ..runner import (
+    DEFAULT_PURPOSE,
+    MAX_JSON_DEPTH,
+    ToolCommand,
+    ToolExecutionRecord,
+    json_safe,
+    nesting_depth,
+    short_repr,
+)
 from ._results import StopReason
 
 __all__ = ["NormalizedPlan", "PlanItem", "normalize_command", "normalize_plan", "over_limit"]
@@ -58,8 +69,7 @@ class NormalizedPlan(BaseModel):
 
 
 def _short(value: Any, limit: int = 120) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return short_repr(value, limit)
 
 
 def _as_bool(value: Any) -> bool | None:
@@ -83,10 +93,7 @@ def _as_text(value: Any) -> str:
         return ""
     if isinstance(value, str):
         return value
-    try:
-        return json.dumps(value, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):  # pragma: no cover - default=str makes this rare
-        return str(value)
+    return json.dumps(json_safe(value), ensure_ascii=False)
 
 
 def _to_mapping(raw: Any) -> Mapping[str, Any] | None:
@@ -97,7 +104,7 @@ def _to_mapping(raw: Any) -> Mapping[str, Any] | None:
     if isinstance(raw, (str, bytes, bytearray)):
         try:
             parsed = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's limit
             return None
         return parsed if isinstance(parsed, Mapping) else None
     return None
@@ -119,13 +126,26 @@ def normalize_plan(
     notes: list[str] = []
     if isinstance(raw, PlannerReply):
         raw = raw.output
+    try:
+        return _normalize(raw, notes, max_commands, max_kwargs_bytes)
+    except Exception as exc:  # e.g. a mapping whose access raises: never the loop's crash
+        notes.append(
+            f"reading the planner output raised {type(exc).__name__}: {str(exc)[:200]}; "
+            "ending without tools"
+        )
+        return NormalizedPlan(next_action="response", notes=notes, stop_reason="invalid_plan")
+
+
+def _normalize(
+    raw: Any, notes: list[str], max_commands: int, max_kwargs_bytes: int
+) -> NormalizedPlan:
     data = _to_mapping(raw)
     if data is None:
         notes.append(
             "planner output is not an object with next_action and execution_commands; "
             f"got {type(raw).__name__} {_short(raw)}: ending without tools"
         )
-        return NormalizedPlan(next_action="response", notes=notes, stop_reason="response")
+        return NormalizedPlan(next_action="response", notes=notes, stop_reason="invalid_plan")
 
     raw_commands: Any = data.get("execution_commands")
     if raw_commands is None and "tool_commands" in data:
@@ -212,7 +232,7 @@ def normalize_command(
     elif type(kwargs) is str and kwargs.strip().startswith("{"):
         try:
             kwargs = json.loads(kwargs)
-        except ValueError:
+        except (ValueError, RecursionError):
             pass
     problem: str | None = None
     if type(kwargs) is not dict and not isinstance(kwargs, Mapping):
@@ -223,8 +243,20 @@ def normalize_command(
         kwargs = {}
     else:
         kwargs = dict(kwargs)
-        size = _json_size(kwargs, max_kwargs_bytes)
-        if size > max_kwargs_bytes:
+        depth = nesting_depth(kwargs)
+        size = (
+            0 if depth is None or depth > MAX_JSON_DEPTH else _json_size(kwargs, max_kwargs_bytes)
+        )
+        if depth is None:
+            problem = "not run: tool_kwargs contain themselves (a cycle), which JSON cannot say"
+            kwargs = {"omitted": "a cycle"}
+        elif depth > MAX_JSON_DEPTH:
+            problem = (
+                f"not run: tool_kwargs nest more than {MAX_JSON_DEPTH} levels deep; "
+                "send flatter arguments"
+            )
+            kwargs = {"omitted": f"nested more than {MAX_JSON_DEPTH} levels"}
+        elif size > max_kwargs_bytes:
             problem = (
                 f"not run: tool_kwargs are {size} bytes as JSON, more than the limit of "
                 f"{max_kwargs_bytes}"
@@ -264,5 +296,5 @@ def _json_size(kwargs: dict[str, Any], limit: int) -> int:
             return bound
     try:
         return len(_ENCODER.encode(kwargs))
-    except (TypeError, ValueError):
-        return 0
+    except (TypeError, ValueError, RecursionError):
+        return len(json.dumps(json_safe(kwargs), ensure_ascii=False))

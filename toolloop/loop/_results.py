@@ -8,20 +8,22 @@ from functools import cached_property
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
-from pydantic_core import to_jsonable_python
 
-from ..runner import EXTRA_INSTRUCTION, ToolExecutionRecord
+from ..runner import EXTRA_INSTRUCTION, ToolExecutionRecord, json_safe
 
 __all__ = ["EXTRA_INSTRUCTION", "LoopResult", "StopReason", "to_action_results"]
 
-StopReason = Literal["response", "use_tool_false", "no_commands", "max_rounds", "timeout"]
+StopReason = Literal[
+    "response", "use_tool_false", "no_commands", "max_rounds", "timeout", "invalid_plan"
+]
 
 
 def to_action_results(done_plans: Sequence[ToolExecutionRecord]) -> dict[str, Any]:
     """``{purpose: result}`` in record order.
 
     A purpose seen again gets a numbered key (``"search (2)"``); a failed record keeps its
-    error as ``{"error": ...}``.
+    error as ``{"error": ...}``. Results are JSON data (:func:`~toolloop.runner.json_safe`):
+    ``json.dumps`` takes them whatever the tools returned (bytes, datetimes, cycles, NaN).
     """
     results: dict[str, Any] = {}
     for record in done_plans:
@@ -30,7 +32,7 @@ def to_action_results(done_plans: Sequence[ToolExecutionRecord]) -> dict[str, An
         while key in results:
             key = f"{record.purpose} ({n})"
             n += 1
-        results[key] = record.result if record.success else {"error": record.error}
+        results[key] = json_safe(record.result) if record.success else {"error": record.error}
     return results
 
 
@@ -75,7 +77,7 @@ class LoopResult(BaseModel):
         """``{"tool_logs": [records as dicts]}`` when there are records."""
         if not self.done_plans:
             return {}
-        return {"tool_logs": [r.model_dump(mode="json", fallback=str) for r in self.done_plans]}
+        return {"tool_logs": [json_safe(r) for r in self.done_plans]}
 
     @property
     def status(self) -> Literal["completed", "paused"]:
@@ -105,11 +107,7 @@ class LoopResult(BaseModel):
         """The user input with the action results (if any), as text for a final request."""
         if not self.done_plans:
             return self.user_input
-        results = json.dumps(
-            to_jsonable_python(self.prompt["action_results"], fallback=str),
-            ensure_ascii=False,
-            indent=2,
-        )
+        results = json.dumps(self.prompt["action_results"], ensure_ascii=False, indent=2)
         return (
             f"{self.user_input}\n\n{self.prompt['extra_instruction']}\n\n"
             f"<action_results>\n{results}\n</action_results>"

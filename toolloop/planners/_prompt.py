@@ -7,9 +7,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic_core import to_jsonable_python
-
-from ..runner import ToolExecutionRecord
+from ..runner import ToolExecutionRecord, json_safe
 from ._base import PlannerContext
 
 __all__ = [
@@ -167,8 +165,9 @@ def _record_view(record: ToolExecutionRecord, max_chars: int) -> dict[str, Any]:
         "success": record.success,
     }
     if record.success:
-        text = json.dumps(to_jsonable_python(record.result, fallback=str), ensure_ascii=False)
-        view["result"] = record.result if len(text) <= max_chars else text[:max_chars] + "... (cut)"
+        result = json_safe(record.result)
+        text = json.dumps(result, ensure_ascii=False)
+        view["result"] = result if len(text) <= max_chars else text[:max_chars] + "... (cut)"
     else:
         view["error"] = record.error
     return view
@@ -199,8 +198,6 @@ def planner_messages(
         {"role": "system", "content": system},
         {
             "role": "user",
-            "content": json.dumps(
-                to_jsonable_python(data, fallback=str), ensure_ascii=False, indent=1
-            ),
+            "content": json.dumps(json_safe(data), ensure_ascii=False, indent=1),
         },
     ]

@@ -22,11 +22,9 @@ from collections.abc import Callable, Mapping, Sequence
 from time import perf_counter
 from typing import Any, TypeAlias
 
-from pydantic_core import to_jsonable_python
-
 from .._errors import ModelOutputError
 from ..models import ChatModel, ChatRequest, ToolCallReader, parse_tool_arguments
-from ..runner import ToolExecutionRecord
+from ..runner import ToolExecutionRecord, json_safe
 from ._base import Dispatch, PlannerContext, PlannerReply
 
 __all__ = [
@@ -84,7 +82,7 @@ def _cut(text: str, max_chars: int) -> str:
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(to_jsonable_python(value, fallback=str), ensure_ascii=False)
+    return json.dumps(json_safe(value), ensure_ascii=False)
 
 
 def _tool_message_content(record: ToolExecutionRecord, max_chars: int) -> str:

@@ -20,6 +20,10 @@ from ._executor import OnStart as OnStart
 from ._executor import cancelled_error as cancelled_error
 from ._executor import cancelled_record as cancelled_record
 from ._executor import tool_error_text as tool_error_text
+from ._jsonsafe import MAX_JSON_DEPTH as MAX_JSON_DEPTH
+from ._jsonsafe import json_safe as json_safe
+from ._jsonsafe import nesting_depth as nesting_depth
+from ._jsonsafe import short_repr as short_repr
 from ._records import DEFAULT_PURPOSE as DEFAULT_PURPOSE
 from ._records import EXTRA_INSTRUCTION as EXTRA_INSTRUCTION
 from ._records import ToolCommand as ToolCommand
@@ -29,6 +33,7 @@ from ._result import RunResult as RunResult
 __all__ = [
     "DEFAULT_PURPOSE",
     "EXTRA_INSTRUCTION",
+    "MAX_JSON_DEPTH",
     "BatchCall",
     "CallSource",
     "Executor",
@@ -43,5 +48,8 @@ __all__ = [
     "ToolExecutionRecord",
     "cancelled_error",
     "cancelled_record",
+    "json_safe",
+    "nesting_depth",
+    "short_repr",
     "tool_error_text",
 ]

@@ -12,11 +12,10 @@ import json
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
-from pydantic_core import to_jsonable_python
 
 from .._errors import ModelOutputError
 from ..models import ChatModel, ChatRequest, StructuredOutput
-from ..runner import EXTRA_INSTRUCTION
+from ..runner import EXTRA_INSTRUCTION, json_safe
 from ._steps import StatusDecision, StatusPlan, StatusReflection, StatusView, as_output
 
 __all__ = ["STATUS_SYSTEM_PROMPT", "LLMStatusSteps", "status_context"]
@@ -107,7 +106,7 @@ def status_context(view: StatusView, *, max_result_chars: int = 2000) -> dict[st
     """The run as the model sees it (JSON data); long results are cut."""
 
     def result(value: Any) -> Any:
-        text = json.dumps(to_jsonable_python(value, fallback=repr), ensure_ascii=False)
+        text = json.dumps(json_safe(value), ensure_ascii=False)
         if len(text) <= max_result_chars:
             return json.loads(text)
         return f"{text[:max_result_chars]}… ({len(text)} chars)"

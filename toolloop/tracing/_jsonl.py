@@ -31,6 +31,7 @@ from pydantic import ConfigDict, ValidationError
 from .._errors import ToolloopError
 from ..flow import FlowEvent
 from ..loop import LoopEvent  # noqa: F401  (imported so the loop's event classes are known)
+from ..runner import json_safe
 from ._redact import redact as _redact
 
 __all__ = [
@@ -75,8 +76,9 @@ def _event_classes() -> dict[str, type[FlowEvent]]:
 
 
 def dump_event(event: FlowEvent, *, redact: bool = True) -> dict[str, Any]:
-    """An event as a JSON-ready dict (values JSON cannot hold become their ``str``)."""
-    data: dict[str, Any] = event.model_dump(mode="json", fallback=str)
+    """An event as a JSON-ready dict: whatever a tool returned (bytes, datetimes, cycles,
+    values nested too deep) is made JSON data as :func:`toolloop.runner.json_safe` does."""
+    data: dict[str, Any] = json_safe(event)
     if redact:
         data = {
             key: value if key in ("kind", "execution_id", "at") else _redact(value)
