@@ -152,7 +152,7 @@ async def plan(_: Any, ctx: LoopContext) -> Planned:
     """PLAN: ask the planner (unless ``max_rounds`` is reached) and normalize its output."""
     state, deps = ctx.state, ctx.deps
     if state.round_index >= deps.max_rounds:
-        return Planned(NormalizedPlan(next_action="response", stop_reason="max_rounds"))
+        return Planned(NormalizedPlan.of("response", stop_reason="max_rounds"))
     index = state.round_index
     if ctx.observed:
         ctx.publish(
@@ -172,8 +172,11 @@ async def plan(_: Any, ctx: LoopContext) -> Planned:
     if deps.streaming_dispatch and isinstance(planner, StreamingPlanner):
         return await _plan_streaming(ctx, planner, context, started)
     try:
-        with anyio.fail_after(deps.planner_timeout):
+        if deps.planner_timeout is None:  # no cancel scope where no timeout is set
             raw = await call_planner(planner, context)
+        else:
+            with anyio.fail_after(deps.planner_timeout):
+                raw = await call_planner(planner, context)
     except Exception as exc:
         raise _planner_error(exc, index, deps, state) from exc
     decided = normalize_plan(

@@ -33,6 +33,7 @@ from ..runner import (
     MAX_JSON_DEPTH,
     ToolCommand,
     ToolExecutionRecord,
+    construct,
     json_safe,
     nesting_depth,
     short_repr,
@@ -66,6 +67,29 @@ class NormalizedPlan(BaseModel):
     @property
     def commands(self) -> list[ToolCommand]:
         return [i for i in self.items if isinstance(i, ToolCommand)]
+
+    @classmethod
+    def of(
+        cls,
+        next_action: Literal["execute", "response"],
+        *,
+        items: list[PlanItem] | None = None,
+        sources: list[int] | None = None,
+        notes: list[str] | None = None,
+        stop_reason: StopReason | None = None,
+    ) -> NormalizedPlan:
+        """A plan from parts normalization already checked (built without validating them
+        again: every field is given)."""
+        return construct(
+            cls,
+            {
+                "next_action": next_action,
+                "items": [] if items is None else items,
+                "sources": [] if sources is None else sources,
+                "notes": [] if notes is None else notes,
+                "stop_reason": stop_reason,
+            },
+        )
 
 
 def _short(value: Any, limit: int = 120) -> str:
@@ -133,7 +157,7 @@ def normalize_plan(
             f"reading the planner output raised {type(exc).__name__}: {str(exc)[:200]}; "
             "ending without tools"
         )
-        return NormalizedPlan(next_action="response", notes=notes, stop_reason="invalid_plan")
+        return NormalizedPlan.of("response", notes=notes, stop_reason="invalid_plan")
 
 
 def _normalize(
@@ -145,7 +169,7 @@ def _normalize(
             "planner output is not an object with next_action and execution_commands; "
             f"got {type(raw).__name__} {_short(raw)}: ending without tools"
         )
-        return NormalizedPlan(next_action="response", notes=notes, stop_reason="invalid_plan")
+        return NormalizedPlan.of("response", notes=notes, stop_reason="invalid_plan")
 
     raw_commands: Any = data.get("execution_commands")
     if raw_commands is None and "tool_commands" in data:
@@ -178,9 +202,7 @@ def _normalize(
 
     use_tool = data.get("use_tool", True)
     if _as_bool(use_tool) is False:
-        return NormalizedPlan(
-            next_action="response", items=[], notes=notes, stop_reason="use_tool_false"
-        )
+        return NormalizedPlan.of("response", items=[], notes=notes, stop_reason="use_tool_false")
 
     action = data.get("next_action")
     if action is None:
@@ -191,10 +213,10 @@ def _normalize(
         if text not in ("execute", "response"):
             notes.append(f"next_action must be 'execute' or 'response', got {_short(action)}")
     if next_action == "execute" and not items:
-        return NormalizedPlan(next_action="response", notes=notes, stop_reason="no_commands")
+        return NormalizedPlan.of("response", notes=notes, stop_reason="no_commands")
     if next_action == "response":
-        return NormalizedPlan(next_action="response", notes=notes, stop_reason="response")
-    return NormalizedPlan(next_action="execute", items=items, sources=sources, notes=notes)
+        return NormalizedPlan.of("response", notes=notes, stop_reason="response")
+    return NormalizedPlan.of("execute", items=items, sources=sources, notes=notes)
 
 
 def over_limit(command: ToolCommand, max_commands: int) -> ToolExecutionRecord:
@@ -266,8 +288,9 @@ def normalize_command(
             problem = "not run: tool_kwargs keys must be strings"
             kwargs = {str(k): v for k, v in kwargs.items()}
     # every field is checked above, so the model is built without validating it again
-    command = ToolCommand.model_construct(
-        purpose=purpose, tool_name=name, tool_kwargs=kwargs, todo_suggestion=todo
+    command = construct(
+        ToolCommand,
+        {"purpose": purpose, "tool_name": name, "tool_kwargs": kwargs, "todo_suggestion": todo},
     )
     if problem is not None:
         return ToolExecutionRecord.failed(command, problem)

@@ -28,6 +28,7 @@ from ._records import DEFAULT_PURPOSE as DEFAULT_PURPOSE
 from ._records import EXTRA_INSTRUCTION as EXTRA_INSTRUCTION
 from ._records import ToolCommand as ToolCommand
 from ._records import ToolExecutionRecord as ToolExecutionRecord
+from ._records import construct as construct
 from ._result import RunResult as RunResult
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "ToolExecutionRecord",
     "cancelled_error",
     "cancelled_record",
+    "construct",
     "json_safe",
     "nesting_depth",
     "short_repr",

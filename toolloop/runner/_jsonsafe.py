@@ -48,6 +48,13 @@ def short_repr(value: Any, limit: int = 120) -> str:
 def nesting_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> int | None:
     """How deep ``value``'s dicts and lists nest (a scalar: 0), without recursion; ``None``
     when it contains itself. Stops counting past ``limit`` (returns ``limit + 1``)."""
+    if type(value) is dict:  # the common case: flat arguments of scalars and strings
+        for item in value.values():
+            kind = type(item)
+            if not (kind is str or kind is int or kind is float or kind is bool or item is None):
+                break
+        else:
+            return 1
     deepest = 0
     stack: list[tuple[Any, int, tuple[int, ...]]] = [(value, 0, ())]
     while stack:
