@@ -33,6 +33,14 @@ not really happen. The workloads:
 An informational W1 row also times toolloop given the tools as plain functions, which makes
 it build a ``ToolRegistry`` (JSON schemas by pydantic) on every call.
 
+The limit (the ``L`` rows): the same workload as a plain loop of the backend's own
+primitives, ``await planner.plan(...)`` then ``await asyncio.gather(*calls)`` (on trio: a
+nursery), dict results, nothing else: the physical limit of this workload. Every ``L``
+ratio is toolloop over that loop, measured in the same run (the anyio task-group loop above
+is shown against it too). Targets: W1 <= 2.5x, 10,000 concurrent runs >= 0.5x its runs/s,
+<= 25 KiB per in-flight run, < 120 GC-tracked objects per in-flight run (counted with
+``gc.get_objects()`` while N runs are parked at a gate inside their first round's tools).
+
 Run it with::
 
     .venv/bin/python benchmarks/bench_loop.py                  # asyncio and trio
@@ -46,6 +54,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import gc
+import inspect
 import statistics
 import sys
 import time
@@ -56,6 +65,7 @@ from types import CodeType
 from typing import Any
 
 import anyio
+import sniffio
 
 from toolloop.loop import LoopResult, async_plan_and_execute
 from toolloop.planners import PlannerContext
@@ -75,6 +85,11 @@ W3_TARGET_KIB_PER_RUN = 30.0
 
 W2_TOOL_SECONDS = 0.1
 W3_TOOL_SECONDS = 0.01
+
+LIMIT_W1_RATIO = 2.5
+LIMIT_RATE_RATIO = 0.5
+LIMIT_KIB_PER_RUN = 25.0
+LIMIT_GC_OBJECTS = 120.0
 
 ToolFunction = Callable[..., Awaitable[dict[str, Any]]]
 
@@ -273,6 +288,71 @@ async def baseline_run(work: Workload) -> dict[str, Any]:
         rounds += 1
     action_results = {r["purpose"]: r.get("result", r.get("error")) for r in done}
     return {"results": done, "rounds": rounds, "action_results": action_results}
+
+
+async def plain_run(work: Workload) -> dict[str, Any]:
+    """The limit: plan, then the round's calls with the backend's own primitives."""
+    tools = work.by_name
+    done: list[dict[str, Any]] = []
+    last: list[dict[str, Any]] = []
+    rounds = 0
+
+    async def call(command: dict[str, Any]) -> dict[str, Any]:
+        try:
+            value = await tools[command["tool_name"]](**command["tool_kwargs"])
+        except Exception as exc:
+            return {"purpose": command["purpose"], "success": False, "error": repr(exc)}
+        return {"purpose": command["purpose"], "success": True, "result": value}
+
+    gather = _gather()
+    for round_index in range(MAX_ROUNDS):
+        seen: dict[str, Any] = {
+            "user_input": USER_INPUT,
+            "user_extra_requirement": None,
+            "available_tools": work.specs,
+            "done_plans": done,
+            "last_round_result": last,
+            "round_index": round_index,
+            "max_rounds": MAX_ROUNDS,
+        }
+        plan = await work.planner.plan(PlannerContext.model_construct(**seen))
+        commands: list[dict[str, Any]] = plan.get("execution_commands") or []
+        if plan.get("next_action") != "execute" or not commands:
+            break
+        results = await gather([call(c) for c in commands])
+        done.extend(results)
+        last = results
+        rounds += 1
+    action_results = {r["purpose"]: r.get("result", r.get("error")) for r in done}
+    return {"results": done, "rounds": rounds, "action_results": action_results}
+
+
+def _gather() -> Callable[[list[Coroutine[Any, Any, dict[str, Any]]]], Awaitable[list[Any]]]:
+    if sniffio.current_async_library() == "asyncio":
+        import asyncio
+
+        async def gather_asyncio(coros: list[Coroutine[Any, Any, Any]]) -> list[Any]:
+            return list(await asyncio.gather(*coros))
+
+        return gather_asyncio
+    import trio
+
+    async def gather_trio(coros: list[Coroutine[Any, Any, Any]]) -> list[Any]:
+        out: list[Any] = [None] * len(coros)
+
+        async def one(i: int, coro: Coroutine[Any, Any, Any]) -> None:
+            out[i] = await coro
+
+        async with trio.open_nursery() as nursery:
+            for i, coro in enumerate(coros):
+                nursery.start_soon(one, i, coro)
+        return out
+
+    return gather_trio
+
+
+async def checked_plain(work: Workload) -> None:
+    check_baseline(await plain_run(work))
 
 
 async def checked_toolloop(work: Workload) -> None:
@@ -553,10 +633,117 @@ async def profile_w1(cfg: Config, report: Report) -> None:
         )
 
 
+class Gate:
+    """Holds every run's first-round tools until N runs are parked in them."""
+
+    def __init__(self, parked: int) -> None:
+        self.expected = parked
+        self.arrived = 0
+        self.all_parked = anyio.Event()
+        self.open = anyio.Event()
+
+    async def wait(self) -> None:
+        if self.open.is_set():
+            return
+        self.arrived += 1
+        if self.arrived >= self.expected:
+            self.all_parked.set()
+        await self.open.wait()
+
+
+def gated_workload(gate: Gate) -> Workload:
+    work = Workload(0.0)
+
+    def wrap(fn: ToolFunction) -> ToolFunction:
+        async def gated(**kwargs: Any) -> dict[str, Any]:
+            await gate.wait()
+            return await fn(**kwargs)
+
+        gated.__name__ = fn.__name__
+        gated.__doc__ = fn.__doc__
+        gated.__signature__ = inspect.signature(fn)  # type: ignore[attr-defined]
+        return gated
+
+    work.functions = [wrap(fn) for fn in work.functions]
+    work.registry = ToolRegistry(Tool.from_function(fn) for fn in work.functions)
+    work.by_name = {fn.__name__: fn for fn in work.functions}
+    return work
+
+
+async def in_flight(side: Side, n: int) -> tuple[float, float]:
+    """GC-tracked objects and traced KiB per run while ``n`` runs are parked mid-run."""
+    gate = Gate(n * (COMMANDS_PER_RUN // EXECUTING_ROUNDS))
+    work = gated_workload(gate)
+    gc.collect()
+    objects_before = len(gc.get_objects())
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        async with anyio.create_task_group() as tg:
+            for _ in range(n):
+                tg.start_soon(side, work)
+            await gate.all_parked.wait()
+            objects = len(gc.get_objects()) - objects_before
+            memory = tracemalloc.get_traced_memory()[0] - before
+            gate.open.set()
+    finally:
+        tracemalloc.stop()
+    return objects / n, memory / n / 1024
+
+
+async def bench_limit(cfg: Config, report: Report) -> None:
+    """toolloop against the plain loop of the backend's own primitives (see the docs)."""
+    work = Workload(0.0)
+    for side in (checked_plain, checked_toolloop, checked_baseline):
+        await in_a_row(side, work, cfg.w1_warmup)
+    plain: list[float] = []
+    loop: list[float] = []
+    group: list[float] = []
+    for _ in range(cfg.w1_reps):
+        plain.append(await in_a_row(checked_plain, work, cfg.w1_runs))
+        loop.append(await in_a_row(checked_toolloop, work, cfg.w1_runs))
+        group.append(await in_a_row(checked_baseline, work, cfg.w1_runs))
+    p = statistics.median(plain) * 1e3
+    t = statistics.median(loop) * 1e3
+    g = statistics.median(group) * 1e3
+    rows = [
+        Row(
+            "L  W1 vs the plain loop", "ms/run", p, t,
+            f"toolloop <= {LIMIT_W1_RATIO:g}x", t <= LIMIT_W1_RATIO * p,
+        ),
+        Row("   (the anyio task-group loop)", "ms/run", p, g),
+    ]  # fmt: skip
+    slow = Workload(W3_TOOL_SECONDS)
+    for n in cfg.w3_sizes:
+        await concurrently(checked_plain, slow, 200)
+        await concurrently(checked_toolloop, slow, 200)
+        plain_rates = [n / await concurrently(checked_plain, slow, n) for _ in range(cfg.w3_reps)]
+        loop_rates = [n / await concurrently(checked_toolloop, slow, n) for _ in range(cfg.w3_reps)]
+        pr, tr = statistics.median(plain_rates), statistics.median(loop_rates)
+        p_objects, p_kib = await in_flight(checked_plain, n)
+        t_objects, t_kib = await in_flight(checked_toolloop, n)
+        rows += [
+            Row(
+                f"L  {n:,} runs at once (GC on)", "runs/s", pr, tr,
+                f"toolloop >= {LIMIT_RATE_RATIO:g}x", tr >= LIMIT_RATE_RATIO * pr, 0,
+            ),
+            Row(
+                f"L  {n:,} runs in flight, memory", "KiB/run", p_kib, t_kib,
+                f"toolloop <= {LIMIT_KIB_PER_RUN:g}", t_kib <= LIMIT_KIB_PER_RUN, 1,
+            ),
+            Row(
+                f"L  {n:,} runs in flight, GC objects", "obj/run", p_objects, t_objects,
+                f"toolloop < {LIMIT_GC_OBJECTS:g}", t_objects < LIMIT_GC_OBJECTS, 0,
+            ),
+        ]  # fmt: skip
+    report.rows["L"] = rows
+
+
 async def bench_backend(cfg: Config, report: Report) -> None:
     await bench_w1(cfg, report)
     await bench_w2(cfg, report)
     await bench_w3(cfg, report)
+    await bench_limit(cfg, report)
     if cfg.profile:
         await profile_w1(cfg, report)
 
@@ -580,6 +767,7 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> s
 
 
 def print_report(report: Report) -> None:
+    # the W rows' baseline is the anyio task-group loop; the L rows' is the plain loop
     header = ["workload", "unit", "baseline", "toolloop", "toolloop/base", "target", "met"]
     rows: list[list[str]] = []
     for group in report.rows.values():
