@@ -21,6 +21,7 @@ from .._errors import (
     PlannerError,
     ToolloopError,
 )
+from .._secrets import register_secret, scrub
 from ._load import CLIError, load_object
 
 __all__ = ["build_parser", "describe_error", "main"]
@@ -431,6 +432,8 @@ def main(
                 args = build_parser().parse_args(args_list)
         except SystemExit as exc:  # --help, --version
             return exc.code if isinstance(exc.code, int) else 0
+        register_secret(getattr(args, "api_key", None))  # never printed, whatever its shape
+        register_secret(os.environ.get("OPENAI_API_KEY"))
         return _COMMANDS[args.command](args, out)
     except BaseException as raised:
         leaf = _leaf(raised)
@@ -442,6 +445,6 @@ def main(
             return 130
         if not isinstance(leaf, Exception):
             raise
-        err.write(f"{PROG}: {describe_error(leaf)}\n")
+        err.write(f"{PROG}: {scrub(describe_error(leaf))}\n")
         err.flush()
         return leaf.code if isinstance(leaf, CLIError) else 1

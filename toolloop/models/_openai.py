@@ -16,6 +16,7 @@ import openai
 from openai import AsyncOpenAI
 
 from .._errors import ModelCallError
+from .._secrets import register_secret, scrub
 from ._chat import ChatDelta, ChatRequest, StructuredOutputMode, ToolCallDelta
 
 __all__ = ["OpenAIChatModel"]
@@ -43,6 +44,14 @@ def _response_format(mode: StructuredOutputMode, request: ChatRequest) -> dict[s
 def _call_error(
     exc: openai.OpenAIError, base_url: str, *, streaming: bool = False
 ) -> ModelCallError:
+    error = _described(exc, base_url, streaming=streaming)
+    said = scrub(str(error))  # a server may echo the key (e.g. in a 401's message)
+    if said != str(error):
+        return ModelCallError(said, status=error.status)
+    return error
+
+
+def _described(exc: openai.OpenAIError, base_url: str, *, streaming: bool) -> ModelCallError:
     if isinstance(exc, openai.APIStatusError):
         return ModelCallError(
             f"the model server at {base_url} answered HTTP {exc.status_code}: {exc.message}",
@@ -169,9 +178,13 @@ class OpenAIChatModel:
         if client is None:
             # the key: given, else OPENAI_API_KEY, else a placeholder local servers accept
             key = api_key or os.environ.get("OPENAI_API_KEY") or "not-needed"
+            if key != "not-needed":
+                register_secret(key)  # never in an error, a trace, a span or a log
             client = AsyncOpenAI(base_url=base_url, api_key=key, **options)
-        elif options:
-            client = client.with_options(**options)
+        else:
+            register_secret(getattr(client, "api_key", None))
+            if options:
+                client = client.with_options(**options)
         self.client = client
         if structured_output == "auto":
             self._modes: list[StructuredOutputMode] = list(_ORDER)

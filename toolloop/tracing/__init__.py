@@ -28,6 +28,7 @@ from ._redact import REDACTED as REDACTED
 from ._redact import is_secret_key as is_secret_key
 from ._redact import redact as redact
 from ._redact import redact_text as redact_text
+from ._redact import register_secret as register_secret
 from ._shape import CallSpan as CallSpan
 from ._shape import RoundSpan as RoundSpan
 from ._shape import RunShape as RunShape
@@ -53,6 +54,7 @@ __all__ = [
     "read_trace",
     "redact",
     "redact_text",
+    "register_secret",
     "render_timeline",
     "write_timeline",
 ]

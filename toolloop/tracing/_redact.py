@@ -13,9 +13,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["REDACTED", "is_secret_key", "redact", "redact_text"]
+from .._secrets import REDACTED, register_secret, scrub
 
-REDACTED = "[redacted]"
+__all__ = ["REDACTED", "is_secret_key", "redact", "redact_text", "register_secret"]
 
 # a key is cut into words (snake_case, kebab-case, camelCase), then looked at as a whole
 _SECRET_KEY = re.compile(
@@ -59,7 +59,9 @@ def is_secret_key(key: str) -> bool:
 
 
 def redact_text(text: str) -> str:
-    """``text`` with what looks like a key, a token or a URL password replaced."""
+    """``text`` with the caller's secrets (their exact values, see :func:`register_secret`)
+    and what looks like a key, a token or a URL password replaced."""
+    text = scrub(text)
     if len(text) < 8:
         return text
     text = _SECRET_VALUES.sub(REDACTED, text)
