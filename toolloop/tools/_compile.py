@@ -6,13 +6,13 @@ schema outside it, which ``jsonschema`` then validates alone.
 
 from __future__ import annotations
 
-import numbers
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote
 
 import jsonschema
+
+from ._ecma import ecma_search, is_json_integer, is_json_number
 
 __all__ = ["Check", "compile_schema"]
 
@@ -86,14 +86,8 @@ def _never(instance: Any) -> bool:
     return False
 
 
-def _is_number(x: Any) -> bool:
-    return not isinstance(x, bool) and isinstance(x, numbers.Number)
-
-
-def _is_integer(x: Any) -> bool:
-    if isinstance(x, bool):
-        return False
-    return isinstance(x, int) or (isinstance(x, float) and x.is_integer())
+_is_number = is_json_number  # no NaN, no infinity: JSON has none
+_is_integer = is_json_integer
 
 
 _TYPES: dict[str, Check] = {
@@ -251,8 +245,8 @@ class _Compiler:
         low = schema.get("minLength", 0)
         high = schema.get("maxLength")
         try:
-            pattern = re.compile(schema["pattern"]) if "pattern" in schema else None
-        except re.error:
+            pattern = ecma_search(schema["pattern"]) if "pattern" in schema else None
+        except (ValueError, TypeError):
             raise _Unsupported from None
 
         def check(x: Any) -> bool:
@@ -260,7 +254,7 @@ class _Compiler:
                 return True
             if len(x) < low or (high is not None and len(x) > high):
                 return False
-            return pattern is None or pattern.search(x) is not None
+            return pattern is None or pattern(x)
 
         return check
 

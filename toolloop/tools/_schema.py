@@ -18,11 +18,12 @@ import jsonschema
 import jsonschema.exceptions
 
 from ._compile import Check, compile_schema
+from ._ecma import ECMAValidator, check_patterns
 
 __all__ = ["ArgumentsSchema", "compile_schema", "describe_value", "format_path"]
 
 
-_Validator = jsonschema.Draft202012Validator
+_Validator = ECMAValidator
 _MAX_VIOLATIONS = 10
 _MAX_VALUE_CHARS = 200
 
@@ -53,6 +54,7 @@ class ArgumentsSchema:
                 f"the parameters schema of {owner} is not a valid JSON schema{where}: "
                 f"{_truncate(exc.message)}"
             ) from exc
+        check_patterns(schema)  # ECMA-262, as JSON Schema says (ValueError if one is not)
         self.schema: Mapping[str, Any] = schema
         self._validator = _Validator(schema)
         self._check: Check | None = compile_schema(schema)
