@@ -565,3 +565,29 @@ async def test_called_iff_jsonschema_says_valid(kwargs: dict[str, Any]) -> None:
         else:
             assert valid
     assert len(calls) == (1 if valid else 0)
+
+
+async def test_abandoned_thread_tools_do_not_hold_later_calls_back() -> None:
+    import threading
+
+    release = threading.Event()
+    limiter = anyio.to_thread.current_default_thread_limiter()
+    tokens = limiter.total_tokens
+    limiter.total_tokens = 2  # the shared pool is small: abandoned threads would fill it
+
+    @tool(thread=True, timeout=0.05)
+    def stuck() -> None:
+        release.wait(60)
+
+    @tool(thread=True, timeout=30)
+    def fresh() -> str:
+        return "ran"
+
+    try:
+        for _ in range(4):  # each times out, its thread abandoned (still blocked)
+            with pytest.raises(ToolTimeoutError):
+                await async_call_tool(stuck, {})
+        assert await async_call_tool(fresh, {}) == "ran"
+    finally:
+        release.set()
+        limiter.total_tokens = tokens

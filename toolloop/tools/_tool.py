@@ -285,8 +285,12 @@ class Tool:
         if self._is_async:
             return await function(**arguments)
         if self.thread:
+            # its own token, not the process-wide thread limiter's: a thread abandoned at its
+            # timeout keeps its token until it ends, and must not hold later calls back
             return await anyio.to_thread.run_sync(
-                functools.partial(function, **arguments), abandon_on_cancel=True
+                functools.partial(function, **arguments),
+                abandon_on_cancel=True,
+                limiter=anyio.CapacityLimiter(1),
             )
         result = function(**arguments)
         if inspect.isawaitable(result):  # e.g. a lambda that returns a coroutine
