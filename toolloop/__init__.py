@@ -20,6 +20,7 @@ Names are imported on first use, so ``import toolloop`` stays light (no ``openai
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import TYPE_CHECKING, Any
 
 from ._errors import ExecutionTimeoutError as ExecutionTimeoutError
@@ -56,6 +57,10 @@ if TYPE_CHECKING:
     from .tools import tool as tool
 
 __version__ = "0.1.0"
+
+# toolloop logs (tool failures, observers that raise) to the "toolloop" logger and leaves
+# handlers to the application: nothing is printed unless it configures logging.
+logging.getLogger("toolloop").addHandler(logging.NullHandler())
 
 # fmt: off
 __all__ = [  # noqa: RUF022  (grouped by purpose, sorted within each group)

@@ -9,11 +9,15 @@ leaves toolloop is scrubbed of them.
 
 from __future__ import annotations
 
-__all__ = ["REDACTED", "register_secret", "scrub"]
+__all__ = ["MIN_SECRET_CHARS", "MIN_SHARED_SECRET_CHARS", "REDACTED", "register_secret", "scrub"]
 
 REDACTED = "[redacted]"
 MIN_SECRET_CHARS = 3
-"""Shorter values cannot be told apart from ordinary text, so they are not registered."""
+"""A secret this short is not scrubbed at all (it cannot be told apart from letters)."""
+MIN_SHARED_SECRET_CHARS = 8
+"""A registered secret is scrubbed from every text of the process only from this length:
+a shorter one (``"test"``, ``"dummy"``) would be mistaken for ordinary words. The component
+that holds a shorter secret (e.g. the model adapter its key) scrubs it from its own errors."""
 
 _SECRETS: set[str] = set()
 _ORDERED: list[str] = []  # longest first, so a secret inside another is replaced after it
@@ -25,7 +29,7 @@ def register_secret(value: str | None) -> None:
     if not value:
         return
     for secret in {value, value.strip()}:
-        if len(secret) >= MIN_SECRET_CHARS and secret not in _SECRETS:
+        if len(secret) >= MIN_SHARED_SECRET_CHARS and secret not in _SECRETS:
             _SECRETS.add(secret)
             _ORDERED.append(secret)
             _ORDERED.sort(key=len, reverse=True)

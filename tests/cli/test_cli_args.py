@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import io
 import socket
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,12 +44,21 @@ def one_line(err: str) -> str:
     return lines[0]
 
 
+def _forget_test_modules() -> None:
+    """Each test writes its own ``cli_test_*`` modules: none may be found from another's."""
+    for name in [m for m in sys.modules if m.startswith("cli_test_")]:
+        del sys.modules[name]
+    importlib.invalidate_caches()
+
+
 @pytest.fixture
-def tools_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def tools_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     (tmp_path / "cli_test_tools.py").write_text(TOOLS_SOURCE, encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    return tmp_path
+    _forget_test_modules()
+    yield tmp_path
+    _forget_test_modules()
 
 
 @pytest.mark.parametrize(

@@ -356,7 +356,8 @@ async def test_records_are_pydantic_and_kept_in_tool_logs() -> None:
     assert isinstance(record, ToolExecutionRecord)
     assert result.extra["tool_logs"] == [record.model_dump(mode="json")]
     assert set(result.extra["tool_logs"][0]) == {
-        "purpose", "tool_name", "kwargs", "todo_suggestion", "next", "success", "result", "error"
+        "purpose", "tool_name", "kwargs", "todo_suggestion", "next", "success", "result", "error",
+        "error_type", "traceback",  # set when the tool raised: for the developer, not the model
     }  # fmt: skip
 
 

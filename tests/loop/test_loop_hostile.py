@@ -236,3 +236,13 @@ async def test_a_trace_of_hostile_results_is_written_and_read_back(tmp_path: Any
     assert len(trace.events) == len(recorder.events)
     text = path.read_text()
     assert "<cycle>" in text and "2026-01-01" in text
+
+
+async def test_an_async_on_event_is_refused_before_anything_runs() -> None:
+    async def on_event(event: Any) -> None:
+        pass
+
+    planner = ScriptedPlanner([{"next_action": "response"}])
+    with pytest.raises(TypeError, match="is async"):
+        await async_plan_and_execute("?", planner=planner, on_event=on_event)  # type: ignore[arg-type]
+    assert planner.calls == []

@@ -433,3 +433,33 @@ async def test_nested_runs_share_a_limiter() -> None:
     records = await Executor([outer], limiter=limiter).run([cmd("outer", a=1)])
     assert records[0].result == 2
     assert limiter.borrowed_tokens == 0
+
+
+async def test_a_tool_that_raises_keeps_its_type_and_traceback_and_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def flaky(city: str) -> str:
+        raise ConnectionError(f"no route to {city}")
+
+    with caplog.at_level("WARNING", logger="toolloop"):
+        [record] = await Executor([flaky]).run([cmd("flaky", city="Lisbon")])
+    assert record.error == "tool 'flaky' raised ConnectionError: no route to Lisbon"
+    assert record.error_type == "ConnectionError"
+    assert record.traceback is not None
+    assert "in flaky" in record.traceback and "ConnectionError" in record.traceback
+    [logged] = [r for r in caplog.records if r.name == "toolloop"]
+    assert "no route to Lisbon" in logged.getMessage()
+    assert logged.exc_info is not None
+    # the traceback is the developer's: a planner's prompt carries the error only
+    from toolloop.planners import PlannerContext, planner_messages, planner_schema
+
+    context = PlannerContext(
+        user_input="?",
+        available_tools=[],
+        done_plans=[record],
+        last_round_result=[record],
+        round_index=1,
+        max_rounds=3,
+    )
+    prompt = planner_messages(context, planner_schema([]))[-1]["content"]
+    assert "no route to Lisbon" in prompt and "Traceback" not in prompt

@@ -23,8 +23,21 @@ class Crash(Exception):
     pass
 
 
-def crash_on(kind: str, **match: Any) -> Any:
-    """An observer that breaks the run at the first event of ``kind`` (like a crash there)."""
+class FlakyStore(MemoryCheckpointStore):
+    """A store whose next checkpoint write fails once it is armed."""
+
+    armed = False
+
+    async def put(self, checkpoint: Any, *, expected_revision: int | None) -> Any:
+        if self.armed:
+            self.armed = False
+            raise Crash("the checkpoint write failed")
+        return await super().put(checkpoint, expected_revision=expected_revision)
+
+
+def crash_on(store: FlakyStore, kind: str, **match: Any) -> Any:
+    """An observer that makes the run's next checkpoint write fail, at the first event of
+    ``kind`` (like a crash between that moment and the next checkpoint)."""
     fired: list[bool] = []
 
     def observe(event: FlowEvent) -> None:
@@ -34,7 +47,7 @@ def crash_on(kind: str, **match: Any) -> Any:
             and all(getattr(event, k) == v for k, v in match.items())
         ):
             fired.append(True)
-            raise Crash(f"crash at {kind}")
+            store.armed = True
 
     return observe
 
@@ -43,9 +56,10 @@ async def test_a_failure_after_the_outcome_and_before_the_checkpoint_replays_the
     tools = Tools()
     decide = Scripted(calls(call("search", query="q")), finish("done"))
     reflect = Scripted({"verdict": "continue"}, {"verdict": "finish"})
-    agent = make_agent(tools, decide=decide, reflect=reflect)
+    store = FlakyStore()
+    agent = make_agent(tools, decide=decide, reflect=reflect, store=store)
     with pytest.raises(StepFailedError) as info:
-        await agent.run("x", run_id="r", on_event=crash_on("tool_call_finished"))
+        await agent.run("x", run_id="r", on_event=crash_on(store, "tool_call_finished"))
     assert isinstance(info.value.__cause__, Crash)
     checkpoint = await agent.store.get("r")
     assert checkpoint is not None
@@ -185,12 +199,12 @@ async def test_an_approved_interrupted_call_runs_again_under_a_new_id() -> None:
 
 
 async def test_a_decision_being_delivered_when_the_run_broke_is_delivered_again() -> None:
-    store = MemoryCheckpointStore()
+    store = FlakyStore()
     tools = Tools()
     decide = Scripted(calls(call("send_mail", to="ada", body="hi")), finish("sent"))
     agent = make_agent(tools, decide=decide, store=store, require_approval=True)
     paused = await agent.run("mail", run_id="r")
-    broken = crash_on("status_changed", node="human_intervention")
+    broken = crash_on(store, "status_changed", node="human_intervention")
     with pytest.raises(StepFailedError):
         await agent.resume("r", Approve(), on_event=broken)
     checkpoint = await store.get("r")

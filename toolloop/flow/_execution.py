@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import logging
 import math
 import uuid
 from collections.abc import Callable
@@ -38,6 +40,21 @@ if TYPE_CHECKING:
     from ._nodes import Node
 
 __all__ = ["Execution", "ExecutionStatus"]
+
+_LOG = logging.getLogger("toolloop")
+
+
+def _is_async_callable(callback: Any) -> bool:
+    return inspect.iscoroutinefunction(callback) or inspect.iscoroutinefunction(
+        getattr(callback, "__call__", None)  # noqa: B004 - async callable objects
+    )
+
+
+def _name_of(callback: Any) -> str:
+    name = getattr(callback, "__qualname__", None) or type(callback).__qualname__
+    module = getattr(callback, "__module__", None) or type(callback).__module__
+    return f"{module}.{name}" if module else str(name)
+
 
 S = TypeVar("S")
 
@@ -187,9 +204,19 @@ class Execution(Generic[S]):
     def subscribe(self, callback: Callable[[FlowEvent], None]) -> Callable[[], None]:
         """Call ``callback`` with every event, inline; returns a function that unsubscribes.
 
-        The callback must be quick and must not raise (an exception in it fails the step
-        that published the event).
+        The callback must be a quick plain function. If it raises, the run goes on: the
+        error is logged (logger ``toolloop``, naming the callback) and the callback keeps
+        receiving events. To handle events with ``await``, read :meth:`events` instead.
+
+        Raises:
+            TypeError: ``callback`` is an ``async`` function (it would never be awaited).
         """
+        if _is_async_callable(callback):
+            raise TypeError(
+                f"the event callback {_name_of(callback)} is async, but callbacks are called "
+                "inline and never awaited; pass a plain function, or read the events with "
+                "`async for` (execution.events(), or stream_plan_and_execute(...))"
+            )
         self._observers.append(callback)
 
         def unsubscribe() -> None:
@@ -352,7 +379,16 @@ class Execution(Generic[S]):
 
     def _publish(self, event: FlowEvent) -> None:
         for callback in list(self._observers):
-            callback(event)
+            try:
+                callback(event)
+            except Exception:  # an observer's bug never stops the run it observes
+                _LOG.warning(
+                    "the event callback %s raised on a %r event of execution %s; the run goes on",
+                    _name_of(callback),
+                    event.kind,
+                    self.id,
+                    exc_info=True,
+                )
 
     def _emit(self, event: str, value: Any, by: str | None, *, declared: bool = False) -> None:
         node = self._flow._events.get(event)

@@ -16,7 +16,7 @@ import openai
 from openai import AsyncOpenAI
 
 from .._errors import ModelCallError
-from .._secrets import register_secret, scrub
+from .._secrets import MIN_SECRET_CHARS, REDACTED, register_secret, scrub
 from ._chat import ChatDelta, ChatRequest, StructuredOutputMode, ToolCallDelta
 
 __all__ = ["OpenAIChatModel"]
@@ -42,10 +42,12 @@ def _response_format(mode: StructuredOutputMode, request: ChatRequest) -> dict[s
 
 
 def _call_error(
-    exc: openai.OpenAIError, base_url: str, *, streaming: bool = False
+    exc: openai.OpenAIError, base_url: str, *, streaming: bool = False, secret: str | None = None
 ) -> ModelCallError:
     error = _described(exc, base_url, streaming=streaming)
     said = scrub(str(error))  # a server may echo the key (e.g. in a 401's message)
+    if secret and len(secret) >= MIN_SECRET_CHARS:  # this model's own key, whatever its length
+        said = said.replace(secret, REDACTED)
     if said != str(error):
         return ModelCallError(said, status=error.status)
     return error
@@ -106,11 +108,14 @@ class _Deltas:
     """The chunks of an OpenAI stream as :class:`ChatDelta` (no async generator, so an
     early exit leaves nothing to finalize)."""
 
-    __slots__ = ("_base_url", "_stream")
+    __slots__ = ("_base_url", "_secret", "_stream")
 
-    def __init__(self, stream: openai.AsyncStream[Any], base_url: str) -> None:
+    def __init__(
+        self, stream: openai.AsyncStream[Any], base_url: str, secret: str | None = None
+    ) -> None:
         self._stream = stream
         self._base_url = base_url
+        self._secret = secret
 
     def __aiter__(self) -> _Deltas:
         return self
@@ -120,7 +125,7 @@ class _Deltas:
             try:
                 chunk = await self._stream.__anext__()
             except openai.OpenAIError as exc:
-                raise _call_error(exc, self._base_url, streaming=True) from exc
+                raise _call_error(exc, self._base_url, streaming=True, secret=self._secret) from exc
             if not chunk.choices:  # e.g. the usage chunk
                 continue
             choice = chunk.choices[0]
@@ -178,13 +183,16 @@ class OpenAIChatModel:
         if client is None:
             # the key: given, else OPENAI_API_KEY, else a placeholder local servers accept
             key = api_key or os.environ.get("OPENAI_API_KEY") or "not-needed"
-            if key != "not-needed":
-                register_secret(key)  # never in an error, a trace, a span or a log
             client = AsyncOpenAI(base_url=base_url, api_key=key, **options)
-        else:
-            register_secret(getattr(client, "api_key", None))
-            if options:
-                client = client.with_options(**options)
+        elif options:
+            client = client.with_options(**options)
+        # the key is never in an error (this model's are scrubbed of it, whatever its shape),
+        # nor, when it cannot be mistaken for ordinary words, in any trace, span or log
+        given = getattr(client, "api_key", None)
+        self._secret: str | None = (
+            given if isinstance(given, str) and given != "not-needed" else None
+        )
+        register_secret(self._secret)
         self.client = client
         if structured_output == "auto":
             self._modes: list[StructuredOutputMode] = list(_ORDER)
@@ -239,7 +247,7 @@ class OpenAIChatModel:
             try:
                 return cast("openai.AsyncStream[Any]", await _create(self.client, params))
             except openai.OpenAIError as exc:
-                raise _call_error(exc, self.base_url) from exc
+                raise _call_error(exc, self.base_url, secret=self._secret) from exc
         modes = [self._settled] if self._settled is not None else self._modes
         refusals: list[str] = []
         for i, mode in enumerate(modes):
@@ -258,11 +266,11 @@ class OpenAIChatModel:
                             f"{exc.message}",
                             status=exc.status_code,
                         ) from exc
-                    raise _call_error(exc, self.base_url) from exc
+                    raise _call_error(exc, self.base_url, secret=self._secret) from exc
                 refusals.append(f"{mode}: HTTP {exc.status_code}")
                 continue
             except openai.OpenAIError as exc:
-                raise _call_error(exc, self.base_url) from exc
+                raise _call_error(exc, self.base_url, secret=self._secret) from exc
             self._settled = mode
             return cast("openai.AsyncStream[Any]", stream)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -292,7 +300,7 @@ class OpenAIChatModel:
         """Stream the answer; leaving the block closes the HTTP connection."""
         stream = await self._open(request)
         try:
-            yield _Deltas(stream, self.base_url)
+            yield _Deltas(stream, self.base_url, self._secret)
         finally:
             # shielded: a cancelled caller must still hang up, so the server stops generating
             with anyio.move_on_after(_CLOSE_TIMEOUT, shield=True):

@@ -11,6 +11,7 @@ bounds tool runs across batches and runs too.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -45,6 +46,15 @@ def tool_error_text(tool_name: str, exc: BaseException) -> str:
         text = f"{text[:_MAX_ERROR_CHARS]}… ({len(text)} chars)"
     said = f"tool {tool_name!r} raised {type(exc).__name__}"
     return f"{said}: {text}" if text else said
+
+
+_LOG = logging.getLogger("toolloop")
+
+
+def _raised(command: ToolCommand, error: str, exc: BaseException) -> ToolExecutionRecord:
+    """The record of a tool that raised, logged with its traceback (logger ``toolloop``)."""
+    _LOG.warning("%s (purpose: %r)", error, command.purpose, exc_info=exc)
+    return ToolExecutionRecord.raised(command, error, exc)
 
 
 def cancelled_error(tool_name: str) -> str:
@@ -165,13 +175,14 @@ class Executor:
         except ToolCallError as exc:  # unknown tool, bad arguments: the tool did not run
             return ToolExecutionRecord.failed(command, str(exc))
         except Exception as exc:  # a validator that broke: still a record, never a crash
-            return ToolExecutionRecord.failed(command, tool_error_text(name, exc))
+            return _raised(command, tool_error_text(name, exc), exc)
         try:
             result = await self.execute(tool, arguments)
         except ToolTimeoutError as exc:
+            _LOG.info("%s", exc)
             return ToolExecutionRecord.failed(command, str(exc))
         except Exception as exc:
-            return ToolExecutionRecord.failed(command, tool_error_text(name, exc))
+            return _raised(command, tool_error_text(name, exc), exc)
         return ToolExecutionRecord.succeeded(command, result)
 
     async def execute(self, tool: Tool, arguments: dict[str, Any]) -> Any:

@@ -11,6 +11,7 @@ Shapes as in the design, exactly::
 
 from __future__ import annotations
 
+import traceback
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
@@ -24,6 +25,7 @@ __all__ = [
 ]
 
 M = TypeVar("M", bound=BaseModel)
+_MAX_TRACEBACK_CHARS = 8000
 _set_attribute = object.__setattr__
 
 
@@ -84,6 +86,11 @@ class ToolExecutionRecord(BaseModel):
     """The tool's return value when ``success``; ``None`` otherwise."""
     error: str | None = None
     """What went wrong when not ``success``: expected, got, what to do."""
+    error_type: str | None = None
+    """When the tool raised: the exception's type (e.g. ``"ConnectionError"``)."""
+    traceback: str | None = None
+    """When the tool raised: its formatted traceback, for the developer (never sent to a
+    model: prompts carry ``error`` only)."""
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -108,6 +115,8 @@ class ToolExecutionRecord(BaseModel):
                 "success": True,
                 "result": result,
                 "error": None,
+                "error_type": None,
+                "traceback": None,
             },
         )
 
@@ -125,5 +134,19 @@ class ToolExecutionRecord(BaseModel):
                 "success": False,
                 "result": None,
                 "error": str(error),
+                "error_type": None,
+                "traceback": None,
             },
         )
+
+    @classmethod
+    def raised(cls, command: ToolCommand, error: str, exc: BaseException) -> ToolExecutionRecord:
+        """The record of a command whose tool raised ``exc``: the error, the exception's
+        type and its traceback (the last 8,000 characters)."""
+        record = cls.failed(command, error)
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        if len(text) > _MAX_TRACEBACK_CHARS:
+            text = "…" + text[-_MAX_TRACEBACK_CHARS:]
+        record.__dict__["error_type"] = type(exc).__name__
+        record.__dict__["traceback"] = text
+        return record
