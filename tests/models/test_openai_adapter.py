@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from toolloop import ModelCallError
+from toolloop import ModelCallError, ModelOutputError
 from toolloop.models import ChatDelta, ChatModel, ChatRequest, OpenAIChatModel, StructuredOutput
 from toolloop.testing import FakeErrorReply, FakeOpenAIServer, FakeReply, RecordedRequest
 
@@ -202,13 +202,48 @@ async def test_a_server_refusing_schemas_gets_plain_json_object() -> None:
     assert formats(server)[2] == {"type": "json_object"}
 
 
-@pytest.mark.parametrize("status", [404, 415, 422, 501])
-async def test_other_refusal_statuses_fall_back(status: int) -> None:
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [
+        (404, "response_format json_schema is unknown here"),
+        (415, None),  # Unsupported Media Type: a refusal whatever it says
+        (422, "Unsupported parameter: 'response_format'"),
+        (501, None),  # Not Implemented
+    ],
+)
+async def test_other_refusal_statuses_fall_back(status: int, message: str | None) -> None:
     async with serving() as (server, model):
-        server.add_error(status)
+        server.add_error(status, message)
         server.add_reply(BODY)
         await read_all(model)
     assert format_types(server) == ["json_schema", "json_object_schema"]
+
+
+async def test_a_transient_error_while_probing_is_retried_and_never_downgrades() -> None:
+    async with serving(max_retries=2) as (server, model):
+        server.add_error(500, "upstream timed out, try again")  # says nothing of the mode
+        server.add_reply(BODY)
+        assert content(await read_all(model)) == BODY
+        assert model.structured_output_mode == "json_schema"  # not downgraded
+    assert format_types(server) == ["json_schema", "json_schema"]
+
+
+async def test_an_outage_is_reported_as_an_outage() -> None:
+    async with serving(max_retries=1) as (server, model):
+        for _ in range(6):
+            server.add_error(503, "service unavailable")
+        with pytest.raises(ModelCallError, match="answered HTTP 503") as info:
+            await read_all(model)
+        assert model.structured_output_mode is None  # nothing was learned of the modes
+    assert "refused every structured output mode" not in str(info.value)
+    assert set(format_types(server)) == {"json_schema"}
+
+
+async def test_a_stream_line_that_is_not_json_is_a_model_output_error() -> None:
+    async with serving() as (server, model):
+        server.add_reply(BODY, chunk_size=2, garbled_event=3)
+        with pytest.raises(ModelOutputError, match="stream event that is not JSON"):
+            await read_all(model)
 
 
 async def test_a_configured_mode_is_the_only_one_sent() -> None:

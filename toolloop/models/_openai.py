@@ -7,6 +7,7 @@ the official ``AsyncOpenAI`` client, which runs on asyncio and trio alike.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, cast
@@ -15,7 +16,7 @@ import anyio
 import openai
 from openai import AsyncOpenAI
 
-from .._errors import ModelCallError
+from .._errors import ModelCallError, ModelOutputError
 from .._secrets import MIN_SECRET_CHARS, REDACTED, register_secret, scrub
 from ._chat import ChatDelta, ChatRequest, StructuredOutputMode, ToolCallDelta
 
@@ -25,6 +26,25 @@ _CLOSE_TIMEOUT = 2.0
 _RETRY_DELAY = 0.5  # the client's first backoff
 _MAX_RETRY_AFTER = 60.0
 _FALLBACK_STATUSES = frozenset({400, 404, 415, 422, 500, 501})
+"""Statuses a server may refuse a structured-output mode with; 415 and 501 are refusals
+whatever they say, the others only when their message says what was refused."""
+_REFUSAL_WORDS = re.compile(
+    r"response[ _-]?format|json[ _-]?(?:schema|object)|\bschema\b|grammar|structured"
+    r"|not supported|unsupported|not implemented",
+    re.IGNORECASE,
+)
+
+
+def _is_refusal(exc: openai.APIStatusError) -> bool:
+    """Whether the answer says this structured-output mode is unsupported (a transient
+    error, an outage, a wrong key or model is none: those must not downgrade the mode)."""
+    if exc.status_code in (415, 501):
+        return True
+    if exc.status_code not in _FALLBACK_STATUSES:
+        return False
+    return bool(_REFUSAL_WORDS.search(f"{exc.message} {exc.body}"))
+
+
 _ORDER: tuple[StructuredOutputMode, ...] = ("json_schema", "json_object_schema", "json_object")
 
 
@@ -126,6 +146,12 @@ class _Deltas:
                 chunk = await self._stream.__anext__()
             except openai.OpenAIError as exc:
                 raise _call_error(exc, self._base_url, streaming=True, secret=self._secret) from exc
+            except ValueError as exc:  # an SSE data line that is not JSON
+                raise ModelOutputError(
+                    f"the model server at {self._base_url} sent a stream event that is not "
+                    f"JSON ({scrub(str(exc))[:200]}); the stream was dropped: try again, or "
+                    "check what stands between toolloop and the server (a proxy?)"
+                ) from exc
             if not chunk.choices:  # e.g. the usage chunk
                 continue
             choice = chunk.choices[0]
@@ -258,8 +284,8 @@ class OpenAIChatModel:
                     probing=not last,
                 )
             except openai.APIStatusError as exc:
-                if last or exc.status_code not in _FALLBACK_STATUSES:
-                    if refusals:
+                if last or not _is_refusal(exc):
+                    if refusals and _is_refusal(exc):
                         raise ModelCallError(
                             f"the model server at {self.base_url} refused every structured "
                             f"output mode: {'; '.join(refusals)}; then HTTP {exc.status_code}: "
@@ -286,8 +312,8 @@ class OpenAIChatModel:
         try:
             return await _create(self.client.with_options(max_retries=0), params)
         except openai.APIStatusError as exc:
-            if exc.status_code in _FALLBACK_STATUSES or retries < 1 or not _retryable(exc):
-                raise
+            if _is_refusal(exc) or retries < 1 or not _retryable(exc):
+                raise  # a refusal moves on to the next mode at once; the rest is an error
             await anyio.sleep(_retry_delay(exc))
         except openai.APIConnectionError:
             if retries < 1:

@@ -57,6 +57,9 @@ class FakeReply:
     and tool-call chunks, finish chunk, usage chunk and `[DONE]` all count), then closes
     the connection without ending the HTTP response. On a non-streamed request it closes
     the connection without answering.
+
+    `garbled_event=n`: the `n`-th SSE event (counted from 0) is sent as a `data:` line that
+    is not JSON, as a broken proxy or server might.
     """
 
     content: str | None = None
@@ -69,6 +72,7 @@ class FakeReply:
     finish_reason: FinishReason | None = None
     """None: `"tool_calls"` when the reply has tool calls, else `"stop"`."""
     disconnect_after: int | None = None
+    garbled_event: int | None = None
 
     def __post_init__(self) -> None:
         if self.chunks is not None:
@@ -258,6 +262,11 @@ def stream_events(reply: FakeReply, request: Mapping[str, Any], model: str) -> l
         }
         events.append(StreamEvent(_sse(usage_chunk), 0.0))
     events.append(StreamEvent(b"data: [DONE]\n\n", 0.0))
+    if reply.garbled_event is not None and 0 <= reply.garbled_event < len(events):
+        kept = events[reply.garbled_event]
+        events[reply.garbled_event] = StreamEvent(
+            b'data: {"choices": [{"delta": oops\n\n', kept.delay
+        )
     return events
 
 

@@ -205,6 +205,7 @@ class FakeOpenAIServer:
         first_delay: float = 0.0,
         finish_reason: FinishReason | None = None,
         disconnect_after: int | None = None,
+        garbled_event: int | None = None,
     ) -> FakeReply:
         """Queue a completion (see `FakeReply`); tool calls may be dicts with `name`,
         `arguments` and optionally `id`."""
@@ -221,6 +222,7 @@ class FakeOpenAIServer:
             first_delay=first_delay,
             finish_reason=finish_reason,
             disconnect_after=disconnect_after,
+            garbled_event=garbled_event,
         )
         self._queue.append(reply)
         return reply
