@@ -26,9 +26,11 @@ Run it with::
 from __future__ import annotations
 
 import json
+import math
 import random
 import re
 import time
+import tracemalloc
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -208,6 +210,48 @@ def main() -> None:
         f"whole {len(body) / 1000:.0f} KB body in one piece: reader {whole * 1000:.1f} ms,"
         f" one json.loads {once * 1000:.2f} ms"
     )
+    depth_figures()
+
+
+def depth_figures() -> None:
+    """Deeply nested output (a model looping on '['): the reader stops at its depth limit,
+    with time and memory in proportion to the input's length, not its depth squared. The
+    baseline is the same number of characters of a flat document (a long string), read the
+    same way, in 1,000-character pieces."""
+    from toolloop.errors import ModelOutputError
+    from toolloop.models import MAX_STREAM_DEPTH
+
+    print(f"\ndeep nesting (the reader's limit: {MAX_STREAM_DEPTH} levels), 1,000-char pieces")
+    print(f"{'depth':>8}  {'reader':>9}  {'flat':>9}  {'ratio':>6}  {'peak MiB':>9}")
+    for depth in (10_000, 100_000):
+        deep = "[" * depth
+        flat = '["' + "x" * (depth - 4) + '"]'
+
+        def feed(text: str) -> None:
+            reader = JSONStreamReader()
+            try:
+                for i in range(0, len(text), 1000):
+                    reader.feed(text[i : i + 1000])
+                reader.close()
+            except ModelOutputError:
+                pass
+
+        timings = []
+        for text in (deep, flat):
+            best = math.inf
+            for _ in range(5):
+                start = time.perf_counter()
+                feed(text)
+                best = min(best, time.perf_counter() - start)
+            timings.append(best)
+        tracemalloc.start()
+        feed(deep)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        print(
+            f"{depth:>8,}  {timings[0] * 1e3:>7.2f}ms  {timings[1] * 1e3:>7.2f}ms"
+            f"  {timings[0] / timings[1]:>5.2f}x  {peak / 2**20:>9.2f}"
+        )
 
 
 if __name__ == "__main__":

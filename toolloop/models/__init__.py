@@ -23,6 +23,7 @@ from ._json_events import ValueDone as ValueDone
 from ._json_events import format_json_path as format_json_path
 from ._json_events import remaining_choices as remaining_choices
 from ._json_events import settle_choice as settle_choice
+from ._json_reader import MAX_DEPTH as MAX_STREAM_DEPTH
 from ._json_reader import JSONStreamReader as JSONStreamReader
 from ._tool_calls import StreamedToolCall as StreamedToolCall
 from ._tool_calls import ToolCallReader as ToolCallReader
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from ._openai import OpenAIChatModel as OpenAIChatModel
 
 __all__ = [
+    "MAX_STREAM_DEPTH",
     "ChatDelta",
     "ChatModel",
     "ChatRequest",

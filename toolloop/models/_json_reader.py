@@ -11,6 +11,10 @@ deltas and reports, as soon as the characters decide them:
 
 The reader keeps a stack of the containers under construction and reads each character a
 bounded number of times, so feeding ``n`` characters costs O(n) however the text is cut.
+Containers nest at most :data:`MAX_DEPTH` (256) levels deep: a structured plan never needs
+more, and a deeper output (a model looping on ``[``) ends at once in a
+:class:`~toolloop.errors.ModelOutputError`, so time and memory stay O(n) in the input's
+length whatever its depth.
 Runs of plain string characters, whitespace and number characters are scanned with
 compiled regular expressions, and strings with escapes by the C scanner of `json.loads`,
 rather than one Python step per character.
@@ -36,7 +40,10 @@ from ._json_events import (
     format_json_path,
 )
 
-__all__ = ["JSONStreamReader"]
+__all__ = ["MAX_DEPTH", "JSONStreamReader"]
+
+MAX_DEPTH = 256
+"""How deep containers may nest in a streamed document."""
 
 # States of the reader. `_VALUE`: a value is expected; `_FIRST_ITEM`: after ``[``;
 # `_FIRST_KEY`: after ``{``; `_KEY`: after ``,`` in an object; `_AFTER`: after a value
@@ -318,12 +325,20 @@ class JSONStreamReader:
                     wants = self._string_deltas
                     self._wants_deltas = wants if isinstance(wants, bool) else wants(path)
                     state = _STRING
-                elif char == "{":
-                    stack.append([{}, path, None, True])
-                    state = _FIRST_KEY
-                elif char == "[":
-                    stack.append([[], path, None, False])
-                    state = _FIRST_ITEM
+                elif char in "{[":
+                    if len(stack) >= MAX_DEPTH:
+                        raise self._malformed(
+                            f"containers nested at most {MAX_DEPTH} levels deep",
+                            self._offset + j,
+                            f"a {char!r} opening level {len(stack) + 1}",
+                            "a structured plan is never that deep: the model's output is malformed",
+                        )
+                    if char == "{":
+                        stack.append([{}, path, None, True])
+                        state = _FIRST_KEY
+                    else:
+                        stack.append([[], path, None, False])
+                        state = _FIRST_ITEM
                 elif char in _NUMBER_START:
                     i = j
                     self._value_path = path
