@@ -246,3 +246,35 @@ async def test_an_async_on_event_is_refused_before_anything_runs() -> None:
     with pytest.raises(TypeError, match="is async"):
         await async_plan_and_execute("?", planner=planner, on_event=on_event)  # type: ignore[arg-type]
     assert planner.calls == []
+
+
+async def test_a_20_mb_result_is_cut_where_it_leaves_the_run(tmp_path: Any) -> None:
+    from toolloop.cli._plain import preview
+    from toolloop.tracing import TRACE_VALUE_CHARS, TraceRecorder, write_timeline
+
+    huge = "x" * (20 * 1024 * 1024)
+
+    def dump() -> str:
+        """Return a lot."""
+        return huge
+
+    recorder = TraceRecorder()
+    command = {"purpose": "dump", "tool_name": "dump", "tool_kwargs": {}}
+    result = await async_plan_and_execute(
+        "?",
+        tools=[dump],
+        planner=ScriptedPlanner([{"next_action": "execute", "execution_commands": [command]}]),
+        on_event=recorder,
+    )
+    assert result.done_plans[0].result is huge  # the record keeps what the tool returned
+    recorder.write(tmp_path / "run.jsonl")
+    size = (tmp_path / "run.jsonl").stat().st_size
+    assert size < 4 * TRACE_VALUE_CHARS + 100_000  # cut in each event, not stored whole
+    assert "characters in all" in (tmp_path / "run.jsonl").read_text()
+    write_timeline(tmp_path / "run.svg", recorder.trace)
+    assert (tmp_path / "run.svg").stat().st_size < 1_000_000
+    [_, user] = final_answer_messages(result)
+    assert 20_000 < len(user["content"]) < 30_000  # the final answer's prompt has a cap
+    assert "(cut: 20,971,520 characters in all)" in user["content"]
+    assert len(final_answer_messages(result, max_result_chars=100)[1]["content"]) < 1_000
+    assert len(preview(huge)) <= 100

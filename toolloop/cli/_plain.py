@@ -27,7 +27,7 @@ from ..loop import (
     RoundFinished,
     RoundStarted,
 )
-from ..runner import ToolCallFinished, ToolCallStarted
+from ..runner import ToolCallFinished, ToolCallStarted, json_safe
 from ..tracing import redact
 
 __all__ = ["PlainDisplay", "describe", "format_kwargs", "ms", "preview"]
@@ -42,7 +42,8 @@ def ms(seconds: float) -> str:
 
 def preview(value: Any, limit: int = 100) -> str:
     """A value as one short line of JSON (scrubbed of secrets)."""
-    text = json.dumps(redact(value), ensure_ascii=False, default=str)
+    safe = json_safe(value, max_string=limit * 4)  # cut before redacting: a 20 MB result
+    text = json.dumps(redact(safe), ensure_ascii=False)
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

@@ -18,13 +18,45 @@ from ..models import ChatDelta, ChatModel, ChatRequest
 from ..runner import json_safe
 from ._results import LoopResult
 
-__all__ = ["final_answer", "final_answer_messages", "stream_final_answer"]
+__all__ = [
+    "FINAL_ANSWER_RESULT_CHARS",
+    "final_answer",
+    "final_answer_messages",
+    "stream_final_answer",
+]
+
+
+FINAL_ANSWER_RESULT_CHARS = 20_000
+"""Each action result is cut to this many characters (as JSON) in the final answer's prompt,
+by default; the planner's prompt cuts them at 2,000."""
+
+
+def _capped(action_results: dict[str, Any], max_result_chars: int) -> dict[str, Any]:
+    """Each result as it is when short enough as JSON, else its JSON text, cut."""
+    capped: dict[str, Any] = {}
+    for purpose, value in action_results.items():
+        safe = json_safe(value, max_string=max_result_chars)  # a long string: cut once, here
+        if not isinstance(value, str):
+            text = json.dumps(safe, ensure_ascii=False)
+            if len(text) > max_result_chars:
+                safe = f"{text[:max_result_chars]}… (cut: {len(text):,} characters of JSON)"
+        capped[purpose] = safe
+    return capped
 
 
 def final_answer_messages(
-    result: LoopResult, *, system_prompt: str | None = None
+    result: LoopResult,
+    *,
+    system_prompt: str | None = None,
+    max_result_chars: int = FINAL_ANSWER_RESULT_CHARS,
 ) -> list[dict[str, Any]]:
-    """The messages of the final answer's request for ``result`` (see the module docs)."""
+    """The messages of the final answer's request for ``result`` (see the module docs).
+
+    Args:
+        system_prompt: instructions put before the ``extra_instruction``.
+        max_result_chars: each action result longer than this as JSON is cut to it (with a
+            note of its length), so one huge tool result cannot flood the prompt.
+    """
     messages: list[dict[str, Any]] = []
     action_results = result.action_results
     if action_results is None:
@@ -34,7 +66,7 @@ def final_answer_messages(
         return messages
     instruction = result.extra_instruction or ""
     system = f"{system_prompt}\n\n{instruction}" if system_prompt else instruction
-    data = json.dumps(json_safe(action_results), ensure_ascii=False, indent=2)
+    data = json.dumps(_capped(action_results, max_result_chars), ensure_ascii=False, indent=2)
     messages.append({"role": "system", "content": system})
     messages.append(
         {
@@ -72,6 +104,7 @@ async def stream_final_answer(
     system_prompt: str | None = None,
     max_tokens: int | None = None,
     temperature: float | None = None,
+    max_result_chars: int = FINAL_ANSWER_RESULT_CHARS,
 ) -> AsyncIterator[AsyncIterator[str]]:
     """Stream the final answer to the user's request, with the loop's results::
 
@@ -85,6 +118,7 @@ async def stream_final_answer(
         system_prompt: instructions put before the ``extra_instruction``.
         max_tokens: the answer's length limit (the server's default when ``None``).
         temperature: passed to the model.
+        max_result_chars: each action result is cut to this many characters in the prompt.
 
     Yields:
         The answer's text, delta by delta. Leaving the block closes the stream.
@@ -93,7 +127,9 @@ async def stream_final_answer(
         ModelCallError: the model could not be reached or answered an error.
     """
     request = ChatRequest(
-        messages=final_answer_messages(result, system_prompt=system_prompt),
+        messages=final_answer_messages(
+            result, system_prompt=system_prompt, max_result_chars=max_result_chars
+        ),
         max_tokens=max_tokens,
         temperature=temperature,
     )
@@ -108,6 +144,7 @@ async def final_answer(
     system_prompt: str | None = None,
     max_tokens: int | None = None,
     temperature: float | None = None,
+    max_result_chars: int = FINAL_ANSWER_RESULT_CHARS,
 ) -> str:
     """The whole final answer as text (see :func:`stream_final_answer`)."""
     async with stream_final_answer(
@@ -116,5 +153,6 @@ async def final_answer(
         system_prompt=system_prompt,
         max_tokens=max_tokens,
         temperature=temperature,
+        max_result_chars=max_result_chars,
     ) as text:
         return "".join([piece async for piece in text])

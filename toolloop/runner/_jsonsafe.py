@@ -76,7 +76,7 @@ def nesting_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> int | None:
     return deepest
 
 
-def json_safe(value: Any, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
+def json_safe(value: Any, *, max_depth: int = MAX_JSON_DEPTH, max_string: int | None = None) -> Any:
     """``value`` as JSON data that ``json.dumps(..., allow_nan=False)`` always accepts.
 
     Kept: strings, ints, bools, ``None``, finite floats, dicts (keys made strings), lists
@@ -84,14 +84,24 @@ def json_safe(value: Any, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
     UTF-8, undecodable bytes escaped), dates and times (ISO 8601), decimals, UUIDs, paths
     and enums; pydantic models and dataclasses become their fields; anything else its
     bounded ``repr``. A container met again inside itself becomes ``"<cycle>"``; one nested
-    deeper than ``max_depth`` is cut with a note. Never raises.
+    deeper than ``max_depth`` is cut with a note. With ``max_string``, a longer string keeps
+    its first ``max_string`` characters and says how long it was (before anything else
+    reads it: a 20 MB result costs a slice, not a scan). Never raises.
     """
-    return _safe(value, max_depth, set())
+    return _safe(value, max_depth, set(), max_string)
 
 
-def _safe(value: Any, depth: int, path: set[int]) -> Any:
+def _cut(text: str, limit: int | None) -> str:
+    if limit is None or len(text) <= limit:
+        return text
+    return f"{text[:limit]}… (cut: {len(text):,} characters in all)"
+
+
+def _safe(value: Any, depth: int, path: set[int], limit: int | None) -> Any:
     kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
+    if kind is str:
+        return _cut(value, limit)
+    if kind is int or kind is bool or value is None:
         return value
     if kind is float:
         return value if math.isfinite(value) else repr(value)
@@ -104,32 +114,33 @@ def _safe(value: Any, depth: int, path: set[int]) -> Any:
         try:
             if isinstance(value, Mapping):
                 return {
-                    (k if type(k) is str else _key(k)): _safe(v, depth - 1, path)
+                    (k if type(k) is str else _key(k)): _safe(v, depth - 1, path, limit)
                     for k, v in value.items()
                 }
-            return [_safe(v, depth - 1, path) for v in value]
+            return [_safe(v, depth - 1, path, limit) for v in value]
         except Exception as exc:  # a mapping or iterable whose access raises
             return f"<{kind.__name__}: reading it raised {type(exc).__name__}>"
         finally:
             path.discard(id(value))
-    return _scalar(value, depth, path)
+    return _scalar(value, depth, path, limit)
 
 
-def _scalar(value: Any, depth: int, path: set[int]) -> Any:
+def _scalar(value: Any, depth: int, path: set[int], limit: int | None) -> Any:
     if isinstance(value, bool | int):
         return int(value)
     if isinstance(value, float):
         return float(value) if math.isfinite(value) else repr(float(value))
     if isinstance(value, str):
-        return str(value)
+        return _cut(str(value), limit)
     if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).decode("utf-8", errors="backslashreplace")
+        data = bytes(value[: limit * 4]) if limit is not None else bytes(value)
+        return _cut(data.decode("utf-8", errors="backslashreplace"), limit)
     if isinstance(value, (dt.datetime, dt.date, dt.time)):
         return value.isoformat()
     if isinstance(value, dt.timedelta):
         return value.total_seconds()
     if isinstance(value, enum.Enum):
-        return _safe(value.value, depth, path)
+        return _safe(value.value, depth, path, limit)
     if isinstance(value, (Decimal, uuid.UUID, PurePath)):
         return str(value)
     if isinstance(value, BaseModel):
@@ -139,7 +150,7 @@ def _scalar(value: Any, depth: int, path: set[int]) -> Any:
         try:
             cls = type(value)
             return {
-                name: _safe(getattr(value, name, None), depth - 1, path)
+                name: _safe(getattr(value, name, None), depth - 1, path, limit)
                 for name in (*cls.model_fields, *cls.model_computed_fields)
             }
         finally:
@@ -149,7 +160,7 @@ def _scalar(value: Any, depth: int, path: set[int]) -> Any:
             return "<cycle>" if id(value) in path else f"<{type(value).__name__}: cut>"
         path.add(id(value))
         try:
-            return {f.name: _safe(getattr(value, f.name, None), depth - 1, path)
+            return {f.name: _safe(getattr(value, f.name, None), depth - 1, path, limit)
                     for f in dataclasses.fields(value)}  # fmt: skip
         finally:
             path.discard(id(value))

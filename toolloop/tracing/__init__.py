@@ -13,6 +13,7 @@ Nothing written carries an API key, a token or a password: see :func:`redact`.
 from __future__ import annotations
 
 from ._jsonl import TRACE_FORMAT as TRACE_FORMAT
+from ._jsonl import TRACE_VALUE_CHARS as TRACE_VALUE_CHARS
 from ._jsonl import EventTrace as EventTrace
 from ._jsonl import TraceError as TraceError
 from ._jsonl import TraceRecorder as TraceRecorder
@@ -38,6 +39,7 @@ from ._timeline import write_timeline as write_timeline
 __all__ = [
     "REDACTED",
     "TRACE_FORMAT",
+    "TRACE_VALUE_CHARS",
     "CallSpan",
     "EventTrace",
     "OpenTelemetrySpans",

@@ -36,6 +36,7 @@ from ._redact import redact as _redact
 
 __all__ = [
     "TRACE_FORMAT",
+    "TRACE_VALUE_CHARS",
     "EventTrace",
     "TraceError",
     "TraceRecorder",
@@ -75,10 +76,17 @@ def _event_classes() -> dict[str, type[FlowEvent]]:
     return found
 
 
-def dump_event(event: FlowEvent, *, redact: bool = True) -> dict[str, Any]:
+TRACE_VALUE_CHARS = 65_536
+"""A string in a trace keeps at most this many characters (and says how long it was)."""
+
+
+def dump_event(
+    event: FlowEvent, *, redact: bool = True, max_value_chars: int = TRACE_VALUE_CHARS
+) -> dict[str, Any]:
     """An event as a JSON-ready dict: whatever a tool returned (bytes, datetimes, cycles,
-    values nested too deep) is made JSON data as :func:`toolloop.runner.json_safe` does."""
-    data: dict[str, Any] = json_safe(event)
+    values nested too deep) is made JSON data as :func:`toolloop.runner.json_safe` does,
+    and strings longer than ``max_value_chars`` are cut before anything scans them."""
+    data: dict[str, Any] = json_safe(event, max_string=max_value_chars)
     if redact:
         data = {
             key: value if key in ("kind", "execution_id", "at") else _redact(value)

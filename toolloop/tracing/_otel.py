@@ -30,7 +30,7 @@ from ..loop import (
     RoundFinished,
     RoundStarted,
 )
-from ..runner import ToolCallFinished, ToolCallStarted
+from ..runner import ToolCallFinished, ToolCallStarted, json_safe
 from ._jsonl import EventTrace
 from ._redact import redact, redact_text
 
@@ -60,9 +60,10 @@ def otel_available() -> bool:
 
 def _text(value: Any) -> str:
     if isinstance(value, str):
-        text = redact_text(value)
+        text = redact_text(value[: _MAX_ATTRIBUTE * 2])
     else:
-        text = json.dumps(redact(value), ensure_ascii=False, default=str, sort_keys=True)
+        safe = json_safe(value, max_string=_MAX_ATTRIBUTE * 2)  # cut before redacting
+        text = json.dumps(redact(safe), ensure_ascii=False, sort_keys=True)
     return text if len(text) <= _MAX_ATTRIBUTE else text[: _MAX_ATTRIBUTE - 1] + "…"
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..flow import FlowEvent
+from ..runner import json_safe
 from ._jsonl import EventTrace
 from ._redact import redact
 from ._shape import CallSpan, RoundSpan, RunShape
@@ -97,11 +98,16 @@ def _short(text: str, chars: int) -> str:
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=str, separators=(", ", ": "))
+    """A value as short JSON text, cut before it is scrubbed of secrets: a label or a tooltip
+    never reads the whole of a huge value."""
+    safe = redact(json_safe(value, max_string=400))
+    return json.dumps(safe, ensure_ascii=False, separators=(", ", ": "))
 
 
 def _call_label(call: CallSpan) -> str:
-    args = ", ".join(f"{k}={_json(v)}" for k, v in redact(call.kwargs).items())
+    args = ", ".join(
+        f"{k}={_json(v)}" for k, v in redact(json_safe(call.kwargs, max_string=400)).items()
+    )
     return f"#{call.index} {call.tool_name}({args})"
 
 
@@ -109,7 +115,7 @@ def _call_title(call: CallSpan) -> str:
     lines = [
         f"round {call.round_index}, command #{call.index}: {call.tool_name}",
         f"purpose: {redact(call.purpose)}",
-        f"kwargs: {_json(redact(call.kwargs))}",
+        f"kwargs: {_json(call.kwargs)}",
     ]
     if call.ended is not None:
         lines.append(
@@ -118,7 +124,7 @@ def _call_title(call: CallSpan) -> str:
     if not call.ran:
         lines.append("refused before the tool ran")
     if call.success:
-        lines.append(f"result: {_json(redact(call.result))}")
+        lines.append(f"result: {_json(call.result)}")
     elif call.error is not None:
         lines.append(f"error: {redact(call.error)}")
     elif call.ended is None:
