@@ -269,3 +269,42 @@ async def test_sqlite_reopens_after_aclose(tmp_path: Path) -> None:
     assert await store.run_ids() == ["r1"]
     await store.aclose()
     assert "runs.db" in repr(store)
+
+
+async def test_a_read_only_file_can_be_read_and_says_so_on_a_write(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    async with SQLiteCheckpointStore(path) as writer:
+        await writer.put(checkpoint("r1"), expected_revision=None)
+    async with SQLiteCheckpointStore(path, read_only=True) as reader:
+        stored = await reader.get("r1")
+        assert stored is not None and stored.run_id == "r1"
+        assert await reader.run_ids() == ["r1"]
+        with pytest.raises(CheckpointError, match=r"is read-only .* needs the file and its"):
+            await reader.put(checkpoint("r2"), expected_revision=None)
+    with pytest.raises(CheckpointError, match="does not exist, and a read-only store"):
+        async with SQLiteCheckpointStore(tmp_path / "none.db", read_only=True):
+            pass
+
+
+async def test_a_locked_file_is_reported_as_locked(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    async with SQLiteCheckpointStore(path) as store:
+        await store.put(checkpoint("r1"), expected_revision=None)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")  # another process in a long write
+    blocked = SQLiteCheckpointStore(path, timeout=0.05)
+    try:
+        with pytest.raises(CheckpointError, match="is locked by another process"):
+            await blocked.put(checkpoint("r2"), expected_revision=None)
+    finally:
+        await blocked.aclose()
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+async def test_a_file_that_is_not_a_database_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("these are my notes, not a database at all" * 100)
+    with pytest.raises(CheckpointError, match="is not a toolloop checkpoint database"):
+        async with SQLiteCheckpointStore(path):
+            pass

@@ -66,17 +66,26 @@ class SQLiteCheckpointStore:
         durable: ``synchronous=FULL``: a write that returned survives a power loss too.
             ``False`` (``synchronous=NORMAL``) still survives a crash of the process, and
             writes several times faster.
+        read_only: open the file for reading only (e.g. to inspect runs); ``None``: when the
+            file (or its folder) cannot be written. Reads work; a write raises a
+            :class:`CheckpointError` saying so.
 
     Use it as ``async with SQLiteCheckpointStore(path) as store`` (or call :meth:`aclose`);
     the file is opened on first use.
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, timeout: float = 10.0, durable: bool = True
+        self,
+        path: str | os.PathLike[str],
+        *,
+        timeout: float = 10.0,
+        durable: bool = True,
+        read_only: bool | None = None,
     ) -> None:
         self.path = Path(path)
         self.timeout = timeout
         self.durable = durable
+        self.read_only = read_only
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
 
@@ -131,32 +140,85 @@ class SQLiteCheckpointStore:
                 conn = self._conn or self._open()
                 return fn(conn, *args)
             except sqlite3.Error as exc:
-                raise CheckpointError(
-                    f"the checkpoint database {str(self.path)!r} failed: "
-                    f"{type(exc).__name__}: {exc}"
-                ) from exc
+                raise CheckpointError(self._explain(exc)) from exc
+
+    def _explain(self, exc: sqlite3.Error) -> str:
+        """What went wrong with the file, in words a person can act on."""
+        said = str(exc).lower()
+        where = f"the checkpoint database {str(self.path)!r}"
+        if "locked" in said or "busy" in said:
+            return (
+                f"{where} is locked by another process (waited {self.timeout:g} s for it): "
+                "a long write elsewhere, or a process that holds it open in a transaction; "
+                "try again, or give a larger timeout="
+            )
+        if "readonly" in said or "read-only" in said or "read only" in said:
+            return (
+                f"{where} is read-only ({exc}): it can be read, but this write needs the file "
+                "and its folder to be writable (SQLite writes a journal beside it)"
+            )
+        if "unable to open" in said:
+            return (
+                f"{where} cannot be opened ({exc}): check that its folder exists and that "
+                "this process may read (and, to write, write) the file and the folder"
+            )
+        if "not a database" in said or "malformed" in said or "encrypted" in said:
+            return f"{where} is not a toolloop checkpoint database ({exc}); give another path"
+        return f"{where} failed: {type(exc).__name__}: {exc}"
+
+    def _writable(self) -> bool:
+        if self.path.exists():
+            folder = self.path.parent
+            return os.access(self.path, os.W_OK) and os.access(folder, os.W_OK)
+        return True
 
     def _open(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(
-            self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
-        )
+        read_only = self.read_only if self.read_only is not None else not self._writable()
+        if read_only:
+            if not self.path.exists():
+                raise CheckpointError(
+                    f"the checkpoint database {str(self.path)!r} does not exist, and a "
+                    "read-only store cannot make it"
+                )
+            conn = sqlite3.connect(
+                f"{self.path.resolve().as_uri()}?mode=ro",
+                uri=True,
+                timeout=self.timeout,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(
+                self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
+            )
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute(f"PRAGMA synchronous = {'FULL' if self.durable else 'NORMAL'}")
-            self._migrate(conn)
-        except sqlite3.DatabaseError as exc:
+            if read_only:
+                conn.execute("PRAGMA query_only = ON")
+                self._check_version(conn)
+            else:
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute(f"PRAGMA synchronous = {'FULL' if self.durable else 'NORMAL'}")
+                self._migrate(conn)
+        except sqlite3.Error as exc:
             conn.close()
-            raise CheckpointError(
-                f"{str(self.path)!r} is not a toolloop checkpoint database ({exc}); give "
-                "another path"
-            ) from exc
+            raise CheckpointError(self._explain(exc)) from exc
         except BaseException:
             conn.close()
             raise
         self._conn = conn
         return conn
+
+    def _check_version(self, conn: sqlite3.Connection) -> None:
+        """A read-only file must already hold toolloop's schema (nothing can be made)."""
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version == 0 or version > SCHEMA_VERSION:
+            what = "no toolloop schema" if version == 0 else f"schema {version}"
+            raise CheckpointError(
+                f"{str(self.path)!r} (read-only) has {what}; this toolloop reads schema "
+                f"{SCHEMA_VERSION}"
+            )
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         conn.execute("BEGIN IMMEDIATE")
