@@ -242,10 +242,9 @@ async def test_whole_run_timeout_is_enforced_and_keeps_records() -> None:
         [execute(cmd("work", "fast", n=2, delay=0)), execute(cmd("work", "slow", n=3, delay=10))]
     )
     start = anyio.current_time()
-    with pytest.raises(ExecutionTimeoutError) as info:
+    with anyio.fail_after(5), pytest.raises(ExecutionTimeoutError) as info:  # the tool: 10 s
         await async_plan_and_execute("x", tools=[probe.work], planner=planner, timeout=0.3)
-    elapsed = anyio.current_time() - start
-    assert 0.3 - 1e-3 <= elapsed < 5  # at the deadline, not before; the slow tool takes 10 s
+    assert anyio.current_time() - start >= 0.3 - 1e-3  # at the deadline, not before
     state = info.value.state
     assert [r.purpose for r in state.done_plans] == ["fast", "slow"]
     assert state.done_plans[1].success is False

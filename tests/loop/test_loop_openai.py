@@ -400,12 +400,10 @@ async def test_commands_that_cannot_run_become_failed_records(streaming_dispatch
 async def test_the_run_timeout_cancels_a_slow_stream() -> None:
     async with serving() as (server, planner):
         server.add_reply(plan_text("execute", weather("Lisbon")), chunk_size=1, delay=0.05)
-        started = time.monotonic()
-        with pytest.raises(ExecutionTimeoutError):
+        with anyio.fail_after(10), pytest.raises(ExecutionTimeoutError):  # a hang guard
             await run(planner, Tools(), timeout=0.2)
-        took = time.monotonic() - started
         record = await server.wait_disconnected(0, timeout=2)
-    assert took < 10  # a hang guard; the proof is that the server saw the client go early:
+    # the proof: the server saw the client go long before the end of its stream
     assert record.chunks_sent < record.chunks_planned // 2
 
 
