@@ -115,6 +115,10 @@ def test_names_the_top_level_used_to_offer_still_resolve() -> None:
 
     assert toolloop.Flow is Flow
     assert toolloop.PlanDecided is PlanDecided
+    from toolloop import agents, runner
+
+    assert toolloop.CommandStarted is runner.ToolCallStarted  # renamed: one vocabulary
+    assert agents.ToolCallFinished is runner.ToolCallFinished
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
         toolloop.nothing_here  # noqa: B018
 

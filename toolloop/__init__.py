@@ -155,11 +155,17 @@ _FORMERLY = {
 }
 
 
+# Renamed when the three products came to share one vocabulary of tool-call events.
+_RENAMED = {"CommandStarted": "ToolCallStarted", "CommandFinished": "ToolCallFinished"}
+
+
 def __getattr__(name: str) -> Any:
     home = _HOME.get(name) or _FORMERLY.get(name)
+    if home is None and name in _RENAMED:
+        home = "runner"
     if home is None:
         raise AttributeError(f"module 'toolloop' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), _RENAMED.get(name, name))
     globals()[name] = value
     return value
 

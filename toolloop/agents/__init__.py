@@ -108,8 +108,10 @@ __all__ = [
 
 def __getattr__(name: str) -> object:
     # The status-routed agent lives in toolloop.status_agent; its names used to be here.
-    from .. import status_agent
+    from .. import runner, status_agent
 
+    if name in ("ToolCallStarted", "ToolCallFinished"):  # one vocabulary: the runner's
+        return getattr(runner, name)
     if name in status_agent.__all__ or name == "ApprovalPolicy":
         return getattr(status_agent, "RequireApproval" if name == "ApprovalPolicy" else name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
