@@ -278,3 +278,35 @@ async def test_a_20_mb_result_is_cut_where_it_leaves_the_run(tmp_path: Any) -> N
     assert "(cut: 20,971,520 characters in all)" in user["content"]
     assert len(final_answer_messages(result, max_result_chars=100)[1]["content"]) < 1_000
     assert len(preview(huge)) <= 100
+
+
+async def test_the_stream_can_give_the_loops_own_events_only() -> None:
+    from toolloop import stream_plan_and_execute
+
+    def echo(text: str) -> str:
+        """Say it back.
+
+        Args:
+            text: what to say.
+        """
+        return text
+
+    command = {"tool_name": "echo", "tool_kwargs": {"text": "hi"}}
+    for only in (True, False):
+        planner = ScriptedPlanner([{"next_action": "execute", "execution_commands": [command]}])
+        async with stream_plan_and_execute(
+            "?", tools=[echo], planner=planner, loop_events_only=only
+        ) as run:
+            kinds = [event.kind async for event in run]
+        loop_kinds = {"round_started", "plan_decided", "tool_call_started",
+                      "tool_call_finished", "round_finished", "loop_finished"}  # fmt: skip
+        assert loop_kinds <= set(kinds)
+        assert (set(kinds) == loop_kinds) is only  # the engine's step events only when asked
+        assert run.result.records[0].result == "hi"
+
+
+def test_the_sync_twin_is_typed_and_a_typo_names_it() -> None:
+    from toolloop import plan_and_execute
+
+    with pytest.raises(TypeError, match="plan_and_execute\\(\\) got an unexpected keyword"):
+        plan_and_execute("?", planner=ScriptedPlanner([]), tool=[])  # type: ignore[call-arg]

@@ -13,8 +13,9 @@ import sniffio
 from .._errors import ExecutionTimeoutError, PlannerError
 from ..flow import EventStream, Execution, FlowEvent
 from ..planners import PlannerLike
-from ..runner import Executor
+from ..runner import Executor, ToolCallEvent
 from ..tools import Tool, ToolRegistry
+from ._events import LoopEvent
 from ._flow import LoopDeps, RoundState, loop_flow
 from ._results import LoopResult
 
@@ -166,10 +167,23 @@ async def async_plan_and_execute(
 def plan_and_execute(
     user_input: str,
     *,
+    tools: ToolsLike = (),
+    planner: PlannerLike,
+    max_rounds: int = 5,
+    concurrency: int = 4,
+    limiter: anyio.CapacityLimiter | None = None,
+    timeout: float | None = None,
+    tool_timeout: float | None = None,
+    planner_timeout: float | None = None,
+    user_extra_requirement: str | None = None,
+    max_commands: int = 64,
+    streaming_dispatch: bool = False,
+    on_timeout: Literal["raise", "finish"] = "raise",
+    on_event: Callable[[FlowEvent], None] | None = None,
     backend: Literal["asyncio", "trio"] = "asyncio",
-    **kwargs: Any,
 ) -> LoopResult:
-    """The sync twin of :func:`async_plan_and_execute`, for scripts (same arguments).
+    """The sync twin of :func:`async_plan_and_execute`, for scripts (the same arguments,
+    and ``backend``: the event loop it runs, ``"asyncio"`` or ``"trio"``).
 
     Runs its own event loop; from async code, ``await async_plan_and_execute(...)``.
     """
@@ -182,24 +196,47 @@ def plan_and_execute(
             f"plan_and_execute() was called inside a running {running} event loop; "
             "use `await async_plan_and_execute(...)` there"
         )
-    run = functools.partial(async_plan_and_execute, user_input, **kwargs)
+    run = functools.partial(
+        async_plan_and_execute,
+        user_input,
+        tools=tools,
+        planner=planner,
+        max_rounds=max_rounds,
+        concurrency=concurrency,
+        limiter=limiter,
+        timeout=timeout,
+        tool_timeout=tool_timeout,
+        planner_timeout=planner_timeout,
+        user_extra_requirement=user_extra_requirement,
+        max_commands=max_commands,
+        streaming_dispatch=streaming_dispatch,
+        on_timeout=on_timeout,
+        on_event=on_event,
+    )
     return anyio.run(run, backend=backend)
+
+
+_LOOP_EVENTS = (LoopEvent, ToolCallEvent)
 
 
 class LoopStream:
     """A run in progress: iterate over its events; ``result`` is set once it is over."""
 
-    def __init__(self, events: EventStream) -> None:
+    def __init__(self, events: EventStream, *, loop_only: bool = False) -> None:
         self._events = events
         self._result: LoopResult | None = None
         self._exhausted = False
+        self._loop_only = loop_only
 
     def __aiter__(self) -> LoopStream:
         return self
 
     async def __anext__(self) -> FlowEvent:
         try:
-            return await self._events.__anext__()
+            while True:
+                event = await self._events.__anext__()
+                if not self._loop_only or isinstance(event, _LOOP_EVENTS):
+                    return event
         except StopAsyncIteration:
             self._exhausted = True
             raise
@@ -216,9 +253,20 @@ class LoopStream:
 async def stream_plan_and_execute(
     user_input: str,
     *,
+    tools: ToolsLike = (),
+    planner: PlannerLike,
+    max_rounds: int = 5,
+    concurrency: int = 4,
+    limiter: anyio.CapacityLimiter | None = None,
     timeout: float | None = None,
+    tool_timeout: float | None = None,
+    planner_timeout: float | None = None,
+    user_extra_requirement: str | None = None,
+    max_commands: int = 64,
+    streaming_dispatch: bool = False,
     on_timeout: Literal["raise", "finish"] = "raise",
-    **kwargs: Any,
+    on_event: Callable[[FlowEvent], None] | None = None,
+    loop_events_only: bool = False,
 ) -> AsyncIterator[LoopStream]:
     """Run the loop in the background and read its typed events as they happen::
 
@@ -227,12 +275,28 @@ async def stream_plan_and_execute(
                 print(event.kind)
         print(run.result.action_results)
 
-    Takes the arguments of :func:`async_plan_and_execute`. Leaving the block early cancels
-    the run; an error of the run is raised when the block exits.
+    Takes the arguments of :func:`async_plan_and_execute`, and ``loop_events_only``: read
+    only the loop's own events (rounds, plans, tool calls, the end), not the engine's
+    (``step_started``, ...). Leaving the block early cancels the run; an error of the run
+    is raised when the block exits. To keep an event as JSON (its results may be any Python
+    value), use :func:`toolloop.tracing.dump_event`.
     """
-    execution = _prepare(user_input, **kwargs)
+    execution = _prepare(
+        user_input,
+        tools=tools,
+        planner=planner,
+        max_rounds=max_rounds,
+        concurrency=concurrency,
+        limiter=limiter,
+        tool_timeout=tool_timeout,
+        planner_timeout=planner_timeout,
+        user_extra_requirement=user_extra_requirement,
+        max_commands=max_commands,
+        streaming_dispatch=streaming_dispatch,
+        on_event=on_event,
+    )
     events = execution.events()
-    stream = LoopStream(events)
+    stream = LoopStream(events, loop_only=loop_events_only)
     failure: list[BaseException] = []
 
     async def drive() -> None:
