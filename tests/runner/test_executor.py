@@ -257,11 +257,47 @@ async def test_sync_tools_inline_and_in_thread() -> None:
     def where() -> int:
         return threading.get_ident()
 
-    inline = Tool.from_function(where, name="inline")
-    threaded = Tool.from_function(where, name="threaded", thread=True)
-    records = await Executor([inline, threaded]).run([cmd("inline"), cmd("threaded")])
+    inline = Tool.from_function(where, name="inline", thread=False)  # the opt-out
+    threaded = Tool.from_function(where, name="threaded")  # sync: a worker thread by default
+    explicit = Tool.from_function(where, name="explicit", thread=True)
+    records = await Executor([inline, threaded, explicit]).run(
+        [cmd("inline"), cmd("threaded"), cmd("explicit")]
+    )
     assert records[0].result == loop_thread
     assert records[1].result != loop_thread
+    assert records[2].result != loop_thread
+    assert (inline.thread, threaded.thread, explicit.thread) == (False, True, True)
+
+
+async def test_blocking_sync_tools_run_at_once_and_fail_on_time() -> None:
+    import threading
+
+    release = threading.Event()
+    inside = 0
+    all_in = threading.Event()
+    lock = threading.Lock()
+
+    def block(n: int) -> int:
+        nonlocal inside
+        with lock:
+            inside += 1
+            if inside == 4:
+                all_in.set()
+        release.wait(60)  # a sync tool that blocks: it must not block the event loop
+        return n
+
+    blocker = Tool.from_function(block, name="block", timeout=0.2)
+    try:
+        with anyio.fail_after(30):  # a hang guard: in series they would take 4 x 60 s
+            records = await Executor([blocker], concurrency=4).run(
+                [cmd("block", n=i) for i in range(4)]
+            )
+        assert all_in.is_set()  # the four ran at once, each in its own thread
+        assert [r.error for r in records] == [
+            "tool 'block' did not finish within 0.2 s; it was cancelled"
+        ] * 4  # and each failed on time
+    finally:
+        release.set()
 
 
 async def test_streaming_submit_starts_commands_while_the_round_is_open() -> None:

@@ -490,8 +490,8 @@ async def test_sync_inline_and_in_thread() -> None:
     def where() -> int:
         return threading.get_ident()
 
-    inline = Tool.from_function(where)
-    threaded = Tool.from_function(where, thread=True)
+    inline = Tool.from_function(where, thread=False)  # the opt-out, for quick pure functions
+    threaded = Tool.from_function(where)  # a sync tool runs in a worker thread by default
     assert await async_call_tool(inline, {}) == loop_thread
     assert await async_call_tool(threaded, {}) != loop_thread
 

@@ -71,10 +71,12 @@ class Tool:
             here and compiled once.
         function: sync or async, called with keyword arguments.
         timeout: seconds a call may take before it is cancelled; ``None``: no limit of its own.
-        thread: run a sync function in a worker thread instead of inline. Sync functions
-            run inline by default, which is cheapest but blocks the event loop (and cannot
-            be interrupted by a timeout): use ``thread=True`` for any that block (I/O,
-            heavy CPU). On timeout or cancellation the thread is abandoned, not killed.
+        thread: where a sync function runs. ``None`` (the default): in a worker thread, so
+            a sync tool that blocks (I/O, heavy CPU) neither stalls the event loop nor
+            escapes its timeout (the record fails on time; the thread is abandoned, not
+            killed, and holds no later call back). ``False``: inline on the event loop,
+            cheapest, for quick pure functions (a timeout cannot interrupt them).
+            ``True``: in a thread, said explicitly. Async functions always run on the loop.
         return_direct: for the agent (:func:`toolloop.agents.create_agent`): when every
             tool called in a turn has it, the run ends after them, without asking the model
             again (the tool's result is the answer).
@@ -107,7 +109,7 @@ class Tool:
         parameters: Mapping[str, Any],
         function: Callable[..., Any],
         timeout: float | None = None,
-        thread: bool = False,
+        thread: bool | None = None,
         return_direct: bool = False,
     ) -> None:
         self._setup(
@@ -131,7 +133,7 @@ class Tool:
         name: str | None = None,
         description: str | None = None,
         timeout: float | None = None,
-        thread: bool = False,
+        thread: bool | None = None,
         return_direct: bool = False,
     ) -> Tool:
         """A tool from a typed function, sync or async.
@@ -170,7 +172,7 @@ class Tool:
         function: Callable[..., Any],
         *,
         timeout: float | None,
-        thread: bool,
+        thread: bool | None,
         return_direct: bool = False,
         convert: Callable[[dict[str, Any]], dict[str, Any]] | None,
         is_async: bool,
@@ -210,7 +212,7 @@ class Tool:
         self.parameters = dict(parameters)
         self.function = function
         self.timeout = _check_timeout(owner, timeout)
-        self.thread = bool(thread)
+        self.thread = (not is_async) if thread is None else bool(thread)
         self.return_direct = bool(return_direct)
         self.__wrapped__ = function
         self._schema = schema
@@ -287,15 +289,22 @@ class Tool:
         if self.thread:
             # its own token, not the process-wide thread limiter's: a thread abandoned at its
             # timeout keeps its token until it ends, and must not hold later calls back
-            return await anyio.to_thread.run_sync(
-                functools.partial(function, **arguments),
+            (result,) = await anyio.to_thread.run_sync(
+                functools.partial(_boxed, function, arguments),
                 abandon_on_cancel=True,
                 limiter=anyio.CapacityLimiter(1),
             )
-        result = function(**arguments)
+        else:
+            result = function(**arguments)
         if inspect.isawaitable(result):  # e.g. a lambda that returns a coroutine
             result = await result
         return result
+
+
+def _boxed(function: Callable[..., Any], arguments: dict[str, Any]) -> tuple[Any]:
+    """Call in a worker thread; the result boxed, so that one which is awaitable (a lambda
+    that returns a coroutine) comes back to the event loop to be awaited there."""
+    return (function(**arguments),)
 
 
 async def async_call_tool(tool: Tool, kwargs: object, *, timeout: float | None = None) -> Any:
@@ -321,7 +330,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     timeout: float | None = None,
-    thread: bool = False,
+    thread: bool | None = None,
     return_direct: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
@@ -333,7 +342,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     timeout: float | None = None,
-    thread: bool = False,
+    thread: bool | None = None,
     return_direct: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a :class:`Tool` of a typed function: ``@tool`` or ``@tool(name=..., ...)``.
