@@ -369,10 +369,7 @@ async def tools_step(_: Any, ctx: AgentContext) -> Route:
         on_finish=on_finish if observed else None,
     )
     async with batch:
-        for call in calls[:-1]:
-            batch.submit(call)
-        if calls:
-            await batch.submit_here(calls[-1])
+        await batch.run_here(calls)
     if interrupted:  # answer the others; the interrupted ones wait for a human
         asked = {call.id for call in interrupted}
         done = [o for o in batch.results if o.message.tool_call_id not in asked]

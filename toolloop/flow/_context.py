@@ -10,6 +10,8 @@ from typing_extensions import TypeVar
 from ._events import FlowEvent
 
 if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
+
     from ._execution import Execution
 
 __all__ = ["Context"]
@@ -65,6 +67,20 @@ class Context(Generic[S, D]):
         """Wait for the external ``event``: when nothing else is left to run, the execution
         pauses and can be snapshotted; :meth:`Execution.resume` continues it."""
         self._ex._pause(event, request, self.step)
+
+    @property
+    def task_group(self) -> TaskGroup:
+        """The execution's own task group, open while it runs.
+
+        Work started in it is cancelled with the execution (its timeout, its end, a
+        failure), and the execution does not return before it ended, so start there only
+        work that ends by itself or that you cancel (the runner starts the workers of a
+        batch of tool calls there, and awaits them).
+        """
+        task_group = self._ex._tg
+        if task_group is None:
+            raise RuntimeError(f"execution {self._ex.id} is not running")
+        return task_group
 
     @property
     def observed(self) -> bool:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import inspect
+import itertools
 import logging
 import math
-import uuid
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Coroutine
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
@@ -56,6 +57,24 @@ def _name_of(callback: Any) -> str:
     return f"{module}.{name}" if module else str(name)
 
 
+def _seed() -> None:
+    global _PREFIX, _COUNT
+    _PREFIX = os.urandom(8).hex()
+    _COUNT = itertools.count(int.from_bytes(os.urandom(4), "big") << 32)
+
+
+_PREFIX = ""
+_COUNT = itertools.count()
+_seed()
+os.register_at_fork(after_in_child=_seed)  # a forked worker never repeats its parent's ids
+
+
+def new_execution_id() -> str:
+    """A fresh id of 32 hex digits, unique across processes and time like a random UUID:
+    64 random bits per process (drawn again in a forked child) and a counter."""
+    return f"{_PREFIX}{next(_COUNT) & 0xFFFFFFFFFFFFFFFF:016x}"
+
+
 S = TypeVar("S")
 
 ExecutionStatus = Literal["new", "running", "completed", "paused", "failed", "cancelled"]
@@ -91,13 +110,14 @@ class Execution(Generic[S]):
         self._flow = flow
         self.state: S = state
         self.deps: Any = deps
-        self.id: str = id or uuid.uuid4().hex
+        self.id: str = id or new_execution_id()
         self.status: ExecutionStatus = "new"
         self._trace: list[RawEntry] = []
         self._live = 0
-        self._observers: list[Callable[[FlowEvent], None]] = []
-        self._closers: list[Callable[[], None]] = []
-        self._collected: dict[str, dict[str, Any]] = {}
+        # replaced, never changed in place: cheap to iterate while callbacks subscribe
+        self._observers: tuple[Callable[[FlowEvent], None], ...] = ()
+        self._closers: tuple[Callable[[], None], ...] = ()
+        self._collected: dict[str, dict[str, Any]] | None = None  # made by a join
         self._waits: list[Wait] = []
         self._tg: TaskGroup | None = None
         self._done = False
@@ -122,8 +142,10 @@ class Execution(Generic[S]):
         """The external events a paused execution waits for."""
         return list(self._waits)
 
-    async def run(self, value: Any = None, *, timeout: float | None = None) -> FlowResult[S]:
-        """Run from the start with ``value``.
+    def run(
+        self, value: Any = None, *, timeout: float | None = None
+    ) -> Coroutine[Any, Any, FlowResult[S]]:
+        """Run from the start with ``value``: ``await execution.run(...)``.
 
         Args:
             value: what the steps chained after ``flow.start`` receive.
@@ -145,7 +167,7 @@ class Execution(Generic[S]):
                 "(make another with flow.execution(), or resume() a paused one)"
             )
         self._flow.validate()
-        return await self._session(self._flow._start, value, "start", timeout)
+        return self._session(self._flow._start, value, "start", timeout)
 
     async def resume(
         self, event: str, value: Any = None, *, timeout: float | None = None
@@ -217,11 +239,13 @@ class Execution(Generic[S]):
                 "inline and never awaited; pass a plain function, or read the events with "
                 "`async for` (execution.events(), or stream_plan_and_execute(...))"
             )
-        self._observers.append(callback)
+        self._observers = (*self._observers, callback)
 
         def unsubscribe() -> None:
             if callback in self._observers:
-                self._observers.remove(callback)
+                observers = list(self._observers)
+                observers.remove(callback)
+                self._observers = tuple(observers)
 
         return unsubscribe
 
@@ -248,7 +272,7 @@ class Execution(Generic[S]):
             send.close()
 
         unsubscribe = self.subscribe(forward)
-        self._closers.append(close)
+        self._closers = (*self._closers, close)
         return EventStream(receive, close)
 
     # -- the run ------------------------------------------------------------------------
@@ -378,7 +402,7 @@ class Execution(Generic[S]):
         return t - self._t0
 
     def _publish(self, event: FlowEvent) -> None:
-        for callback in list(self._observers):
+        for callback in self._observers:
             try:
                 callback(event)
             except Exception:  # an observer's bug never stops the run it observes
@@ -438,6 +462,6 @@ class Execution(Generic[S]):
                 self._tg.cancel_scope.cancel()
 
     def _close_observers(self) -> None:
-        closers, self._closers = self._closers, []
+        closers, self._closers = self._closers, ()
         for close in closers:
             close()

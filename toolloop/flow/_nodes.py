@@ -24,6 +24,7 @@ import anyio
 import anyio.to_thread
 
 from .._errors import ExecutionError, ExecutionTimeoutError, FlowDefinitionError, StepFailedError
+from ._context import Context
 from ._events import StepFailed, StepFinished, StepStarted
 
 if TYPE_CHECKING:
@@ -168,7 +169,33 @@ class StepNode(Node):
         self.arity = _positional_arity(step.fn, self.name)
 
     async def run(self, ex: Execution[Any], value: Any, trigger: str) -> tuple[Sequence[Node], Any]:
-        return self.out, await self.call(ex, value, trigger)
+        if self.timeout is not None or self.thread:
+            return self.out, await self.call(ex, value, trigger)
+        # the common step, inline: no frame between the engine and the function
+        started = perf_counter()
+        if ex._observers:
+            ex._publish(
+                StepStarted(execution_id=ex.id, at=ex._at(started), step=self.name, event=trigger)
+            )
+        try:
+            arity = self.arity
+            if arity == 2:
+                result = self.fn(value, Context(ex, self.name))
+            elif arity == 1:
+                result = self.fn(value)
+            else:
+                result = self.fn()
+            if self.is_async:
+                result = await result
+        except ExecutionError:
+            raise
+        except Exception as exc:
+            raise self._raised(ex, started, trigger, exc) from exc
+        except BaseException:  # cancelled: note it in the trace, never swallow it
+            self._cancelled(ex, started, trigger)
+            raise
+        self._succeeded(ex, started, trigger)
+        return self.out, result
 
     async def call(self, ex: Execution[Any], value: Any, trigger: str) -> Any:
         """Run the function once: trace it, time it, turn failures into execution errors."""
@@ -195,16 +222,14 @@ class StepNode(Node):
         except ExecutionError:
             raise
         except Exception as exc:
-            err = f"{type(exc).__name__}: {exc}"
-            self._failed(ex, started, trigger, "failed", err)
-            raise StepFailedError(
-                f"step {self.name!r} raised {err}", step=self.name, trace=ex.trace, state=ex.state
-            ) from exc
+            raise self._raised(ex, started, trigger, exc) from exc
         except BaseException:  # cancelled: note it in the trace, never swallow it
-            ex._trace.append(
-                (self.name, trigger, ex._at(started), ex._at(perf_counter()), "cancelled", None)
-            )
+            self._cancelled(ex, started, trigger)
             raise
+        self._succeeded(ex, started, trigger)
+        return result
+
+    def _succeeded(self, ex: Execution[Any], started: float, trigger: str) -> None:
         ended = perf_counter()
         ex._trace.append((self.name, trigger, ex._at(started), ex._at(ended), "ok", None))
         if ex._observers:
@@ -213,7 +238,20 @@ class StepNode(Node):
                     execution_id=ex.id, at=ex._at(ended), step=self.name, duration=ended - started
                 )
             )
-        return result
+
+    def _raised(
+        self, ex: Execution[Any], started: float, trigger: str, exc: Exception
+    ) -> StepFailedError:
+        err = f"{type(exc).__name__}: {exc}"
+        self._failed(ex, started, trigger, "failed", err)
+        return StepFailedError(
+            f"step {self.name!r} raised {err}", step=self.name, trace=ex.trace, state=ex.state
+        )
+
+    def _cancelled(self, ex: Execution[Any], started: float, trigger: str) -> None:
+        ex._trace.append(
+            (self.name, trigger, ex._at(started), ex._at(perf_counter()), "cancelled", None)
+        )
 
     async def _invoke(self, ex: Execution[Any], value: Any) -> Any:
         fn = self.fn
@@ -346,6 +384,11 @@ class MatchNode(_RouterNode):
             key = self.key(value, ex.context_for(self.name))
         except Exception as exc:
             raise self._fail(ex, exc) from exc
+        if type(key) is str:  # the common route: one case by name
+            node = self.cases.get(key, self.default)
+            if node is not None:
+                self._routed(ex, trigger, started, key)
+                return (node,), value
         keys = key if isinstance(key, (list, tuple)) else (key,)
         chosen: list[Node] = []
         for k in keys:
@@ -462,6 +505,8 @@ class CollectNode(Node):
         self.sources = sources
 
     async def run(self, ex: Execution[Any], value: Any, trigger: str) -> tuple[Sequence[Node], Any]:
+        if ex._collected is None:
+            ex._collected = {}
         got = ex._collected.setdefault(self.name, {})
         got[trigger] = value
         if len(got) < len(self.sources):

@@ -17,7 +17,7 @@ from ..runner import Executor, ToolCallEvent
 from ..tools import Tool, ToolRegistry
 from ._events import LoopEvent
 from ._flow import LoopDeps, RoundState, loop_flow
-from ._results import LoopResult
+from ._results import LoopResult, StopReason
 
 __all__ = ["LoopStream", "async_plan_and_execute", "plan_and_execute", "stream_plan_and_execute"]
 
@@ -72,20 +72,29 @@ async def _run(
     timeout: float | None,
     on_timeout: Literal["raise", "finish"],
 ) -> LoopResult:
-    deps = execution.deps
-    assert isinstance(deps, LoopDeps)
-    state = execution.state
     try:
         done = await execution.run(timeout=timeout)
-    except ExecutionTimeoutError as exc:
+    except Exception as exc:
+        return _ended(execution, _stop_of(execution, exc, on_timeout))
+    return _ended(execution, done.value)
+
+
+def _stop_of(
+    execution: Execution[RoundState], exc: Exception, on_timeout: Literal["raise", "finish"]
+) -> StopReason:
+    """The stop reason of a run that raised ``exc``, or ``exc`` raised again."""
+    if isinstance(exc, ExecutionTimeoutError):
         if on_timeout == "raise" or exc.step is not None:
-            raise
-        stop: Any = "timeout"
-    except PlannerError as exc:
-        exc.done_plans = list(state.done_plans)  # a streamed round cut short is in them too
-        raise
-    else:
-        stop = done.value
+            raise exc
+        return "timeout"
+    if isinstance(exc, PlannerError):
+        exc.done_plans = list(execution.state.done_plans)  # a streamed round cut short too
+    raise exc
+
+
+def _ended(execution: Execution[RoundState], stop: StopReason) -> LoopResult:
+    deps: LoopDeps = execution.deps
+    state = execution.state
     return LoopResult.build(
         deps.user_input,
         state.done_plans,
@@ -161,7 +170,11 @@ async def async_plan_and_execute(
         streaming_dispatch=streaming_dispatch,
         on_event=on_event,
     )
-    return await _run(execution, timeout, on_timeout)
+    try:  # _run's body, inline: one frame less under every tool call
+        done = await execution.run(timeout=timeout)
+    except Exception as exc:
+        return _ended(execution, _stop_of(execution, exc, on_timeout))
+    return _ended(execution, done.value)
 
 
 def plan_and_execute(

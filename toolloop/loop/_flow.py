@@ -19,6 +19,7 @@ services only.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
@@ -41,6 +42,7 @@ from ..runner import (
     ToolCallStarted,
     ToolCommand,
     ToolExecutionRecord,
+    construct,
 )
 from ..tools import ToolRegistry
 from ._events import LoopFinished, PlanDecided, RoundFinished, RoundStarted
@@ -158,14 +160,17 @@ async def plan(_: Any, ctx: LoopContext) -> Planned:
         ctx.publish(
             RoundStarted(execution_id=ctx.execution_id, at=ctx.elapsed(), round_index=index)
         )
-    context = PlannerContext.model_construct(
-        user_input=deps.user_input,
-        user_extra_requirement=deps.user_extra_requirement,
-        available_tools=deps.available_tools,
-        done_plans=list(state.done_plans),
-        last_round_result=list(state.last_round_records),
-        round_index=index,
-        max_rounds=deps.max_rounds,
+    context = construct(  # every field given, each of the right type
+        PlannerContext,
+        {
+            "user_input": deps.user_input,
+            "user_extra_requirement": deps.user_extra_requirement,
+            "available_tools": deps.available_tools,
+            "done_plans": list(state.done_plans),
+            "last_round_result": list(state.last_round_records),
+            "round_index": index,
+            "max_rounds": deps.max_rounds,
+        },
     )
     planner = deps.planner
     started = perf_counter()
@@ -306,6 +311,7 @@ def route(planned: Planned) -> str:
 async def execute(planned: Planned, ctx: LoopContext) -> None:
     """EXECUTE: run the round's commands concurrently; one record per command, in order."""
     state = ctx.state
+    observed = ctx.observed
     if planned.records is not None:  # a streamed round: its tools ran while it was planned
         index = state.round_index - 1
         records = planned.records
@@ -313,9 +319,21 @@ async def execute(planned: Planned, ctx: LoopContext) -> None:
     else:
         index = state.round_index
         started = perf_counter()
-        records = await _execute_round(planned.decided, ctx)
+        items = planned.decided.items
+        if observed or any(type(item) is not ToolCommand for item in items):
+            records = await _execute_mixed(planned.decided, ctx)
+        else:  # commands only, no one observing: the runner and nothing else, inline
+            records = []
+            try:  # the run's own task group: no task group per round
+                await ctx.deps.executor.run(
+                    items,  # type: ignore[arg-type]  # commands only
+                    results=records,
+                    task_group=ctx.task_group,
+                )
+            finally:  # also when cancelled: the batch handed every command a record by now
+                _commit(state, index, records)
         duration = perf_counter() - started
-    if ctx.observed:
+    if observed:
         ctx.publish(
             RoundFinished(
                 execution_id=ctx.execution_id,
@@ -327,7 +345,8 @@ async def execute(planned: Planned, ctx: LoopContext) -> None:
         )
 
 
-async def _execute_round(decided: NormalizedPlan, ctx: LoopContext) -> list[ToolExecutionRecord]:
+async def _execute_mixed(decided: NormalizedPlan, ctx: LoopContext) -> list[ToolExecutionRecord]:
+    """A round with records of commands that could not run, or observed: events for each."""
     state, deps = ctx.state, ctx.deps
     index = state.round_index
     items = decided.items
@@ -336,29 +355,36 @@ async def _execute_round(decided: NormalizedPlan, ctx: LoopContext) -> list[Tool
     positions: list[int] = []
     commands: list[ToolCommand] = []
     for i, item in enumerate(items):
-        if isinstance(item, ToolCommand):
+        if type(item) is ToolCommand:
             positions.append(i)
             commands.append(item)
         else:
-            records[i] = item
-    observed = ctx.observed
+            records[i] = item  # type: ignore[assignment]  # a command that could not run
+    on_start: Callable[[int, ToolCommand], None] | None = None
+    on_finish: Callable[[int, ToolExecutionRecord, float], None] | None = None
+    if ctx.observed:
 
-    def on_start(k: int, command: ToolCommand) -> None:
-        if observed:
+        def on_start(k: int, command: ToolCommand) -> None:
             ctx.publish(_started_event(ctx, index, sources[positions[k]], command))
 
-    def on_finish(k: int, record: ToolExecutionRecord, duration: float) -> None:
-        records[positions[k]] = record
-        if observed:
+        def on_finish(k: int, record: ToolExecutionRecord, duration: float) -> None:
             ctx.publish(_finished_event(ctx, index, sources[positions[k]], record, duration))
 
-    if observed:
         for i, item in enumerate(items):
             if isinstance(item, ToolExecutionRecord):
                 ctx.publish(_finished_event(ctx, index, sources[i], item, 0.0))
+    ran: list[ToolExecutionRecord] = []
     try:
-        await deps.executor.run(commands, on_start=on_start, on_finish=on_finish)
-    finally:
+        await deps.executor.run(
+            commands,
+            results=ran,
+            on_start=on_start,
+            on_finish=on_finish,
+            task_group=ctx.task_group,
+        )
+    finally:  # also when cancelled: the batch handed every command a record by now
+        for k, record in enumerate(ran):
+            records[positions[k]] = record
         done = [r for r in records if r is not None]
         _commit(state, index, done)
     return done

@@ -121,7 +121,7 @@ def _as_text(value: Any) -> str:
 
 
 def _to_mapping(raw: Any) -> Mapping[str, Any] | None:
-    if isinstance(raw, Mapping):
+    if type(raw) is dict or isinstance(raw, Mapping):
         return raw
     if isinstance(raw, BaseModel):
         return raw.model_dump()
@@ -148,7 +148,7 @@ def normalize_plan(
         max_kwargs_bytes: arguments larger than this (as JSON) fail without running.
     """
     notes: list[str] = []
-    if isinstance(raw, PlannerReply):
+    if type(raw) is not dict and isinstance(raw, PlannerReply):
         raw = raw.output
     try:
         return _normalize(raw, notes, max_commands, max_kwargs_bytes)
@@ -178,6 +178,8 @@ def _normalize(
         raw_commands = [data["tool_command"]] if data["tool_command"] is not None else []
     if raw_commands is None:
         raw_commands = []
+    elif type(raw_commands) is list:
+        pass
     elif isinstance(raw_commands, Mapping):
         raw_commands = [raw_commands]
     elif not isinstance(raw_commands, (list, tuple)):

@@ -1,8 +1,8 @@
 """A batch of calls under an exact concurrency limit, one result per call, whatever happens.
 
 This is the one mechanism by which tool calls run, in the loop (a round, planned all at
-once or streamed) and in both agents (a turn's tool calls). A batch is one task group,
-open while calls are submitted::
+once or streamed) and in both agents (a turn's tool calls). A batch is open while calls are
+submitted::
 
     async with executor.batch() as batch:
         async for command in planner_stream:
@@ -15,6 +15,11 @@ and costs nothing per call. If the block is cancelled or raises, running calls a
 cancelled, every call without a result gets the ``cancelled`` one, and then the
 cancellation or error propagates.
 
+What a batch costs: :meth:`ToolBatch.run_here` runs the calls in the calling task, one
+after another, while each finishes without waiting, and starts workers only when one waits;
+a batch given the ``task_group`` of its run starts them there instead of opening a task
+group of its own. A round of tools that return at once then costs no task and no task group.
+
 The batch is generic over what a call is and what it comes to: the loop runs
 :class:`~toolloop.runner.ToolCommand` into :class:`~toolloop.runner.ToolExecutionRecord`; the
 middleware agent runs a model's tool call through its ``wrap_tool_call`` onion; the status
@@ -23,10 +28,12 @@ agent runs a call through its checkpoint journal.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import functools
+import types
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable
 from time import perf_counter
 from types import TracebackType
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import anyio
 import anyio.abc
@@ -43,7 +50,7 @@ durations are true."""
 
 
 class ToolBatch(Generic[T, R]):
-    """One batch of calls: a task group, open while items are submitted.
+    """One batch of calls, open (``async with``) while items are submitted.
 
     Args:
         call: runs one item (see :data:`BatchCall`); it returns a result for anything but
@@ -55,17 +62,24 @@ class ToolBatch(Generic[T, R]):
             cancelled ones included. A callback that raises aborts the batch.
         results: a list to which the results are appended, in submission order, when the
             batch ends, also when it is cancelled or fails.
+        task_group: an open task group that outlives the batch (e.g. its run's), to start
+            workers in; the batch then opens no task group of its own. Its workers are
+            still its own: cancelled when the batch is, awaited before it ends. A worker's
+            fatal error cancels the others and is raised when the block exits.
     """
 
     __slots__ = (
         "_call",
         "_cancelled",
+        "_error",
+        "_handles",
+        "_idle",
         "_items",
         "_limit",
         "_next",
         "_on_finish",
         "_on_start",
-        "_queue",
+        "_outer",
         "_results",
         "_sink",
         "_started",
@@ -83,6 +97,7 @@ class ToolBatch(Generic[T, R]):
         on_start: Callable[[int, T], object] | None = None,
         on_finish: Callable[[int, R, float], object] | None = None,
         results: list[R] | None = None,
+        task_group: anyio.abc.TaskGroup | None = None,
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be an int >= 1, got {concurrency!r}")
@@ -95,11 +110,14 @@ class ToolBatch(Generic[T, R]):
         self._items: list[T] = []
         self._results: list[R | None] = []
         self._started: list[float] = []
-        self._queue: list[int] = []  # waiting items; _next is the first not yet taken
-        self._next = 0
+        self._next = 0  # the first item no worker took yet (items are taken in order)
         self._workers = 0
         self._state = 0  # 0 new, 1 open, 2 closed
         self._task_group: anyio.abc.TaskGroup | None = None
+        self._outer = task_group
+        self._handles: list[Any] = []  # of the workers started in the outer group
+        self._idle: anyio.Event | None = None
+        self._error: BaseException | None = None
 
     @property
     def items(self) -> list[T]:
@@ -125,9 +143,12 @@ class ToolBatch(Generic[T, R]):
     async def __aenter__(self) -> ToolBatch[T, R]:
         if self._state != 0:
             raise RuntimeError("a batch is used once: make a new one")
-        task_group = anyio.create_task_group()
-        await task_group.__aenter__()
-        self._task_group = task_group
+        if self._outer is None:
+            task_group = anyio.create_task_group()
+            await task_group.__aenter__()
+            self._task_group = task_group
+        else:
+            self._task_group = self._outer
         self._state = 1
         return self
 
@@ -137,6 +158,8 @@ class ToolBatch(Generic[T, R]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
+        if self._outer is not None:
+            return await self._exit_outer(exc)
         assert self._task_group is not None
         try:
             return bool(await self._task_group.__aexit__(exc_type, exc, tb))
@@ -152,6 +175,40 @@ class ToolBatch(Generic[T, R]):
             self._close()
         raise exc
 
+    async def _exit_outer(self, exc: BaseException | None) -> bool:
+        """The end of a batch whose workers run in an outer task group: wait for them
+        (cancel them first if the block failed or is cancelled), then close."""
+        try:
+            if self._workers:
+                if exc is None:
+                    try:
+                        await self._until_idle()
+                    except BaseException:  # cancelled while waiting: the workers go too
+                        self._cancel_workers()
+                        with anyio.CancelScope(shield=True):
+                            await self._until_idle()
+                        raise
+                else:
+                    self._cancel_workers()
+                    with anyio.CancelScope(shield=True):
+                        await self._until_idle()
+        finally:
+            self._close()
+        if exc is None and self._error is not None:
+            raise self._error
+        return False
+
+    async def _until_idle(self) -> None:
+        while self._workers:
+            if self._idle is None or self._idle.is_set():
+                self._idle = anyio.Event()
+            await self._idle.wait()
+
+    def _cancel_workers(self) -> None:
+        self._next = len(self._items)  # nothing more is taken
+        for handle in self._handles:
+            handle.cancel()
+
     def submit(self, item: T) -> int:
         """Start ``item`` now, or as soon as the concurrency limit allows; its index.
 
@@ -161,24 +218,32 @@ class ToolBatch(Generic[T, R]):
         index = self._add(item)
         if self._workers < self._limit:
             self._workers += 1
-            self._task_group.start_soon(self._worker, index)  # type: ignore[union-attr]
-        else:
-            self._queue.append(index)
+            self._start_worker()
         return index
 
-    async def submit_here(self, item: T) -> None:
-        """Submit ``item``, running it in the calling task if a slot is free.
+    def run_here(self, items: Iterable[T]) -> Awaitable[None]:
+        """Submit ``items`` and work on them in the calling task, until none waits.
 
-        The calling task then works like any worker (it takes waiting items too) until
-        nothing waits: one task spawn less, for the batch's owner after its last
-        submission.
+        The calling task takes the calls one after another, as a worker does. While a call
+        finishes without waiting for anything (a cache hit, a pure function) no task is
+        spawned at all; the moment a call waits (I/O, a sleep), workers start for the
+        calls still waiting, up to the limit, so they run concurrently exactly as if each
+        had been submitted with :meth:`submit`. Calls start in submission order either way.
+        Await what it returns, at once: ``await batch.run_here(items)``.
+
+        Raises:
+            RuntimeError: the batch is not open (outside its ``async with`` block).
         """
-        index = self._add(item)
+        for item in items:
+            self._add(item)
         if self._workers < self._limit:
             self._workers += 1
-            await self._worker(index)
-        else:
-            self._queue.append(index)
+            return self._work(True)
+        return _nothing_to_do()
+
+    def submit_here(self, item: T) -> Awaitable[None]:
+        """Submit ``item`` and work in the calling task (see :meth:`run_here`)."""
+        return self.run_here((item,))
 
     def _add(self, item: T) -> int:
         if self._state != 1:
@@ -189,37 +254,64 @@ class ToolBatch(Generic[T, R]):
         self._started.append(0.0)
         return index
 
-    async def _worker(self, index: int) -> None:
+    def _spill(self) -> None:
+        """A call running in the batch's owner started to wait: start workers for the calls
+        still waiting (up to the limit), so they do not wait for it."""
+        waiting = len(self._items) - self._next
+        while waiting > 0 and self._workers < self._limit:
+            self._workers += 1
+            waiting -= 1
+            self._start_worker()
+
+    def _start_worker(self) -> None:
+        assert self._task_group is not None
+        handle = self._task_group.start_soon(self._work, name=_WORKER)
+        if self._outer is not None:  # cancelled with the batch, not with the outer group
+            self._handles.append(handle)
+
+    def _mark_started(self, index: int) -> None:
+        self._started[index] = perf_counter()
+        if self._on_start is not None:
+            self._on_start(index, self._items[index])
+
+    async def _work(self, here: bool = False) -> None:
+        """Take waiting calls, first come first served, until none is left. ``here``: the
+        batch's owner works, and starts workers when a call of its own waits."""
+        items = self._items
+        results = self._results
+        on_finish = self._on_finish
         try:
-            while True:
-                await self._run(index)
-                if self._next >= len(self._queue):
-                    return
-                index = self._queue[self._next]
+            while self._next < len(items):
+                index = self._next
                 self._next += 1
+                if self._on_start is None and on_finish is None:
+                    call = self._call(items[index], _nothing)
+                else:
+                    call = self._call(items[index], functools.partial(self._mark_started, index))
+                if here and self._next < len(items):  # others wait: spill when this one waits
+                    result = await _until_it_waits(call, self._spill)
+                else:
+                    result = await call
+                results[index] = result
+                if on_finish is not None:
+                    start = self._started[index]
+                    on_finish(index, result, perf_counter() - start if start else 0.0)
+        except Exception as exc:
+            if here or self._outer is None:
+                raise  # the owner's, or a worker's in the batch's own group: aborts the batch
+            # a worker in the outer group: its fatal error is the batch's, not the group's
+            if self._error is None:
+                self._error = exc
+            self._cancel_workers()
         finally:
             self._workers -= 1
-
-    async def _run(self, index: int) -> None:
-        item = self._items[index]
-        on_start = self._on_start
-
-        def started() -> None:
-            self._started[index] = perf_counter()
-            if on_start is not None:
-                on_start(index, item)
-
-        result = await self._call(item, started)
-        self._results[index] = result
-        if self._on_finish is not None:
-            start = self._started[index]
-            self._on_finish(index, result, perf_counter() - start if start else 0.0)
+            if not self._workers and self._idle is not None:
+                self._idle.set()
 
     def _close(self) -> None:
         """Give every item without a result the cancelled one; hand the results over."""
         self._state = 2
-        self._queue.clear()
-        self._next = 0
+        self._next = len(self._items)
         results = self._results
         now = perf_counter()
         for index, result in enumerate(results):
@@ -231,3 +323,47 @@ class ToolBatch(Generic[T, R]):
                     self._on_finish(index, cancelled, now - start if start else 0.0)
         if self._sink is not None:
             self._sink.extend(results)  # type: ignore[arg-type]  # no None left
+
+
+_WORKER = "toolloop.runner.ToolBatch worker"
+
+
+def _nothing() -> None:
+    """``started`` for a batch that tells nobody when calls start."""
+
+
+async def _nothing_to_do() -> None:
+    """The calling task has no slot: the workers take the calls."""
+
+
+@types.coroutine
+def _until_it_waits(call: Awaitable[R], on_wait: Callable[[], None]) -> Generator[Any, Any, R]:
+    """Await ``call`` in the current task, calling ``on_wait()`` the first time it waits.
+
+    A call that finishes without waiting never calls ``on_wait``. This is ``yield from``
+    with a hook: whatever the call yields goes to the event loop unchanged (asyncio futures,
+    trio's traps), and what the loop sends or throws goes back to it, so the call runs in
+    this task exactly as if it were awaited directly.
+    """
+    coro: Any = call if isinstance(call, Coroutine) else call.__await__()
+    try:
+        signal = coro.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    on_wait()
+    while True:
+        try:
+            reply = yield signal
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as exc:  # cancellation, and whatever the loop throws in
+            try:
+                signal = coro.throw(exc)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+        else:
+            try:
+                signal = coro.send(reply)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]

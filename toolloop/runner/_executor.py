@@ -12,10 +12,11 @@ bounds tool runs across batches and runs too.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import anyio
+import anyio.abc
 
 from .._errors import ToolCallError, ToolTimeoutError
 from ..tools import Tool, ToolRegistry
@@ -113,6 +114,7 @@ class Executor:
         results: list[ToolExecutionRecord] | None = None,
         on_start: OnStart | None = None,
         on_finish: OnFinish | None = None,
+        task_group: anyio.abc.TaskGroup | None = None,
     ) -> ToolBatch[ToolCommand, ToolExecutionRecord]:
         """A batch to submit commands to, as they arrive: ``async with executor.batch()``.
 
@@ -122,6 +124,8 @@ class Executor:
                 order, when the batch ends, also when it is cancelled or fails.
             on_start: replaces the executor's ``on_start`` for this batch.
             on_finish: replaces the executor's ``on_finish`` for this batch.
+            task_group: an open task group to start the batch's workers in (see
+                :class:`ToolBatch`).
         """
         return ToolBatch(
             self.call,
@@ -130,6 +134,7 @@ class Executor:
             on_start=self.on_start if on_start is None else on_start,
             on_finish=self.on_finish if on_finish is None else on_finish,
             results=results,
+            task_group=task_group,
         )
 
     async def run(
@@ -139,21 +144,22 @@ class Executor:
         results: list[ToolExecutionRecord] | None = None,
         on_start: OnStart | None = None,
         on_finish: OnFinish | None = None,
+        task_group: anyio.abc.TaskGroup | None = None,
     ) -> list[ToolExecutionRecord]:
         """Run ``commands`` concurrently; their records, in command order.
 
         ``results`` (if given) receives the records even when the run is cancelled, before
-        the cancellation propagates. The last command runs in the calling task when a
-        concurrency slot is free (one task spawn less per round): a tool that sets a
-        context variable without resetting it leaves it set in the caller's context.
+        the cancellation propagates. The calls start in the calling task, one after
+        another while each finishes without waiting, and spread over worker tasks the
+        moment one waits (see :meth:`ToolBatch.run_here`): tools that return at once cost
+        no task, and a tool that sets a context variable without resetting it may leave
+        it set in the caller's context.
         """
-        commands = list(commands)
-        batch = self.batch(results=results, on_start=on_start, on_finish=on_finish)
+        batch = self.batch(
+            results=results, on_start=on_start, on_finish=on_finish, task_group=task_group
+        )
         async with batch:
-            for command in commands[:-1]:
-                batch.submit(command)
-            if commands:  # the last one runs in this task if a slot is free: one spawn less
-                await batch.submit_here(commands[-1])
+            await batch.run_here(commands)
         return batch.results
 
     async def call(
@@ -185,17 +191,21 @@ class Executor:
             return _raised(command, tool_error_text(name, exc), exc)
         return ToolExecutionRecord.succeeded(command, result)
 
-    async def execute(self, tool: Tool, arguments: dict[str, Any]) -> Any:
+    def execute(self, tool: Tool, arguments: dict[str, Any]) -> Awaitable[Any]:
         """Run an already checked call (``arguments`` from ``tool.validate``) under the
-        shared limiter and the timeout, and return what the tool returned.
+        shared limiter and the timeout: await it for what the tool returned.
 
         Unlike :meth:`call`, this raises: the tool's own exception, unchanged, or
-        :class:`~toolloop.errors.ToolTimeoutError`. For callers that decide per exception what to do
-        (the agent's ``wrap_tool_call`` middleware retries chosen exceptions).
+        :class:`~toolloop.errors.ToolTimeoutError`. For callers that decide per exception
+        what to do (the agent's ``wrap_tool_call`` middleware retries chosen exceptions).
         """
-        limiter = self.limiter
-        if limiter is None:
-            return await tool.execute(arguments, timeout=self.tool_timeout)
+        if self.limiter is None:  # the tool's own awaitable: no frame of ours in between
+            return tool.execute(arguments, timeout=self.tool_timeout)
+        return self._execute_limited(tool, arguments, self.limiter)
+
+    async def _execute_limited(
+        self, tool: Tool, arguments: dict[str, Any], limiter: anyio.CapacityLimiter
+    ) -> Any:
         # its own borrower per call: the task may already hold a token (nested runs)
         borrower = object()
         await limiter.acquire_on_behalf_of(borrower)

@@ -88,6 +88,21 @@ def json_safe(value: Any, *, max_depth: int = MAX_JSON_DEPTH, max_string: int | 
     its first ``max_string`` characters and says how long it was (before anything else
     reads it: a 20 MB result costs a slice, not a scan). Never raises.
     """
+    if type(value) is dict and max_depth > 0:  # the common case: one flat object
+        for key, item in value.items():
+            kind = type(item)
+            if type(key) is not str:
+                break
+            if kind is str:
+                if max_string is not None and len(item) > max_string:
+                    break
+            elif kind is float:
+                if not math.isfinite(item):
+                    break
+            elif kind is not int and kind is not bool and item is not None:
+                break
+        else:
+            return dict(value)
     return _safe(value, max_depth, set(), max_string)
 
 

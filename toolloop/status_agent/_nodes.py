@@ -298,10 +298,7 @@ async def tool_execution(value: Any, state: State, deps: StatusDeps, ctx: Contex
         on_finish=on_finish if observed else None,
     )
     async with batch:
-        for call in todo[:-1]:
-            batch.submit(call)
-        if todo:
-            await batch.submit_here(todo[-1])
+        await batch.run_here(todo)
     for call, (record, source) in zip(todo, batch.results, strict=True):
         state.records.append(StatusCallRecord(call_id=call.call_id, record=record, source=source))
     state.pending_calls = [c for c in state.pending_calls if not c.approved]

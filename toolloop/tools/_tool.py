@@ -11,7 +11,7 @@ import functools
 import inspect
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, overload
 
 import anyio
@@ -260,8 +260,8 @@ class Tool:
             return self._convert(kwargs)
         return kwargs
 
-    async def execute(self, arguments: dict[str, Any], *, timeout: float | None = None) -> Any:
-        """Run the function with already-validated ``arguments``.
+    def execute(self, arguments: dict[str, Any], *, timeout: float | None = None) -> Awaitable[Any]:
+        """Run the function with already-validated ``arguments``: await the result.
 
         Args:
             arguments: what :meth:`validate` returned.
@@ -273,9 +273,12 @@ class Tool:
         """
         limit = _min_timeout(timeout, self.timeout)
         if limit is None:
-            if self._is_async:
-                return await self.function(**arguments)
-            return await self._invoke(arguments)
+            if self._is_async:  # the function's own coroutine: no frame of ours around it
+                return self.function(**arguments)  # type: ignore[no-any-return]
+            return self._invoke(arguments)
+        return self._execute_within(arguments, limit)
+
+    async def _execute_within(self, arguments: dict[str, Any], limit: float) -> Any:
         with anyio.CancelScope(deadline=anyio.current_time() + limit):
             return await self._invoke(arguments)
         raise ToolTimeoutError(

@@ -1,0 +1,301 @@
+"""ToolBatch: calls run in the calling task while they finish at once, spread over workers
+the moment one waits, and (given an outer task group) start no task group of their own."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from toolloop.runner import ToolBatch
+
+pytestmark = pytest.mark.anyio
+
+
+def _task_id() -> int:
+    return anyio.get_current_task().id
+
+
+def _cancelled(item: int) -> str:
+    return f"cancelled {item}"
+
+
+async def test_calls_that_never_wait_run_in_the_calling_task_in_order() -> None:
+    seen: list[tuple[int, int]] = []
+
+    async def call(item: int, started: Callable[[], None]) -> str:
+        started()
+        seen.append((item, _task_id()))
+        return f"done {item}"
+
+    batch: ToolBatch[int, str] = ToolBatch(call, _cancelled, concurrency=4)
+    async with batch:
+        await batch.run_here(range(6))
+    assert batch.results == [f"done {i}" for i in range(6)]
+    assert [item for item, _ in seen] == list(range(6))
+    assert {task for _, task in seen} == {_task_id()}  # no worker task was needed
+
+
+async def test_a_call_that_waits_lets_the_others_run_concurrently_under_the_limit() -> None:
+    """Every call waits at a gate that opens only once three run at once: with the limit of
+    three that is reached only if the calls after the first spread over workers."""
+    running = 0
+    peak = 0
+    all_in = anyio.Event()
+    starts: list[int] = []
+    tasks: set[int] = set()
+
+    async def call(item: int, started: Callable[[], None]) -> int:
+        nonlocal running, peak
+        started()
+        starts.append(item)
+        tasks.add(_task_id())
+        running += 1
+        peak = max(peak, running)
+        if running == 3:
+            all_in.set()
+        await all_in.wait()
+        running -= 1
+        return item * 10
+
+    batch: ToolBatch[int, int] = ToolBatch(call, lambda i: -1, concurrency=3)
+    with anyio.fail_after(10):  # hang guard: without the spill the gate never opens
+        async with batch:
+            await batch.run_here(range(7))
+    assert batch.results == [i * 10 for i in range(7)]
+    assert starts[:3] == [0, 1, 2]  # submission order, the first in the calling task
+    assert peak == 3  # exactly the limit, never more
+    assert len(tasks) == 3
+
+
+async def test_run_here_with_every_slot_taken_leaves_the_calls_to_the_workers() -> None:
+    gate = anyio.Event()
+
+    async def call(item: int, started: Callable[[], None]) -> int:
+        started()
+        await gate.wait()
+        return item
+
+    batch: ToolBatch[int, int] = ToolBatch(call, lambda i: -1, concurrency=1)
+    with anyio.fail_after(10):
+        async with batch:
+            batch.submit(0)  # takes the only slot
+            await batch.run_here([1, 2])  # returns at once: no slot for this task
+            assert batch.running == 1
+            gate.set()
+    assert batch.results == [0, 1, 2]
+
+
+async def test_cancelling_a_waiting_inline_call_reaches_it() -> None:
+    """Cancelling the block while the calling task is inside a call that waits: the call
+    sees the cancellation (it is thrown into it), and every call gets a result."""
+    cleaned: list[int] = []
+    entered = 0
+    both_in = anyio.Event()
+
+    async def call(item: int, started: Callable[[], None]) -> str:
+        nonlocal entered
+        started()
+        entered += 1
+        if entered == 2:
+            both_in.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            cleaned.append(item)
+        return "never"
+
+    batch: ToolBatch[int, str] = ToolBatch(call, _cancelled, concurrency=2)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+
+            async def run() -> None:
+                async with batch:
+                    await batch.run_here([0, 1, 2])
+
+            tg.start_soon(run)
+            await both_in.wait()  # 0 in the calling task, 1 in the worker it spilled to
+            tg.cancel_scope.cancel()
+    assert batch.results == ["cancelled 0", "cancelled 1", "cancelled 2"]
+    assert sorted(cleaned) == [0, 1]  # both running calls were cancelled, not abandoned
+
+
+async def test_a_call_that_returns_after_waiting_keeps_its_value_and_exceptions() -> None:
+    class Boom(Exception):
+        pass
+
+    async def call(item: int, started: Callable[[], None]) -> str:
+        started()
+        await anyio.lowlevel.checkpoint()
+        try:
+            if item == 1:
+                raise Boom("inner")
+        except Boom:
+            await anyio.lowlevel.checkpoint()  # waits again inside the handler
+            return "recovered"
+        return f"ok {item}"
+
+    batch: ToolBatch[int, str] = ToolBatch(call, _cancelled, concurrency=2)
+    async with batch:
+        await batch.run_here([0, 1, 2])
+    assert batch.results == ["ok 0", "recovered", "ok 2"]
+
+
+# -- an outer task group -------------------------------------------------------------------
+
+
+async def test_workers_start_in_the_outer_group_and_are_awaited() -> None:
+    release = anyio.Event()
+    all_in = anyio.Event()
+    in_worker: list[int] = []
+
+    async def call(item: int, started: Callable[[], None]) -> int:
+        started()
+        in_worker.append(_task_id())
+        if len(in_worker) == 3:
+            all_in.set()
+        await release.wait()
+        return item
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as outer:
+            batch: ToolBatch[int, int] = ToolBatch(
+                call, lambda i: -1, concurrency=3, task_group=outer
+            )
+            async with batch:
+                for i in range(3):
+                    batch.submit(i)
+                await all_in.wait()
+                release.set()
+            # the block waited for its workers: every result is in
+            assert batch.results == [0, 1, 2]
+            assert batch.running == 0
+
+
+async def test_cancelling_the_block_cancels_its_workers_not_the_outer_group() -> None:
+    started_calls = 0
+    two_in = anyio.Event()
+    other_alive = anyio.Event()
+    other_done = anyio.Event()
+
+    async def call(item: int, started: Callable[[], None]) -> str:
+        nonlocal started_calls
+        started()
+        started_calls += 1
+        if started_calls == 2:
+            two_in.set()
+        await anyio.sleep_forever()
+        return "never"
+
+    async def bystander() -> None:
+        other_alive.set()
+        await anyio.lowlevel.checkpoint()
+        other_done.set()
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as outer:
+            outer.start_soon(bystander)
+            batch: ToolBatch[int, str] = ToolBatch(
+                call, _cancelled, concurrency=2, task_group=outer
+            )
+            with anyio.CancelScope() as scope:
+                async with batch:
+                    batch.submit(0)
+                    batch.submit(1)
+                    batch.submit(2)  # waits: the limit is 2
+                    await two_in.wait()
+                    scope.cancel()
+                    await anyio.sleep_forever()
+            assert batch.results == ["cancelled 0", "cancelled 1", "cancelled 2"]
+            assert batch.running == 0
+            await other_done.wait()  # the outer group was not cancelled
+    assert other_alive.is_set()
+
+
+async def test_a_workers_fatal_error_is_raised_by_the_block_not_the_outer_group() -> None:
+    class Broken(Exception):
+        pass
+
+    finished: list[int] = []
+    survivor_done = anyio.Event()
+
+    async def call(item: int, started: Callable[[], None]) -> int:
+        started()
+        await anyio.lowlevel.checkpoint()
+        if item == 1:
+            raise Broken("a call that should have returned a result")
+        if item == 0:
+            await anyio.sleep_forever()  # cancelled by the failure
+        return item
+
+    def on_finish(index: int, result: int, duration: float) -> None:
+        finished.append(index)
+
+    async def survivor() -> None:
+        await anyio.lowlevel.checkpoint()
+        survivor_done.set()
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as outer:
+            outer.start_soon(survivor)
+            batch: ToolBatch[int, int] = ToolBatch(
+                call, lambda i: -1, concurrency=2, on_finish=on_finish, task_group=outer
+            )
+
+            async def use() -> None:
+                async with batch:
+                    batch.submit(0)
+                    batch.submit(1)
+                    batch.submit(2)
+
+            with pytest.raises(Broken):
+                await use()
+            assert batch.results[0] == -1  # cut short by the failure
+            assert sorted(finished) == [0, 1, 2]  # every item had its result told
+            await survivor_done.wait()
+
+
+async def test_the_outer_groups_cancellation_reaches_the_workers() -> None:
+    entered = 0
+    all_in = anyio.Event()
+
+    async def call(item: int, started: Callable[[], None]) -> str:
+        nonlocal entered
+        started()
+        entered += 1
+        if entered == 3:
+            all_in.set()
+        await anyio.sleep_forever()
+        return "never"
+
+    results: list[str] = []
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as outer:
+            batch: ToolBatch[int, str] = ToolBatch(
+                call, _cancelled, concurrency=3, task_group=outer, results=results
+            )
+
+            async def owner() -> None:
+                async with batch:
+                    await batch.run_here([0, 1, 2])
+
+            outer.start_soon(owner)
+            await all_in.wait()
+            outer.cancel_scope.cancel()
+    assert results == ["cancelled 0", "cancelled 1", "cancelled 2"]
+
+
+async def test_a_batch_is_used_once() -> None:
+    async def call(item: int, started: Callable[[], None]) -> int:
+        return item
+
+    batch: ToolBatch[int, int] = ToolBatch(call, lambda i: -1, concurrency=1)
+    async with batch:
+        await batch.run_here([1])
+    with pytest.raises(RuntimeError, match="used once"):
+        async with batch:
+            pass
+    with pytest.raises(RuntimeError, match="inside"):
+        batch.run_here([2])
