@@ -266,7 +266,8 @@ def normalize_command(
         )
         kwargs = {}
     else:
-        kwargs = dict(kwargs)
+        if type(kwargs) is not dict:
+            kwargs = dict(kwargs)
         depth = nesting_depth(kwargs)
         size = (
             0 if depth is None or depth > MAX_JSON_DEPTH else _json_size(kwargs, max_kwargs_bytes)

@@ -80,6 +80,7 @@ class ToolBatch(Generic[T, R]):
         "_on_finish",
         "_on_start",
         "_outer",
+        "_parts",
         "_results",
         "_sink",
         "_started",
@@ -118,6 +119,16 @@ class ToolBatch(Generic[T, R]):
         self._handles: list[Any] = []  # of the workers started in the outer group
         self._idle: anyio.Event | None = None
         self._error: BaseException | None = None
+        # call() in three parts, for a caller whose call starts the tool and makes the result
+        # of what it gave: the batch awaits the tool itself, one frame less per call
+        self._parts: (
+            tuple[
+                Callable[[T], tuple[R | None, Awaitable[Any] | None]],
+                Callable[[T, Any], R],
+                Callable[[T, Exception], R],
+            ]
+            | None
+        ) = None
 
     @property
     def items(self) -> list[T]:
@@ -284,14 +295,32 @@ class ToolBatch(Generic[T, R]):
             while self._next < len(items):
                 index = self._next
                 self._next += 1
-                if self._on_start is None and on_finish is None:
-                    call = self._call(items[index], _nothing)
+                eager = here and self._next < len(items)  # others wait: spill if this one does
+                parts = self._parts
+                if parts is None:
+                    if self._on_start is None and on_finish is None:
+                        call = self._call(items[index], _nothing)
+                    else:
+                        call = self._call(
+                            items[index], functools.partial(self._mark_started, index)
+                        )
+                    result = await (_until_it_waits(call, self._spill) if eager else call)
                 else:
-                    call = self._call(items[index], functools.partial(self._mark_started, index))
-                if here and self._next < len(items):  # others wait: spill when this one waits
-                    result = await _until_it_waits(call, self._spill)
-                else:
-                    result = await call
+                    item = items[index]
+                    if self._on_start is not None or on_finish is not None:
+                        self._mark_started(index)
+                    early, pending = parts[0](item)
+                    if pending is None:
+                        result = early  # type: ignore[assignment]  # a call that cannot run
+                    else:
+                        try:
+                            value = await (
+                                _until_it_waits(pending, self._spill) if eager else pending
+                            )
+                        except Exception as exc:
+                            result = parts[2](item, exc)
+                        else:
+                            result = parts[1](item, value)
                 results[index] = result
                 if on_finish is not None:
                     start = self._started[index]

@@ -127,7 +127,7 @@ class Executor:
             task_group: an open task group to start the batch's workers in (see
                 :class:`ToolBatch`).
         """
-        return ToolBatch(
+        batch = ToolBatch(
             self.call,
             cancelled_record,
             concurrency=self.concurrency if concurrency is None else concurrency,
@@ -136,6 +136,8 @@ class Executor:
             results=results,
             task_group=task_group,
         )
+        batch._parts = (self._begin, ToolExecutionRecord.succeeded, self._broke)
+        return batch
 
     async def run(
         self,
@@ -172,24 +174,45 @@ class Executor:
         the shared limiter and the timeout. ``on_start`` is called when the command starts
         (after the check passes or fails, before any wait for the limiter).
         """
-        name = command.tool_name
         if on_start is not None:
             on_start()
+        record, pending = self._begin(command)
+        if pending is None:
+            return record  # type: ignore[return-value]  # the record of a call that cannot run
+        try:
+            value = await pending
+        except Exception as exc:
+            return self._broke(command, exc)
+        return ToolExecutionRecord.succeeded(command, value)
+
+    # The three parts of call(), for the runner's batch, which awaits the tool itself (one
+    # frame less under every tool call).
+
+    def _begin(
+        self, command: ToolCommand
+    ) -> tuple[ToolExecutionRecord | None, Awaitable[Any] | None]:
+        """Check ``command`` and start its tool: ``(record, None)`` for a command that
+        cannot run, ``(None, awaitable)`` for one that runs."""
+        name = command.tool_name
         try:
             tool = self.registry.get(name)
             arguments = tool.validate(command.tool_kwargs)
         except ToolCallError as exc:  # unknown tool, bad arguments: the tool did not run
-            return ToolExecutionRecord.failed(command, str(exc))
+            return ToolExecutionRecord.failed(command, str(exc)), None
         except Exception as exc:  # a validator that broke: still a record, never a crash
-            return _raised(command, tool_error_text(name, exc), exc)
+            return _raised(command, tool_error_text(name, exc), exc), None
         try:
-            result = await self.execute(tool, arguments)
-        except ToolTimeoutError as exc:
+            return None, self.execute(tool, arguments)
+        except Exception as exc:  # the function refused its arguments before it ran
+            return self._broke(command, exc), None
+
+    @staticmethod
+    def _broke(command: ToolCommand, exc: Exception) -> ToolExecutionRecord:
+        """The record of a call whose tool raised ``exc`` (or ran out of time)."""
+        if isinstance(exc, ToolTimeoutError):
             _LOG.info("%s", exc)
             return ToolExecutionRecord.failed(command, str(exc))
-        except Exception as exc:
-            return _raised(command, tool_error_text(name, exc), exc)
-        return ToolExecutionRecord.succeeded(command, result)
+        return _raised(command, tool_error_text(command.tool_name, exc), exc)
 
     def execute(self, tool: Tool, arguments: dict[str, Any]) -> Awaitable[Any]:
         """Run an already checked call (``arguments`` from ``tool.validate``) under the
