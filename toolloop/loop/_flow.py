@@ -235,7 +235,7 @@ async def _plan_streaming(
         if observed:
             ctx.publish(_finished_event(ctx, index, positions[k], record, duration))
 
-    batch = deps.executor.batch(on_start=on_start, on_finish=on_finish)
+    batch = deps.executor.batch(on_start=on_start, on_finish=on_finish, task_group=ctx.task_group)
 
     def add(position: int, item: PlanItem) -> None:
         nonlocal executed_at
