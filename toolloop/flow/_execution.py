@@ -7,7 +7,7 @@ import itertools
 import logging
 import math
 import os
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
@@ -297,7 +297,18 @@ class Execution(Generic[S]):
                 self._tg = tg
                 if timeout is not None:
                     tg.cancel_scope.deadline = anyio.current_time() + timeout
-                await self._drive(node, value, trigger)
+                # _drive's loop, inline: one frame less under every step of the run
+                self._live += 1
+                try:
+                    while not self._done:
+                        nodes, value = await node.run(self, value, trigger)
+                        if not nodes:
+                            break
+                        node, trigger = self._follow(node, nodes, value, trigger)
+                except Exception as exc:
+                    self._broke(node, exc)
+                finally:
+                    self._live -= 1
         except BaseException:
             self.status = "cancelled"
             self._close_observers()
@@ -371,27 +382,40 @@ class Execution(Generic[S]):
                 nodes, value = await node.run(self, value, trigger)
                 if not nodes:
                     return
-                if not node.passthrough:
-                    trigger = node.name
-                if len(nodes) > 1:
-                    tg = self._tg
-                    assert tg is not None
-                    for other in nodes[1:]:
-                        tg.start_soon(self._drive, other, value, trigger)
-                node = nodes[0]
-        except ExecutionError as err:
-            self._fail(err)
-        except Exception as exc:  # an observer broke (or the engine did): fail, never leak it
-            failed = StepFailedError(
-                f"{node.name!r} failed: {type(exc).__name__}: {exc}",
-                step=node.name,
-                trace=self.trace,
-                state=self.state,
-            )
-            failed.__cause__ = exc
-            self._fail(failed)
+                node, trigger = self._follow(node, nodes, value, trigger)
+        except Exception as exc:
+            self._broke(node, exc)
         finally:
             self._live -= 1
+
+    def _follow(
+        self, node: Node, nodes: Sequence[Node], value: Any, trigger: str
+    ) -> tuple[Node, str]:
+        """The node to run next in this task (the others of a fan-out get tasks of their
+        own) and the trigger it sees."""
+        if not node.passthrough:
+            trigger = node.name
+        if len(nodes) > 1:
+            tg = self._tg
+            assert tg is not None
+            for other in nodes[1:]:
+                tg.start_soon(self._drive, other, value, trigger)
+        return nodes[0], trigger
+
+    def _broke(self, node: Node, exc: Exception) -> None:
+        """A chain of steps raised: the execution fails (never leaks the exception)."""
+        if isinstance(exc, ExecutionError):
+            self._fail(exc)
+            return
+        # an observer broke (or the engine did)
+        failed = StepFailedError(
+            f"{node.name!r} failed: {type(exc).__name__}: {exc}",
+            step=node.name,
+            trace=self.trace,
+            state=self.state,
+        )
+        failed.__cause__ = exc
+        self._fail(failed)
 
     # -- called by nodes and contexts ---------------------------------------------------
 

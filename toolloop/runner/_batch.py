@@ -110,13 +110,14 @@ class ToolBatch(Generic[T, R]):
         self._sink = results
         self._items: list[T] = []
         self._results: list[R | None] = []
-        self._started: list[float] = []
+        # when each call started, for on_finish's durations (kept only when told)
+        self._started: dict[int, float] | None = {} if on_finish is not None else None
         self._next = 0  # the first item no worker took yet (items are taken in order)
         self._workers = 0
         self._state = 0  # 0 new, 1 open, 2 closed
         self._task_group: anyio.abc.TaskGroup | None = None
         self._outer = task_group
-        self._handles: list[Any] = []  # of the workers started in the outer group
+        self._handles: list[Any] | None = None  # of the workers started in the outer group
         self._idle: anyio.Event | None = None
         self._error: BaseException | None = None
         # call() in three parts, for a caller whose call starts the tool and makes the result
@@ -217,7 +218,7 @@ class ToolBatch(Generic[T, R]):
 
     def _cancel_workers(self) -> None:
         self._next = len(self._items)  # nothing more is taken
-        for handle in self._handles:
+        for handle in self._handles or ():
             handle.cancel()
 
     def submit(self, item: T) -> int:
@@ -262,7 +263,6 @@ class ToolBatch(Generic[T, R]):
         index = len(self._items)
         self._items.append(item)
         self._results.append(None)
-        self._started.append(0.0)
         return index
 
     def _spill(self) -> None:
@@ -278,10 +278,13 @@ class ToolBatch(Generic[T, R]):
         assert self._task_group is not None
         handle = self._task_group.start_soon(self._work, name=_WORKER)
         if self._outer is not None:  # cancelled with the batch, not with the outer group
+            if self._handles is None:
+                self._handles = []
             self._handles.append(handle)
 
     def _mark_started(self, index: int) -> None:
-        self._started[index] = perf_counter()
+        if self._started is not None:
+            self._started[index] = perf_counter()
         if self._on_start is not None:
             self._on_start(index, self._items[index])
 
@@ -323,7 +326,7 @@ class ToolBatch(Generic[T, R]):
                             result = parts[1](item, value)
                 results[index] = result
                 if on_finish is not None:
-                    start = self._started[index]
+                    start = self._started.get(index, 0.0)  # type: ignore[union-attr]
                     on_finish(index, result, perf_counter() - start if start else 0.0)
         except Exception as exc:
             if here or self._outer is None:
@@ -348,7 +351,7 @@ class ToolBatch(Generic[T, R]):
                 cancelled = self._cancelled(self._items[index])
                 results[index] = cancelled
                 if self._on_finish is not None:
-                    start = self._started[index]
+                    start = self._started.get(index, 0.0)  # type: ignore[union-attr]
                     self._on_finish(index, cancelled, now - start if start else 0.0)
         if self._sink is not None:
             self._sink.extend(results)  # type: ignore[arg-type]  # no None left

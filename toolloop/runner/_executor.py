@@ -84,7 +84,15 @@ class Executor:
     An executor holds only configuration: one can serve many rounds and runs, concurrently.
     """
 
-    __slots__ = ("concurrency", "limiter", "on_finish", "on_start", "registry", "tool_timeout")
+    __slots__ = (
+        "_parts",
+        "concurrency",
+        "limiter",
+        "on_finish",
+        "on_start",
+        "registry",
+        "tool_timeout",
+    )
 
     def __init__(
         self,
@@ -106,6 +114,7 @@ class Executor:
         self.tool_timeout = tool_timeout
         self.on_start = on_start
         self.on_finish = on_finish
+        self._parts = (self._begin, ToolExecutionRecord.succeeded, self._broke)
 
     def batch(
         self,
@@ -136,7 +145,7 @@ class Executor:
             results=results,
             task_group=task_group,
         )
-        batch._parts = (self._begin, ToolExecutionRecord.succeeded, self._broke)
+        batch._parts = self._parts
         return batch
 
     async def run(
