@@ -265,13 +265,13 @@ def normalize_command(
             f"{type(kwargs).__name__} {_short(kwargs)}"
         )
         kwargs = {}
+    elif type(kwargs) is dict and _flat_and_small(kwargs, max_kwargs_bytes):
+        pass  # the common case, settled in one pass: nothing nested, nothing large
     else:
         if type(kwargs) is not dict:
             kwargs = dict(kwargs)
         depth = nesting_depth(kwargs)
-        size = (
-            0 if depth is None or depth > MAX_JSON_DEPTH else _json_size(kwargs, max_kwargs_bytes)
-        )
+        size = 0 if depth is None or depth > MAX_JSON_DEPTH else _json_size(kwargs)
         if depth is None:
             problem = "not run: tool_kwargs contain themselves (a cycle), which JSON cannot say"
             kwargs = {"omitted": "a cycle"}
@@ -301,25 +301,27 @@ def normalize_command(
 
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)
-_SCALARS = (int, float, bool, type(None))
 
 
-def _json_size(kwargs: dict[str, Any], limit: int) -> int:
-    """The size of ``kwargs`` as JSON, or a bound below ``limit`` when that is obvious
-    (short scalar arguments: a JSON string is at most six characters per character)."""
+def _flat_and_small(kwargs: dict[str, Any], limit: int) -> bool:
+    """Whether ``kwargs`` has string keys and scalar values only, and is surely no larger
+    than ``limit`` as JSON (a JSON string is at most six characters per character)."""
     bound = 2
     for key, value in kwargs.items():
         if type(key) is not str:
-            break
-        if type(value) is str:
+            return False
+        kind = type(value)
+        if kind is str:
             bound += 6 * (len(key) + len(value)) + 6
-        elif isinstance(value, _SCALARS):
+        elif kind is int or kind is float or kind is bool or value is None:
             bound += 6 * len(key) + 32
         else:
-            break
-    else:
-        if bound <= limit:
-            return bound
+            return False
+    return bound <= limit
+
+
+def _json_size(kwargs: dict[str, Any]) -> int:
+    """The size of ``kwargs`` as JSON (whatever they hold: never raises)."""
     try:
         return len(_ENCODER.encode(kwargs))
     except (TypeError, ValueError, RecursionError):
