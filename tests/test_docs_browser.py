@@ -1,0 +1,76 @@
+"""Every page of the built site, opened in a real headless Chromium: it asks nothing of the
+network (every request stays on 127.0.0.1), every Mermaid picture is drawn as an SVG, and
+the console shows no error."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import Browser, leaving_localhost
+
+pytestmark = pytest.mark.timeout(900)  # the docs build (540 s at most) runs inside the first
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def served_site(docs_site: Path) -> Iterator[str]:
+    handler = functools.partial(_Quiet, directory=str(docs_site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def _pages(site: Path) -> list[str]:
+    return sorted(str(p.relative_to(site)) for p in site.rglob("*.html"))
+
+
+def test_every_page_works_offline_in_a_real_browser(
+    chromium: Browser, docs_site: Path, served_site: str
+) -> None:
+    pages = _pages(docs_site)
+    assert len(pages) >= 30, pages
+    problems: list[str] = []
+    diagrams = 0
+    for page in pages:
+        expected = (docs_site / page).read_text().count('<pre class="mermaid">')
+        url = served_site + page.removesuffix("index.html")
+        chromium.open(url)
+        chromium.wait_for("return document.readyState === 'complete'", what="the page loaded")
+        if expected:
+            drawn = chromium.drawn("mermaid")
+            deadline = time.monotonic() + 30  # a hang guard
+            while (len(drawn) != expected or None in drawn) and time.monotonic() < deadline:
+                time.sleep(0.1)
+                drawn = chromium.drawn("mermaid")
+            if len(drawn) != expected or None in drawn:
+                problems.append(f"{page}: {expected} Mermaid diagrams, drawn as SVG: {drawn}")
+            diagrams += sum(svg is not None for svg in drawn)
+            problems += [
+                f"{page}: diagram {i} is Mermaid's error picture"
+                for i, svg in enumerate(drawn)
+                if svg is not None and "Syntax error" in svg
+            ]
+        requested, errors = chromium.drain()
+        problems += [
+            f"{page}: requested {url} (not 127.0.0.1)" for url in leaving_localhost(requested)
+        ]
+        problems += [f"{page}: console {error}" for error in errors]
+        assert requested, f"{page}: no request seen at all: the log is not working"
+    assert not problems, "\n".join(problems)
+    assert diagrams >= 5  # the architecture page alone draws the flows
