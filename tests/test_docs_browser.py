@@ -17,6 +17,24 @@ from conftest import Browser, leaving_localhost
 pytestmark = pytest.mark.timeout(900)  # the docs build (540 s at most) runs inside the first
 
 
+LAYOUT = r"""
+const problems = [];
+for (const block of document.querySelectorAll('.md-content pre > code')) {
+  const picture = /[─│└┘┌┐▶▲]/.test(block.textContent);  // drawn with box characters
+  if (picture && block.scrollWidth > block.clientWidth + 1) {
+    problems.push('a text picture is cut at ' + block.clientWidth + ' px (it needs '
+                  + block.scrollWidth + ' px): ' + block.textContent.slice(0, 60));
+  }
+}
+for (const cell of document.querySelectorAll('.md-content table td')) {
+  if (cell.textContent.includes('\\|')) {
+    problems.push('a table cell shows a literal backslash: ' + cell.textContent.slice(0, 80));
+  }
+}
+return problems;
+"""
+
+
 class _Quiet(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         pass
@@ -66,6 +84,7 @@ def test_every_page_works_offline_in_a_real_browser(
                 for i, svg in enumerate(drawn)
                 if svg is not None and "Syntax error" in svg
             ]
+        problems += [f"{page}: {problem}" for problem in chromium.js(LAYOUT)]
         requested, errors = chromium.drain()
         problems += [
             f"{page}: requested {url} (not 127.0.0.1)" for url in leaving_localhost(requested)
@@ -74,3 +93,17 @@ def test_every_page_works_offline_in_a_real_browser(
         assert requested, f"{page}: no request seen at all: the log is not working"
     assert not problems, "\n".join(problems)
     assert diagrams >= 5  # the architecture page alone draws the flows
+
+
+def test_the_benchmarks_page_shows_figures_before_the_method(
+    chromium: Browser, served_site: str
+) -> None:
+    chromium.open(served_site + "benchmarks/")
+    headings = chromium.js("return [...document.querySelectorAll('.md-content h2')].map(h => h.id)")
+    assert headings.index("figures") == 0, headings
+    assert headings.index("figures") < headings.index("how-they-are-measured"), headings
+    first_table = chromium.js(
+        "const t = document.querySelector('.md-content table'); "
+        "return t.getBoundingClientRect().top + window.scrollY;"
+    )
+    assert first_table < 900, f"the first figure is {first_table} px down the page"
