@@ -90,3 +90,12 @@ def test_the_readme_starts_with_the_quick_start_then_says_how_to_install(dist: P
     assert "pip install /path/to/toolloop" in install
     for extra in _extras(dist):
         assert f"| `{extra}` |" in install, f"the extra {extra!r} is not in the Install table"
+
+
+def test_the_viewer_page_ships_in_the_wheel(dist: Path) -> None:
+    with _wheel(dist) as wheel:
+        names = set(wheel.namelist())
+        for asset in ("index.html", "viewer.js", "viewer.css"):
+            name = f"toolloop/viewer/static/{asset}"
+            assert name in names, name
+            assert wheel.read(name) == (ROOT / name).read_bytes()

@@ -29,6 +29,7 @@ PUBLIC_MODULES = [
     "toolloop.testing",
     "toolloop.tools",
     "toolloop.tracing",
+    "toolloop.viewer",
 ]
 
 MENU_GROUPS = [

@@ -1,0 +1,238 @@
+"""The live viewer end to end in a real headless Chromium: a run with streaming dispatch,
+watched as it happens (a tool still running shows as a running bar), then the whole run
+(rounds, bars, a failed record's error, the short-circuit); a screenshot is left in the
+test artefacts. And a trace file replayed, then tailed, by ``toolloop view``."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from conftest import Browser, leaving_localhost
+
+from toolloop import StructuredPlanner, async_plan_and_execute
+from toolloop.loop import LoopResult
+from toolloop.testing import ScriptedChatModel, ScriptedPlanner
+from toolloop.tracing import TraceRecorder
+from toolloop.viewer import ViewerSink
+
+pytestmark = pytest.mark.timeout(300)
+
+PLAN = {
+    "next_action": "execute",
+    "execution_commands": [
+        {"purpose": "a slow lookup", "tool_name": "slow_lookup", "tool_kwargs": {"city": "Faro"}},
+        {"purpose": "read the sensor", "tool_name": "read_sensor", "tool_kwargs": {}},
+        {"purpose": "say hello", "tool_name": "echo", "tool_kwargs": {"text": "hello"}},
+    ],
+}
+
+
+def _tools(gate: threading.Event) -> list[Callable[..., Any]]:
+    def slow_lookup(city: str) -> dict[str, str]:
+        """Look a city up, slowly (until the test lets it finish).
+
+        Args:
+            city: the city.
+        """
+        gate.wait(60)
+        return {"city": city, "sky": "sunny"}
+
+    def read_sensor() -> float:
+        """Read the sensor."""
+        raise RuntimeError("the sensor is offline")
+
+    def echo(text: str) -> str:
+        """Say it back.
+
+        Args:
+            text: what to say.
+        """
+        return text
+
+    return [slow_lookup, read_sensor, echo]
+
+
+def _page_state(chromium: Browser) -> dict[str, object]:
+    return chromium.js(  # type: ignore[no-any-return]
+        """
+        const q = (s) => [...document.querySelectorAll(s)];
+        return {
+          run: (document.querySelector('article.run') || {}).dataset?.state || null,
+          rounds: q('article.run .row.round-row').map(r => r.dataset.round),
+          bars: q('article.run .bar.call').map(b => b.dataset.tool + ':' + b.dataset.state),
+          errors: q('article.run .record.failed .error').map(e => e.textContent),
+          short: q('article.run .short-circuit').map(s => s.dataset.round),
+          finished: (document.querySelector('.finished-line') || {}).textContent || null,
+          status: document.getElementById('status').dataset.state,
+        };
+        """
+    )
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_streamed_run_live_in_the_browser(
+    chromium: Browser, artefacts: Path, backend: str
+) -> None:
+    gate = threading.Event()
+    model = ScriptedChatModel()
+    model.add_reply(json.dumps(PLAN), chunk_size=16, delay=0.01)  # the plan streams
+    model.add_reply(  # round 1: "r" settles "response"; the rest is never read
+        chunks=['{"next_action": "', "r", 'esponse", ', '"execution_commands": []}'], delay=0.05
+    )
+    outcome: list[LoopResult | BaseException] = []
+
+    def run(sink: ViewerSink) -> None:
+        try:
+            outcome.append(
+                anyio.run(
+                    functools.partial(
+                        async_plan_and_execute,
+                        "Where is it sunny?",
+                        tools=_tools(gate),
+                        planner=StructuredPlanner(model),
+                        streaming_dispatch=True,
+                        timeout=60,
+                        on_event=sink,
+                    ),
+                    backend=backend,
+                )
+            )
+        except BaseException as exc:
+            outcome.append(exc)
+
+    with ViewerSink(meta={"request": "Where is it sunny?"}) as sink:
+        assert sink.server is not None
+        chromium.open(sink.url)
+        assert sink.server.wait_for_pages(1, timeout=30)
+        chromium.wait_for("return document.getElementById('status').dataset.state === 'live'")
+        loop = threading.Thread(target=run, args=(sink,))
+        loop.start()
+        try:
+            # live: the slow tool is a running bar while the others are done
+            chromium.wait_for(
+                "return !!document.querySelector('.bar.call[data-tool=slow_lookup]"
+                "[data-state=running]') && !!document.querySelector('.record.failed .error')",
+                what="the slow tool running beside a failed record",
+            )
+            running = _page_state(chromium)
+            assert running["run"] == "running"
+            assert "slow_lookup:running" in running["bars"]  # type: ignore[operator]
+            chromium.driver.save_screenshot(str(artefacts / f"viewer-running-{backend}.png"))
+        finally:
+            gate.set()
+            loop.join(60)
+        chromium.wait_for(
+            "return (document.querySelector('article.run') || {}).dataset?.state === 'finished'",
+            what="the run finished",
+        )
+        shown = _page_state(chromium)
+        chromium.driver.save_screenshot(str(artefacts / f"viewer-{backend}.png"))
+    (result,) = outcome
+    assert isinstance(result, LoopResult), result
+    assert result.stop_reason == "response"
+    assert shown["rounds"] == ["0", "1"]
+    assert sorted(shown["bars"]) == [  # type: ignore[call-overload]
+        "echo:ok",
+        "read_sensor:failed",
+        "slow_lookup:ok",
+    ]
+    errors_shown = shown["errors"]
+    assert isinstance(errors_shown, list)
+    assert len(errors_shown) == 1
+    assert "the sensor is offline" in errors_shown[0]
+    assert shown["short"] == ["1"]  # round 1's plan was cut short
+    assert shown["finished"] == "response after 1 round, 3 records"
+    assert (artefacts / f"viewer-{backend}.png").stat().st_size > 10_000
+    requested, errors = chromium.drain()
+    assert not leaving_localhost(requested)
+    assert not errors, errors
+    # the server stopped with the sink: the page says so and keeps what it showed
+    chromium.wait_for("return document.getElementById('status').dataset.state === 'closed'")
+    assert _page_state(chromium)["bars"] == shown["bars"]
+
+
+def _trace_file(path: Path) -> list[str]:
+    """A finished run's trace, as lines."""
+
+    def echo(text: str) -> str:
+        """Say it back.
+
+        Args:
+            text: what to say.
+        """
+        return text
+
+    planner = ScriptedPlanner(
+        [
+            {
+                "next_action": "execute",
+                "execution_commands": [
+                    {"purpose": "hi", "tool_name": "echo", "tool_kwargs": {"text": "hi"}},
+                    {"purpose": "oops", "tool_name": "missing_tool", "tool_kwargs": {}},
+                ],
+            },
+            {"next_action": "response"},
+        ]
+    )
+    recorder = TraceRecorder(meta={"request": "replayed"})
+    anyio.run(
+        functools.partial(
+            async_plan_and_execute, "replayed", tools=[echo], planner=planner, on_event=recorder
+        )
+    )
+    recorder.write(path)
+    return path.read_text().splitlines()
+
+
+def test_toolloop_view_replays_and_tails_a_trace(chromium: Browser, tmp_path: Path) -> None:
+    lines = _trace_file(tmp_path / "full.jsonl")
+    live = tmp_path / "run.jsonl"
+    cut = next(i for i, line in enumerate(lines) if '"tool_call_finished"' in line)
+    live.write_text("\n".join(lines[:cut]) + "\n")  # a run half written
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with subprocess.Popen(
+        [sys.executable, "-m", "toolloop", "view", str(live), "--follow", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    ) as viewer:
+        try:
+            assert viewer.stdout is not None
+            first = viewer.stdout.readline()  # "viewer: http://127.0.0.1:PORT/ ..."
+            assert first.startswith("viewer: http://127.0.0.1:"), first
+            url = first.split()[1]
+            chromium.open(url)
+            chromium.wait_for(
+                "return document.querySelectorAll('.bar.call[data-state=running]').length === 1",
+                what="the half-written run, its call still running",
+            )
+            assert "request: replayed" in chromium.js(
+                "return document.querySelector('article.run .meta').textContent"
+            )
+            with live.open("a") as file:  # the run goes on: the page follows the file
+                file.write("\n".join(lines[cut:]) + "\n")
+            chromium.wait_for(
+                "return (document.querySelector('.finished-line') || {}).textContent === "
+                "'response after 1 round, 2 records'",
+                what="the rest of the run, tailed",
+            )
+            error = chromium.js(
+                "return document.querySelector('.record.failed .error').textContent"
+            )
+            assert "no tool named 'missing_tool'" in error
+            _, errors = chromium.drain()
+            assert not errors, errors
+        finally:
+            viewer.terminate()
+            viewer.wait(30)
