@@ -86,7 +86,7 @@ def test_plain_mode_one_line_per_event() -> None:
         '   0.200s  round 0  start #1 find_fare to="Faro" api_key="[redacted]"',
         "   0.210s  round 0  FAIL  #1 find_fare 10 ms: tool 'find_fare' raised KeyError: 'Faro'",
         '   0.500s  round 0  ok    #0 get_weather 300 ms -> {"sky": "sunny"}',
-        "   0.500s  round 0  done: 2 records, 1 ok, 1 failed (300 ms)",
+        "   0.500s  round 0  done: 2 records, 1 ok, 1 failed (round 500 ms, tools 300 ms)",
         "   0.500s  round 1  planning",
         "   0.512s  round 1  plan: response, short-circuit: the stream was closed as soon as "
         "'response' was settled (12 ms)",
@@ -147,7 +147,7 @@ async def test_the_live_display() -> None:
     assert '✓ #0 get_weather 300 ms  -> {"sky": "sunny"}' in screen
     assert "✗ #1 find_fare 10 ms  tool 'find_fare' raised KeyError: 'Faro'" in screen
     assert "plan: ⚡ response, short-circuit" in screen
-    assert "done: 1 ok, 1 failed (300 ms)" in screen
+    assert "done: 1 ok, 1 failed (round 500 ms, tools 300 ms)" in screen
     assert "finished: response after 1 round, 2 records" in screen
     assert "sk-secret" not in screen
     # once closed, output is plain
@@ -188,7 +188,12 @@ def test_demo_plain(tmp_path: Path) -> None:
     assert "round 0  plan: execute 5 commands" in text
     assert "FAIL  #3 book_hotel" in text
     assert "finished: response after 2 rounds, 9 records" in text
-    assert '"weather in Lisbon": {' in text
+    assert "planner: scripted (toolloop.testing.ScriptedPlanner): two rounds of tools" in text
+    assert "action_results (injected into the final prompt), one line each:" in text
+    assert (
+        '\n  weather in Lisbon: {"city": "Lisbon", "days": 3, "max_c": 24, "sky": "sunny"}\n'
+        in text
+    )
     assert read_trace(trace).meta["planner"] == "scripted"
     assert timeline.read_text(encoding="utf-8").startswith("<?xml")
 
@@ -235,3 +240,54 @@ def test_trace_show_and_timeline(tmp_path: Path) -> None:
     assert main(argv, stdout=out, stderr=err) == 0
     assert (tmp_path / "other.svg").exists()
     assert err.getvalue() == ""
+
+
+def _final_screen(written: str) -> list[str]:
+    """What a terminal shows at the end: each "cursor up N, clear below" removes the N lines
+    above it; other escapes draw nothing."""
+    shown: list[str] = [""]
+    for piece in re.split(r"(\x1b\[\d+A\x1b\[J|\x1b\[[0-9;?]*[A-Za-z])", written):
+        cleared = re.fullmatch(r"\x1b\[(\d+)A\x1b\[J", piece)
+        if cleared:
+            keep = len(shown) - 1 - int(cleared.group(1))
+            shown = [*shown[:keep], shown[-1]]
+        elif not piece.startswith("\x1b"):
+            lines = piece.split("\n")
+            shown[-1] += lines[0]
+            shown.extend(lines[1:])
+    return shown[:-1] if shown[-1] == "" else shown
+
+
+class _Terminal(io.StringIO):
+    encoding = "utf-8"
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_demo_with_its_results_fits_a_45_line_terminal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import os
+
+    monkeypatch.setattr(
+        "shutil.get_terminal_size", lambda fallback=None: os.terminal_size((100, 45))
+    )
+    monkeypatch.delenv("TERM", raising=False)
+    out = _Terminal()
+    assert main(["demo"], stdout=out, stderr=io.StringIO()) == 0
+    screen = _final_screen(out.getvalue())
+    assert len(screen) <= 45, "\n".join(screen)
+    assert max(len(line) for line in screen) <= 100
+    assert screen[0].startswith("request: ")  # the first line is still on the screen
+    assert any("done: 3 ok, 2 failed (round " in line for line in screen)
+    assert any(line.startswith('  fare in JPY: {"error"') for line in screen)
+
+
+def test_a_round_says_how_long_it_took_in_all_and_its_tools() -> None:
+    out = io.StringIO()
+    display = PlainDisplay(out)
+    display(RoundStarted(execution_id=E, at=1.0, round_index=2))
+    display(RoundFinished(execution_id=E, at=1.4, round_index=2, records=[OK], duration=0.3))
+    assert out.getvalue().splitlines()[-1].endswith("done: 1 record, 1 ok, 0 failed "
+                                                    "(round 400 ms, tools 300 ms)")  # fmt: skip

@@ -137,7 +137,7 @@ async def test_run_in_process_plain(tools_module: Path) -> None:
         next(w for w in words if w.startswith("round 1  plan:")),
     )
     assert words[-1] == "finished: response after 1 round, 2 records"
-    assert "action_results (injected into the final prompt):" in text
+    assert "action_results (injected into the final prompt), one line each:" in text
     assert f"\nanswer:\n{ANSWER}\n" in text
     assert "stop: response · 1 round · 2 records (1 failed)" in text
     # the key went to the server, and nowhere else

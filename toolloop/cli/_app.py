@@ -39,6 +39,7 @@ examples:
       --base-url http://127.0.0.1:8000/v1 --model qwen2.5-7b-instruct --answer
   toolloop graph > loop.mmd
   toolloop trace timeline run.jsonl -o run.svg
+  toolloop view run.jsonl --follow --open
 
 Progress is live on a terminal, one line per event otherwise (or with --plain).
 Exit status: 0 done, 1 the run failed, 2 bad arguments, 130 interrupted.
@@ -98,6 +99,12 @@ def _add_outputs(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--plain", action="store_true", help="one line per event, even on a terminal"
+    )
+    parser.add_argument(
+        "--view",
+        type=_positive_int,
+        metavar="PORT",
+        help="also show the run in the live viewer that `toolloop view --port PORT` serves",
     )
     parser.add_argument(
         "--backend",
@@ -229,6 +236,27 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"one of {', '.join(_FLOWS)} or MODULE:ATTR of any Flow (default: loop)",
     )
 
+    view = commands.add_parser(
+        "view",
+        help="the live run viewer: a local web page showing runs as they happen",
+        description="Serve the live run viewer on 127.0.0.1: each round, the plan streaming, "
+        "tool calls as bars on a time axis, records with results and errors, the "
+        "short-circuit. Runs come from a trace file (replayed; --follow: tailed) or from "
+        "applications that pass on_event=toolloop.viewer.ViewerSink(URL).",
+    )
+    view.add_argument(
+        "file", nargs="?", type=Path, metavar="FILE.jsonl", help="a trace to show (--trace)"
+    )
+    view.add_argument("--follow", action="store_true", help="keep showing what is appended to FILE")
+    view.add_argument(
+        "--port",
+        type=_count,
+        default=8765,
+        metavar="N",
+        help="the port on 127.0.0.1 (default: %(default)s; 0: any free one)",
+    )
+    view.add_argument("--open", action="store_true", help="open the page in a browser")
+
     trace = commands.add_parser(
         "trace",
         help="show a recorded trace, or draw its timeline (SVG)",
@@ -326,6 +354,7 @@ def _graph(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _trace(args: argparse.Namespace, out: TextIO) -> int:
+    from ..loop import RoundStarted
     from ..tracing import TraceError, read_trace, write_timeline
     from ._plain import line
 
@@ -342,8 +371,11 @@ def _trace(args: argparse.Namespace, out: TextIO) -> int:
         if trace.started is not None:
             out.write(f"started: {trace.started.isoformat()}\n")
         out.write("\n")
+        started: dict[int, float] = {}
         for event in trace.events:
-            text = line(event)
+            if isinstance(event, RoundStarted):
+                started[event.round_index] = event.at
+            text = line(event, started)
             if text is not None:
                 out.write(text + "\n")
         return 0
@@ -380,6 +412,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         timeline=args.timeline,
         otel=args.otel,
         plain=args.plain,
+        view=args.view,
     )
     result = anyio.run(functools.partial(async_run, options, out=out), backend=args.backend)
     if result.stop_reason == "timeout":
@@ -389,11 +422,24 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _view(args: argparse.Namespace, out: TextIO) -> int:
+    from ._view import ViewOptions, view
+
+    options = ViewOptions(
+        file=args.file, follow=args.follow, port=args.port, open_browser=args.open
+    )
+    return view(options, out=out)
+
+
 def _demo(args: argparse.Namespace, out: TextIO) -> int:
     from ._demo import DemoOptions, async_demo
 
     options = DemoOptions(
-        http=args.http, trace=args.trace, timeline=args.timeline, plain=args.plain
+        http=args.http,
+        trace=args.trace,
+        timeline=args.timeline,
+        plain=args.plain,
+        view=args.view,
     )
     anyio.run(functools.partial(async_demo, options, out=out), backend=args.backend)
     return 0
@@ -404,6 +450,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO], int]] = {
     "run": _run,
     "graph": _graph,
     "trace": _trace,
+    "view": _view,
 }
 
 

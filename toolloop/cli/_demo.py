@@ -20,7 +20,15 @@ from typing import Any, TextIO
 
 from .._demo import PLANNER, convert_currency, find_fare, get_weather
 from ..loop import LoopResult, async_plan_and_execute
-from ._session import Display, OnEvent, make_display, observe, print_result, stream_answer
+from ._session import (
+    Display,
+    OnEvent,
+    make_display,
+    observe,
+    print_result,
+    stream_answer,
+    terminal_width,
+)
 
 __all__ = ["DemoOptions", "async_demo"]
 
@@ -42,6 +50,7 @@ class DemoOptions:
     trace: Path | None = None
     timeline: Path | None = None
     plain: bool = False
+    view: int | None = None
 
 
 def _command(purpose: str, tool: str, todo: str = "", **kwargs: Any) -> dict[str, Any]:
@@ -88,7 +97,10 @@ async def async_demo(options: DemoOptions, *, out: TextIO) -> LoopResult:
     display = make_display(out, plain=options.plain)
     display.message(f"request: {REQUEST}")
     if not options.http:
-        display.message("planner: scripted (toolloop.testing.ScriptedPlanner), 3 rounds")
+        display.message(
+            "planner: scripted (toolloop.testing.ScriptedPlanner): two rounds of tools, then "
+            "the answer"
+        )
         display.message()
         started = perf_counter()
 
@@ -109,12 +121,19 @@ async def async_demo(options: DemoOptions, *, out: TextIO) -> LoopResult:
             meta={"request": REQUEST, "planner": "scripted", "concurrency": 3},
             trace=options.trace,
             timeline=options.timeline,
+            view=options.view,
         )
         print_result(out, result, elapsed=perf_counter() - started, written=written)
-        out.write(f"\nextra_instruction: {result.extra_instruction}\n")
+        instruction = f"extra_instruction: {result.extra_instruction}"
+        width = max(terminal_width(out) - 1, 40)
+        if len(instruction) > width:
+            instruction = instruction[: width - 3] + "..."
+        out.write(f"\n{instruction}\n")
         out.write(
-            "\n(toolloop demo --http: the same plan written by a model over HTTP, tools "
-            "starting while it streams, the short-circuit, a streamed answer)\n"
+            "\nnext: toolloop demo --http   the same plan written by a model over HTTP: tools\n"
+            "                             start while it streams, the short-circuit, an answer\n"
+            "      toolloop view          then, in another terminal, toolloop demo --view 8765:\n"
+            "                             the run in a browser, live\n"
         )
         return result
     return await _http_demo(options, out=out, display=display)
@@ -175,6 +194,7 @@ async def _http_demo(options: DemoOptions, *, out: TextIO, display: Display) -> 
                 },
                 trace=options.trace,
                 timeline=options.timeline,
+                view=options.view,
             )
             print_result(out, result, elapsed=perf_counter() - started, written=written)
             if len(server.streams) > 2:

@@ -7,7 +7,7 @@ Each line starts with the seconds since the run started, then the round::
        0.201s  round 0  start #0 get_weather city="Lisbon"
        0.502s  round 0  ok    #0 get_weather 301 ms -> {"city": "Lisbon", "sky": "sunny"}
        0.502s  round 0  FAIL  #3 book_hotel 0 ms: no tool named 'book_hotel'
-       0.903s  round 0  done: 5 records, 3 ok, 2 failed (702 ms)
+       0.903s  round 0  done: 5 records, 3 ok, 2 failed (round 903 ms, tools 702 ms)
        1.105s  round 2  plan: response, short-circuit (12 ms)
        1.105s  finished: response after 2 rounds, 9 records
 
@@ -30,7 +30,7 @@ from ..loop import (
 from ..runner import ToolCallFinished, ToolCallStarted, json_safe
 from ..tracing import redact
 
-__all__ = ["PlainDisplay", "describe", "format_kwargs", "ms", "preview"]
+__all__ = ["PlainDisplay", "describe", "format_kwargs", "ms", "preview", "round_took"]
 
 
 def ms(seconds: float) -> str:
@@ -77,9 +77,17 @@ def plan_summary(event: PlanDecided) -> str:
     return text
 
 
-def describe(event: FlowEvent) -> str | None:
+def round_took(event: RoundFinished, started: float | None) -> str:
+    """``round 883 ms, tools 544 ms``: the round from its planner call on, and its tools
+    (from the first call's start); just the tools when the round's start is not known."""
+    tools = f"tools {ms(event.duration)}"
+    return tools if started is None else f"round {ms(event.at - started)}, {tools}"
+
+
+def describe(event: FlowEvent, round_started: Mapping[int, float] | None = None) -> str | None:
     """The words of a plain line for ``event`` (without its time); ``None`` for events that
-    are not shown (the flow engine's steps)."""
+    are not shown (the flow engine's steps). ``round_started`` has when each round started
+    (``RoundStarted.at``), for the time a round took in all."""
     if isinstance(event, RoundStarted):
         return f"round {event.round_index}  planning"
     if isinstance(event, PlanDecided):
@@ -106,7 +114,7 @@ def describe(event: FlowEvent) -> str | None:
         n = len(event.records)
         return (
             f"round {event.round_index}  done: {n} record{'s' * (n != 1)}, {ok} ok, "
-            f"{failed} failed ({ms(event.duration)})"
+            f"{failed} failed ({round_took(event, (round_started or {}).get(event.round_index))})"
         )
     if isinstance(event, LoopFinished):
         return (
@@ -118,9 +126,9 @@ def describe(event: FlowEvent) -> str | None:
     return None
 
 
-def line(event: FlowEvent) -> str | None:
+def line(event: FlowEvent, round_started: Mapping[int, float] | None = None) -> str | None:
     """The whole plain line of ``event``, with its time."""
-    words = describe(event)
+    words = describe(event, round_started)
     return None if words is None else f"{event.at:8.3f}s  {words}"
 
 
@@ -131,9 +139,12 @@ class PlainDisplay:
 
     def __init__(self, out: TextIO) -> None:
         self.out = out
+        self._round_started: dict[int, float] = {}
 
     def __call__(self, event: FlowEvent) -> None:
-        text = line(event)
+        if isinstance(event, RoundStarted):
+            self._round_started[event.round_index] = event.at
+        text = line(event, self._round_started)
         if text is not None:
             self.out.write(text + "\n")
             self.out.flush()

@@ -25,7 +25,7 @@ from ..loop import (
     RoundStarted,
 )
 from ..runner import ToolCallFinished, ToolCallStarted
-from ._plain import format_kwargs, ms, plan_summary, preview
+from ._plain import format_kwargs, ms, plan_summary, preview, round_took
 
 __all__ = ["LiveDisplay"]
 
@@ -114,6 +114,7 @@ class LiveDisplay:
         self._footer = 0  # lines drawn below the permanent output
         self._planning: tuple[int, float] | None = None
         self._running: dict[tuple[int, int], _Running] = {}
+        self._round_started: dict[int, float] = {}
         self._frame = 0
         self._closed = False
         self._cursor_hidden = False
@@ -177,6 +178,7 @@ class LiveDisplay:
         permanent: list[str] = []
         if isinstance(event, RoundStarted):
             self._planning = (event.round_index, now)
+            self._round_started[event.round_index] = event.at
             permanent.append(f"{t}  {s.bold(f'round {event.round_index}')}")
         elif isinstance(event, PlanDecided):
             self._planning = None
@@ -212,7 +214,8 @@ class LiveDisplay:
             ok = sum(1 for r in event.records if r.success)
             failed = len(event.records) - ok
             tally = s.green(f"{ok} ok") + (f", {s.red(f'{failed} failed')}" if failed else "")
-            permanent.append(f"{t}    done: {tally} {s.dim(f'({ms(event.duration)})')}")
+            took = round_took(event, self._round_started.get(event.round_index))
+            permanent.append(f"{t}    done: {tally} {s.dim(f'({took})')}")
         elif isinstance(event, LoopFinished):
             self._planning = None
             permanent.append(

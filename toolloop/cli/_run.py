@@ -46,6 +46,7 @@ class RunOptions:
     timeline: Path | None = None
     otel: bool = False
     plain: bool = False
+    view: int | None = None
 
 
 def _meta(options: RunOptions, tools: list[str], base_url: str) -> dict[str, Any]:
@@ -123,6 +124,7 @@ async def async_run(
             trace=options.trace,
             timeline=options.timeline,
             otel=options.otel,
+            view=options.view,
         )
         print_result(out, result, elapsed=perf_counter() - started, written=written)
         if options.answer:

@@ -3,11 +3,12 @@ stream the final answer."""
 
 from __future__ import annotations
 
-import json
 import os
+import shutil
+import urllib.request
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import anyio
 
@@ -16,12 +17,24 @@ from ..loop import LoopResult, stream_final_answer
 from ..models import ChatModel
 from ..tracing import OpenTelemetrySpans, TraceRecorder, write_timeline
 from ._load import CLIError
-from ._plain import PlainDisplay, ms
+from ._plain import PlainDisplay, ms, preview
 from ._progress import LiveDisplay
 
-__all__ = ["Display", "OnEvent", "make_display", "observe", "print_result", "stream_answer"]
+__all__ = [
+    "Display",
+    "OnEvent",
+    "make_display",
+    "observe",
+    "print_result",
+    "stream_answer",
+    "terminal_width",
+]
+
+if TYPE_CHECKING:
+    from ..viewer import ViewerSink
 
 Display = PlainDisplay | LiveDisplay
+_VIEWER_PROBE = 5.0  # seconds to wait for the viewer's page
 OnEvent = Callable[[FlowEvent], None]
 
 
@@ -51,9 +64,11 @@ async def observe(
     trace: Path | None = None,
     timeline: Path | None = None,
     otel: bool = False,
+    view: int | None = None,
 ) -> tuple[LoopResult, list[str]]:
-    """Run ``start(on_event)`` with the display refreshing beside it; write the trace and the
-    timeline afterwards (also when the run failed: they show how far it got).
+    """Run ``start(on_event)`` with the display refreshing beside it (and the live viewer on
+    port ``view`` of 127.0.0.1, when given); write the trace and the timeline afterwards
+    (also when the run failed: they show how far it got).
 
     Returns the result and a line for each file written (shown at once if the run failed).
     """
@@ -70,6 +85,11 @@ async def observe(
         except ImportError as exc:
             raise CLIError(f"--otel: {exc}", code=2) from exc
         callbacks.append(spans)
+    sink: ViewerSink | None = None
+    if view is not None:
+        sink = await _viewer_sink(view, meta)
+        callbacks.append(sink)
+        display.message(f"viewer: {sink.url}")
     on_event = _fan_out(callbacks)
     failure: BaseException | None = None
     result: LoopResult | None = None
@@ -86,6 +106,9 @@ async def observe(
         display.close()
         if spans is not None:
             spans.close()
+        if sink is not None:
+            with anyio.CancelScope(shield=True):  # send what is pending (10 s at most)
+                await anyio.to_thread.run_sync(sink.close)
         try:
             written = _write_outputs(recorder, trace, timeline)
         except CLIError:
@@ -100,6 +123,31 @@ async def observe(
     return result, written
 
 
+async def _viewer_sink(port: int, meta: Mapping[str, Any]) -> ViewerSink:
+    """A sink to the ``toolloop view`` on ``port``, once it is known to answer."""
+    from ..viewer import ViewerError, ViewerSink
+
+    url = f"http://127.0.0.1:{port}/"
+
+    def answers() -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=_VIEWER_PROBE) as page:
+                return str(page.headers.get("Server", "")).startswith("toolloop-viewer")
+        except OSError:
+            return False
+
+    if not await anyio.to_thread.run_sync(answers):
+        raise CLIError(
+            f"--view {port}: no toolloop viewer answers at {url}; start one first with "
+            f"`toolloop view --port {port}`",
+            code=2,
+        )
+    try:
+        return ViewerSink(url, meta=meta)
+    except ViewerError as exc:  # pragma: no cover - the URL is always local
+        raise CLIError(f"--view: {exc}", code=2) from exc
+
+
 def _write_outputs(recorder: TraceRecorder, trace: Path | None, timeline: Path | None) -> list[str]:
     written: list[str] = []
     try:
@@ -112,6 +160,14 @@ def _write_outputs(recorder: TraceRecorder, trace: Path | None, timeline: Path |
     except OSError as exc:
         raise CLIError(f"cannot write {exc.filename}: {exc.strerror}") from exc
     return written
+
+
+def terminal_width(out: TextIO) -> int:
+    """The terminal's width when ``out`` is one, else room for long lines (logs, pipes)."""
+    isatty = getattr(out, "isatty", None)
+    if isatty is not None and isatty():
+        return shutil.get_terminal_size((100, 24)).columns
+    return 160
 
 
 def print_result(
@@ -135,9 +191,13 @@ def print_result(
     if result.action_results is None:
         out.write("no tool was run: nothing is injected into the final prompt\n")
     else:
-        out.write("action_results (injected into the final prompt):\n")
-        text = json.dumps(result.action_results, indent=2, ensure_ascii=False, default=str)
-        out.write(text + "\n")
+        # one line a result, cut to the terminal's width, so the run's progress stays on
+        # the screen above (the whole of each is in the trace, and in LoopResult)
+        width = max(terminal_width(out) - 1, 40)
+        out.write("action_results (injected into the final prompt), one line each:\n")
+        for purpose, value in result.action_results.items():
+            text = f"  {' '.join(str(purpose).split())}: {preview(value, width * 2)}"
+            out.write((text if len(text) <= width else text[: width - 3] + "...") + "\n")
     for note in result.notes:
         out.write(f"note: {note}\n")
     if written:
