@@ -107,3 +107,14 @@ def test_the_benchmarks_page_shows_figures_before_the_method(
         "return t.getBoundingClientRect().top + window.scrollY;"
     )
     assert first_table < 900, f"the first figure is {first_table} px down the page"
+
+
+def test_without_chromium_the_browser_tests_say_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from conftest import _chromium_paths
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    reason = _chromium_paths()
+    assert isinstance(reason, str)
+    assert "apt-get install chromium chromium-driver" in reason

@@ -236,3 +236,69 @@ def test_toolloop_view_replays_and_tails_a_trace(chromium: Browser, tmp_path: Pa
         finally:
             viewer.terminate()
             viewer.wait(30)
+
+
+def test_the_page_draws_a_plan_still_streaming_usage_and_a_failed_run(
+    chromium: Browser,
+) -> None:
+    from toolloop.viewer import ViewerServer
+
+    def event(kind: str, at: float, **fields: object) -> dict[str, object]:
+        return {"kind": kind, "execution_id": "run-a", "at": at, **fields}
+
+    command = {"purpose": "look", "tool_name": "lookup", "tool_kwargs": {"q": "<b>x</b>"},
+               "todo_suggestion": "", "next": ""}  # fmt: skip
+    with ViewerServer() as server:
+        chromium.open(server.url)
+        server.publish(event("execution_started", 0.0, flow="plan_execute"))
+        server.publish(event("round_started", 0.0, round_index=0))
+        server.publish(  # streaming dispatch: a call starts while the plan still streams
+            event("tool_call_started", 0.2, round_index=0, index=0, call_id="0.0", command=command)
+        )
+        chromium.wait_for(
+            "return !!document.querySelector('.bar.plan[data-state=planning]') && "
+            "!!document.querySelector('.bar.call[data-state=running]')",
+            what="a plan still streaming beside a call already running",
+        )
+        # text from events is shown as text, never as markup
+        assert chromium.js("return document.querySelectorAll('article.run b').length") == 0
+        server.publish(
+            event(
+                "plan_decided",
+                0.3,
+                round_index=0,
+                next_action="execute",
+                commands=[command],
+                duration=0.3,
+                notes=[],
+                usage={"prompt_tokens": 120, "completion_tokens": 30},
+            )
+        )
+        server.publish(
+            event(
+                "plan_decided",
+                0.5,
+                round_index=1,
+                next_action="execute",
+                commands=[],
+                duration=0.1,
+                usage={"prompt_tokens": 80},
+            )
+        )
+        server.publish(event("execution_failed", 0.6, error="PlannerError: the model went away"))
+        chromium.wait_for(
+            "return (document.querySelector('article.run') || {}).dataset?.state === 'failed'",
+            what="the failed run",
+        )
+        shown = chromium.js(
+            "return [document.querySelector('.usage').textContent, "
+            "document.querySelector('.finished-line.failed').textContent, "
+            "document.querySelector('.bar.plan').dataset.state]"
+        )
+    assert shown == [
+        "usage: prompt_tokens 200 · completion_tokens 30",
+        "failed: PlannerError: the model went away",
+        "decided",
+    ]
+    _, errors = chromium.drain()
+    assert not errors, errors
