@@ -195,3 +195,45 @@ def test_a_trace_without_header_or_with_blank_lines_reads() -> None:
     assert trace.events == [event]
     assert trace.started is None
     assert trace.duration == 0.25
+
+
+async def test_a_trace_writer_writes_each_event_as_it_happens(tmp_path: Path) -> None:
+    from toolloop.tracing import TraceWriter
+
+    path = tmp_path / "live.jsonl"
+    seen_in_file: list[int] = []
+    recorder = TraceRecorder()
+
+    with TraceWriter(path, meta={"request": "Weather?", "api_key": "sk-abcdefghijklmnop"}) as w:
+
+        def on_event(event: FlowEvent) -> None:
+            recorder(event)
+            w(event)
+            # the line is in the file already, for a follower (toolloop view --follow)
+            seen_in_file.append(len(path.read_text().splitlines()))
+
+        await async_plan_and_execute(
+            "Weather in Lisbon?", tools=[get_weather], planner=PLANNER, on_event=on_event
+        )
+    assert seen_in_file == list(range(2, len(recorder.events) + 2))  # the header, then each
+    trace = read_trace(path)
+    assert trace.events == recorder.events
+    assert trace.meta["request"] == "Weather?"
+    assert "sk-abcdefghijklmnop" not in path.read_text()
+    assert trace.started is not None
+    assert w.events == len(recorder.events)
+    w(recorder.events[0])  # after close: ignored
+    assert read_trace(path).events == recorder.events
+
+
+def test_a_trace_writer_fails_before_the_run_and_an_empty_run_is_a_header(
+    tmp_path: Path,
+) -> None:
+    from toolloop.tracing import TraceWriter
+
+    with pytest.raises(FileNotFoundError):
+        TraceWriter(tmp_path / "no-such-folder" / "run.jsonl")
+    writer = TraceWriter(tmp_path / "empty.jsonl", meta={"request": "?"})
+    writer.close()
+    writer.close()
+    assert read_trace(tmp_path / "empty.jsonl").meta == {"request": "?"}

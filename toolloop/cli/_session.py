@@ -15,7 +15,7 @@ import anyio
 from ..flow import FlowEvent
 from ..loop import LoopResult, stream_final_answer
 from ..models import ChatModel
-from ..tracing import OpenTelemetrySpans, TraceRecorder, write_timeline
+from ..tracing import OpenTelemetrySpans, TraceRecorder, TraceWriter, write_timeline
 from ._load import CLIError
 from ._plain import PlainDisplay, ms, preview
 from ._progress import LiveDisplay
@@ -74,7 +74,7 @@ async def observe(
     """
     callbacks: list[OnEvent] = [display]
     recorder = TraceRecorder(meta=meta)
-    if trace is not None or timeline is not None:
+    if timeline is not None:
         callbacks.append(recorder)
     spans: OpenTelemetrySpans | None = None
     if otel:
@@ -85,11 +85,25 @@ async def observe(
         except ImportError as exc:
             raise CLIError(f"--otel: {exc}", code=2) from exc
         callbacks.append(spans)
+    writer: TraceWriter | None = None
     sink: ViewerSink | None = None
-    if view is not None:
-        sink = await _viewer_sink(view, meta)
-        callbacks.append(sink)
-        display.message(f"viewer: {sink.url}")
+    try:
+        if trace is not None:  # written as the run goes: `toolloop view FILE --follow`
+            try:
+                writer = TraceWriter(trace, meta=meta)
+            except OSError as exc:
+                raise CLIError(f"cannot write {trace}: {exc.strerror}", code=2) from exc
+            callbacks.append(writer)
+        if view is not None:
+            sink = await _viewer_sink(view, meta)
+            callbacks.append(sink)
+            display.message(f"viewer: {sink.url}")
+    except BaseException:
+        if writer is not None:
+            writer.close()
+        if spans is not None:
+            spans.close()
+        raise
     on_event = _fan_out(callbacks)
     failure: BaseException | None = None
     result: LoopResult | None = None
@@ -109,8 +123,10 @@ async def observe(
         if sink is not None:
             with anyio.CancelScope(shield=True):  # send what is pending (10 s at most)
                 await anyio.to_thread.run_sync(sink.close)
+        if writer is not None:
+            writer.close()
         try:
-            written = _write_outputs(recorder, trace, timeline)
+            written = _write_outputs(recorder, writer, timeline)
         except CLIError:
             if failure is None:
                 raise  # else the run's own failure is the one to tell
@@ -148,12 +164,13 @@ async def _viewer_sink(port: int, meta: Mapping[str, Any]) -> ViewerSink:
         raise CLIError(f"--view: {exc}", code=2) from exc
 
 
-def _write_outputs(recorder: TraceRecorder, trace: Path | None, timeline: Path | None) -> list[str]:
+def _write_outputs(
+    recorder: TraceRecorder, writer: TraceWriter | None, timeline: Path | None
+) -> list[str]:
     written: list[str] = []
     try:
-        if trace is not None:
-            recorder.write(trace)
-            written.append(f"trace: {trace} ({len(recorder.events)} events)")
+        if writer is not None:
+            written.append(f"trace: {writer.path} ({writer.events} events)")
         if timeline is not None:
             write_timeline(timeline, recorder.trace)
             written.append(f"timeline: {timeline}")

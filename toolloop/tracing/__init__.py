@@ -1,7 +1,7 @@
 """Traces of a run and pictures of them.
 
 - a trace: the run's typed events as JSON lines, with timings (:class:`TraceRecorder`,
-  :func:`write_trace`, :func:`read_trace`);
+  :func:`write_trace`, :func:`read_trace`; :class:`TraceWriter` writes them as they happen);
 - a timeline: an SVG picture of the rounds, the planner calls (streamed, short-circuited)
   and the tool calls overlapping in time (:func:`render_timeline`, :func:`write_timeline`);
 - OpenTelemetry spans, run → round → plan / tool call (:class:`OpenTelemetrySpans`, needs
@@ -17,6 +17,7 @@ from ._jsonl import TRACE_VALUE_CHARS as TRACE_VALUE_CHARS
 from ._jsonl import EventTrace as EventTrace
 from ._jsonl import TraceError as TraceError
 from ._jsonl import TraceRecorder as TraceRecorder
+from ._jsonl import TraceWriter as TraceWriter
 from ._jsonl import UnknownEvent as UnknownEvent
 from ._jsonl import dump_event as dump_event
 from ._jsonl import load_event as load_event
@@ -47,6 +48,7 @@ __all__ = [
     "RunShape",
     "TraceError",
     "TraceRecorder",
+    "TraceWriter",
     "UnknownEvent",
     "dump_event",
     "export_spans",

@@ -40,6 +40,7 @@ __all__ = [
     "EventTrace",
     "TraceError",
     "TraceRecorder",
+    "TraceWriter",
     "UnknownEvent",
     "dump_event",
     "load_event",
@@ -266,3 +267,69 @@ class TraceRecorder:
 
 def _wall_clock_start(at: float) -> datetime:
     return datetime.now(timezone.utc) - timedelta(seconds=at)
+
+
+class TraceWriter:
+    """Writes a run's events to a trace file as they happen: pass it as ``on_event``.
+
+    ::
+
+        with TraceWriter("run.jsonl", meta={"request": request}) as trace:
+            result = await async_plan_and_execute(request, ..., on_event=trace)
+
+    The file is the one :func:`write_trace` writes, line by line (each flushed), so
+    ``toolloop view run.jsonl --follow`` shows the run live from it, and
+    :func:`read_trace` reads it back, even when the run was cut short.
+
+    Args:
+        destination: the file, opened (and emptied) at once, so a path that cannot be
+            written fails before the run starts.
+        meta: what the run was, for the header (scrubbed unless ``redact=False``).
+        redact: scrub keys, tokens and passwords (see :func:`~toolloop.tracing.redact`).
+
+    Raises:
+        OSError: the file cannot be opened for writing.
+    """
+
+    def __init__(
+        self,
+        destination: PathLike,
+        *,
+        meta: Mapping[str, Any] | None = None,
+        redact: bool = True,
+    ) -> None:
+        self.path = Path(destination)
+        self._meta = dict(meta or {})
+        self._redact = redact
+        self._file: IO[str] | None = self.path.open("w", encoding="utf-8")
+        self._header = False
+        self.events = 0
+        """How many events were written."""
+
+    def __call__(self, event: FlowEvent) -> None:
+        file = self._file
+        if file is None:
+            return
+        if not self._header:
+            self._header = True
+            trace = EventTrace(started=_wall_clock_start(event.at), meta=self._meta)
+            file.write(next(trace.lines(redact=self._redact)) + "\n")
+        file.write(json.dumps(dump_event(event, redact=self._redact), ensure_ascii=False) + "\n")
+        file.flush()
+        self.events += 1
+
+    def close(self) -> None:
+        """Close the file (safe to call twice); a run with no event leaves just a header."""
+        if self._file is None:
+            return
+        if not self._header:
+            self._header = True
+            self._file.write(next(EventTrace(meta=self._meta).lines(redact=self._redact)) + "\n")
+        self._file.close()
+        self._file = None
+
+    def __enter__(self) -> TraceWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
