@@ -79,6 +79,13 @@ def test_a_page_of_another_site_is_refused() -> None:
         assert _get(server.url, {"Host": "evil.example:80"})[0] == 403
         assert _get(server.url + "events", {"Host": "evil.example"})[0] == 403
         assert _get(server.url, {"Host": f"localhost:{server.port}"})[0] == 200
+        # nor may a page of another site post events to it (a browser says where it is)
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        body = json.dumps(_event("round_started", round_index=0))
+        connection.request("POST", "/events", body, {"Origin": "https://evil.example"})
+        assert connection.getresponse().status == 403
+        connection.close()
+        assert server.statistics()["events"] == 0
 
 
 def test_the_stream_gives_the_history_then_what_comes_and_resumes_by_id() -> None:

@@ -218,8 +218,13 @@ def _handler_for(viewer: ViewerServer) -> type[http.server.BaseHTTPRequestHandle
                 self._send(404, f"no {path} here".encode(), "text/plain; charset=utf-8")
 
         def do_POST(self) -> None:
-            if not self._local_host() or urlsplit(self.path).path != "/events":
-                self._send(403 if not self._local_host() else 404)
+            origin = self.headers.get("Origin")
+            foreign = origin is not None and urlsplit(origin).hostname not in _LOOPBACK
+            if not self._local_host() or foreign:  # a page of another site may not post
+                self._send(403, b"the viewer takes events from this machine only", "text/plain")
+                return
+            if urlsplit(self.path).path != "/events":
+                self._send(404)
                 return
             try:
                 length = int(self.headers.get("Content-Length", ""))
