@@ -31,7 +31,7 @@ function seconds(value) {
 function preview(value, limit) {
   let text;
   try {
-    text = typeof value === "string" ? value : JSON.stringify(value, null, 1);
+    text = typeof value === "string" ? value : JSON.stringify(value);
   } catch (error) {
     text = String(value);
   }
@@ -218,8 +218,10 @@ function drawRounds(run) {
     const calls = [...run.calls.values()].filter((c) => c.round === round.index)
       .sort((a, b) => a.index - b.index);
     return h("section", { class: "round", "data-round": round.index },
-      h("h3", {}, "round " + round.index +
-        (round.duration !== null ? ` · ${seconds(round.duration)}` : "")),
+      h("h3", {}, "round " + round.index + (round.duration === null ? ""
+        : round.startAt === null ? ` · tools ${seconds(round.duration)}`
+          : ` · ${seconds(round.finishedAt - round.startAt)} in all, tools ` +
+            seconds(round.duration))),
       h("div", { class: "plan-line" }, planLine),
       calls.length ? h("ol", { class: "records" }, calls.map((call) => {
         const state = callState(call);
