@@ -7,8 +7,9 @@ Needs only Python 3.10+. The first call creates ``.venv`` and installs toolloop 
 - ``demo``: the main job, a real run of the plan/execute loop.
 - ``test``: the whole suite: ruff (lint and format), mypy (strict), pytest on asyncio and trio.
   The browser tests (every docs page, the live viewer) drive Debian's ``chromium`` with
-  ``chromium-driver``: when they are missing and this runs as root with apt, they are
-  installed first; otherwise those tests are skipped, saying why.
+  ``chromium-driver``, and the docs build fetches Mermaid once with ``npm``: when missing
+  and this runs as root with apt, they are installed first; otherwise the browser tests are
+  skipped, saying why.
 - ``bench``: the benchmarks, printing their figures.
 - ``docs``: build the documentation site into ``site/`` (``mkdocs build --strict``);
   ``serve`` to browse it live.
@@ -57,31 +58,37 @@ def setup() -> None:
     STAMP.write_text(digest)
 
 
-def ensure_chromium() -> None:
-    """Install Debian's chromium and chromium-driver for the browser tests, when missing and
-    possible (root, apt); never fails the job: without them those tests skip, saying why."""
-    if shutil.which("chromium") and shutil.which("chromedriver"):
+def ensure_system_packages() -> None:
+    """Install, with apt, the Debian packages the suite uses when they are missing and that
+    is possible (root, apt): chromium and chromium-driver for the browser tests (without them
+    those tests skip, saying why) and npm, with which the docs build fetches Mermaid once.
+    Never fails the job by itself."""
+    wanted = []
+    if not (shutil.which("chromium") and shutil.which("chromedriver")):
+        wanted += ["chromium", "chromium-driver"]
+    if not shutil.which("npm"):
+        wanted.append("npm")
+    if not wanted:
         return
     if os.name != "posix" or os.geteuid() != 0 or shutil.which("apt-get") is None:
         print(
-            "note: no chromium/chromedriver, and no root apt to install them: the browser "
-            "tests will be skipped (apt-get install chromium chromium-driver)",
+            f"note: {', '.join(wanted)} missing, and no root apt to install them: the browser "
+            "tests will be skipped, and the docs need npm once to fetch Mermaid",
             flush=True,
         )
         return
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for cmd in (
         ["apt-get", "update", "-qq"],
-        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium",
-         "chromium-driver"],
-    ):  # fmt: skip
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *wanted],
+    ):
         print("+", " ".join(cmd), flush=True)
         try:
             code = subprocess.call(cmd, env=env, timeout=1200)
         except subprocess.TimeoutExpired:
             code = -1
         if code:
-            print(f"note: {cmd[1]} failed ({code}): the browser tests will be skipped", flush=True)
+            print(f"note: {cmd[1]} failed ({code}); see above", flush=True)
             return
 
 
@@ -110,8 +117,8 @@ def main(argv: list[str]) -> None:
         sys.exit(__doc__)
     setup()
     job, *rest = argv
-    if job == "test":
-        ensure_chromium()
+    if job in ("test", "docs", "serve"):
+        ensure_system_packages()
     steps = JOBS.get(job, [[job]])
     for i, step in enumerate(steps):
         tool = PY if step[0] == "python" else BIN / step[0]
