@@ -1,9 +1,10 @@
-"""The ``toolloop`` command line: ``demo``, ``run``, ``graph``, ``trace``.
+"""The ``toolloop`` command line: ``demo``, ``run``, ``graph``, ``trace``, ``view``.
 
 ``toolloop run "request" --tools myapp.tools:TOOLS --base-url URL --model NAME`` runs the
 loop against any OpenAI-compatible server with live progress on a terminal (one line per
 event otherwise); ``--trace``/``--timeline`` keep the run as JSON lines and as an SVG
-picture. :func:`main` is the entry point; :func:`async_run` is the core of ``run``, for
+picture; ``toolloop view`` serves the live run viewer (:mod:`toolloop.viewer`).
+:func:`main` is the entry point; :func:`async_run` is the core of ``run``, for
 calling from async code (tests, notebooks).
 """
 
