@@ -213,19 +213,20 @@ async def test_streaming_dispatch_starts_tools_while_the_plan_streams() -> None:
     events: list[FlowEvent] = []
     waits = [0.15, 0.1, 0.05, 0.0]  # the first finishes last
     async with serving() as (server, planner):
-        stream_time = slow_plan(server, waits)
+        slow_plan(server, waits)
         result = await run(planner, tools, events, streaming_dispatch=True)
         stream = server.streams[0]
     assert stream.completed and stream.ended_at is not None
-    # the first tool started while most of the plan was still to come
-    assert tools.started[0] < stream.ended_at - stream_time / 2
+    # the first tool started before the planner had read the whole plan (in order, not by
+    # the clock: the plan is decided only once its stream is read to the end)
+    kinds = [e.kind for e in events]
+    decided = kinds.index("plan_decided")
+    assert kinds.index("tool_call_started") < decided
     # yet the records are in the planner's order
     assert [r.kwargs["city"] for r in result.done_plans] == ["C0", "C1", "C2", "C3"]
     assert [r.kwargs["wait"] for r in result.done_plans] == waits
     assert all(r.success for r in result.done_plans)
     assert [e.index for e in events if isinstance(e, ToolCallStarted)] == [0, 1, 2, 3]
-    # the longest tool was done before the plan had finished: max(plan, tools), not the sum
-    assert tools.finished["C0"] < stream.ended_at
 
 
 async def test_without_streaming_dispatch_no_tool_starts_before_the_stream_ends() -> None:
@@ -399,10 +400,12 @@ async def test_commands_that_cannot_run_become_failed_records(streaming_dispatch
 
 async def test_the_run_timeout_cancels_a_slow_stream() -> None:
     async with serving() as (server, planner):
-        server.add_reply(plan_text("execute", weather("Lisbon")), chunk_size=1, delay=0.05)
-        with anyio.fail_after(10), pytest.raises(ExecutionTimeoutError):  # a hang guard
-            await run(planner, Tools(), timeout=0.2)
-        record = await server.wait_disconnected(0, timeout=2)
+        # a stream of ~150 chunks 0.1 s apart: the 2 s timeout falls early in it, however
+        # busy the machine (the request must reach the server first)
+        server.add_reply(plan_text("execute", weather("Lisbon")), chunk_size=1, delay=0.1)
+        with anyio.fail_after(60), pytest.raises(ExecutionTimeoutError):  # a hang guard
+            await run(planner, Tools(), timeout=2.0)
+        record = await server.wait_disconnected(0, timeout=30)
     # the proof: the server saw the client go long before the end of its stream
     assert record.chunks_sent < record.chunks_planned // 2
 
@@ -428,11 +431,11 @@ async def test_the_run_timeout_finishes_with_the_records_so_far() -> None:
 
 async def test_the_planner_timeout_closes_the_stream() -> None:
     async with serving() as (server, planner):
-        server.add_reply(RESPONSE, first_delay=5.0)
-        with pytest.raises(PlannerError, match=r"did not answer within 0\.2 s") as info:
-            await run(planner, Tools(), planner_timeout=0.2)
+        server.add_reply(RESPONSE, first_delay=60.0)
+        with pytest.raises(PlannerError, match=r"did not answer within 2\.0 s") as info:
+            await run(planner, Tools(), planner_timeout=2.0)
         assert isinstance(info.value.__cause__, TimeoutError)
-        await server.wait_disconnected(0, timeout=2)
+        await server.wait_disconnected(0, timeout=30)
 
 
 @pytest.mark.parametrize("streaming_dispatch", [False, True])
