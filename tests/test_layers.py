@@ -23,6 +23,8 @@ KNOWS_NOTHING_OF = {
     "loop": {"agents", "status_agent", "checkpoints"},
     "agents": {"loop", "status_agent"},
     "status_agent": {"loop", "agents"},
+    # MCP tools are tools: they know nothing of what runs them
+    "mcp": {"flow", "runner", "models", "planners", "loop", "agents", "status_agent", "cli"},
 }
 
 

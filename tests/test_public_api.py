@@ -21,6 +21,7 @@ PUBLIC_MODULES = [
     "toolloop.errors",
     "toolloop.flow",
     "toolloop.loop",
+    "toolloop.mcp",
     "toolloop.middleware",
     "toolloop.models",
     "toolloop.planners",
@@ -104,7 +105,7 @@ def test_import_toolloop_is_light() -> None:
     code = (
         "import sys, toolloop; "
         "heavy = [m for m in ('openai', 'sqlite3', 'toolloop.agents', 'toolloop.status_agent',"
-        " 'toolloop.loop', 'jsonschema') if m in sys.modules]; print(heavy)"
+        " 'toolloop.loop', 'jsonschema', 'mcp') if m in sys.modules]; print(heavy)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"

@@ -1,0 +1,33 @@
+"""MCP tools: the tools of Model Context Protocol servers as toolloop tools.
+
+Needs the ``mcp`` extra (``pip install 'toolloop[mcp]'``: the official ``mcp`` SDK, 2.x).
+Open a session with a server over stdio (:class:`MCPServerStdio`, a subprocess) or
+Streamable HTTP (:class:`MCPServerHTTP`) in ``async with``; inside, its :attr:`tools
+<MCPConnection.tools>` are plain :class:`~toolloop.Tool` objects for the loop and both
+agents. See the guide: ``docs/mcp.md``.
+"""
+
+from __future__ import annotations
+
+try:
+    import mcp as _mcp  # noqa: F401
+except ImportError as exc:  # pragma: no cover - the dev extra installs it
+    raise ImportError(
+        "toolloop.mcp needs the official MCP SDK (mcp 2.x): pip install 'toolloop[mcp]'"
+    ) from exc
+
+from ._errors import MCPConnectionError as MCPConnectionError
+from ._errors import MCPToolError as MCPToolError
+from ._session import MCPConnection as MCPConnection
+from ._session import MCPServerHTTP as MCPServerHTTP
+from ._session import MCPServerStdio as MCPServerStdio
+from ._session import Protocol as Protocol
+
+__all__ = [
+    "MCPConnection",
+    "MCPConnectionError",
+    "MCPServerHTTP",
+    "MCPServerStdio",
+    "MCPToolError",
+    "Protocol",
+]
