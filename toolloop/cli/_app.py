@@ -158,6 +158,22 @@ def build_parser() -> argparse.ArgumentParser:
         "MODULE may be a dotted module or a path/to/file.py (repeatable)",
     )
     run.add_argument(
+        "--mcp",
+        action="append",
+        default=[],
+        metavar='"COMMAND ARGS"',
+        help="an MCP server to start over stdio (one quoted command line); its tools join "
+        "the run (repeatable; needs the mcp extra)",
+    )
+    run.add_argument(
+        "--mcp-url",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="an MCP server over Streamable HTTP, e.g. http://127.0.0.1:8000/mcp; its "
+        "tools join the run (repeatable; needs the mcp extra)",
+    )
+    run.add_argument(
         "--model", required=True, metavar="NAME", help="the model's name on the server"
     )
     run.add_argument(
@@ -395,6 +411,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         request=args.request,
         model=args.model,
         tools=list(args.tools),
+        mcp=list(args.mcp),
+        mcp_urls=list(args.mcp_url),
         base_url=args.base_url,
         api_key=args.api_key,
         planner=args.planner,

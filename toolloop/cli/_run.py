@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter
 from typing import Any, Literal, TextIO
 
+from .._errors import ToolloopError
 from ..loop import LoopResult, async_plan_and_execute
 from ..planners import StructuredPlanner, ToolCallingPlanner
+from ..tools import ToolRegistry
 from ..tracing import otel_available, redact_text
 from ._load import CLIError, load_tools
+from ._mcp import open_mcp_tools
 from ._session import Display, make_display, observe, print_result, stream_answer
 
 __all__ = ["RunOptions", "async_run"]
@@ -27,6 +31,10 @@ class RunOptions:
     request: str
     model: str
     tools: list[str] = field(default_factory=list)
+    mcp: list[str] = field(default_factory=list)
+    """Command lines of MCP servers to start over stdio (``--mcp``)."""
+    mcp_urls: list[str] = field(default_factory=list)
+    """URLs of MCP servers over Streamable HTTP (``--mcp-url``)."""
     base_url: str | None = None
     """``None``: ``$OPENAI_BASE_URL``, else OpenAI's API."""
     api_key: str | None = None
@@ -67,10 +75,26 @@ async def async_run(
 ) -> LoopResult:
     """Run the loop as ``toolloop run`` does, writing its progress and result to ``out``.
 
+    The MCP servers of ``options.mcp`` and ``options.mcp_urls`` are open for the whole run
+    (their tools join the others) and closed after it.
+
     Raises:
         CLIError: the tools cannot be loaded (and what the run raises: ``PlannerError``,
-            ``ModelCallError``, ...; :func:`toolloop.cli.main` tells them in one line).
+            ``ModelCallError``, ``MCPConnectionError``, ...; :func:`toolloop.cli.main`
+            tells them in one line).
     """
+    async with AsyncExitStack() as servers:
+        mcp_tools = await open_mcp_tools(servers, options.mcp, options.mcp_urls)
+        return await _async_run(options, out=out, display=display, mcp_tools=mcp_tools)
+
+
+async def _async_run(
+    options: RunOptions,
+    *,
+    out: TextIO | None,
+    display: Display | None,
+    mcp_tools: list[Any],
+) -> LoopResult:
     from ..models import OpenAIChatModel  # imports openai: only when running
 
     out = out if out is not None else sys.stdout
@@ -79,6 +103,11 @@ async def async_run(
             "--otel needs the opentelemetry-api package: pip install 'toolloop[otel]'", code=2
         )
     registry = load_tools(options.tools)
+    if mcp_tools:
+        try:
+            registry = ToolRegistry([*registry, *mcp_tools])
+        except ToolloopError as exc:
+            raise CLIError(f"--mcp/--mcp-url: {exc}", code=2) from exc
     model = OpenAIChatModel(
         options.model,
         base_url=options.base_url or os.environ.get("OPENAI_BASE_URL") or None,
