@@ -34,6 +34,7 @@ PUBLIC_MODULES = (
     "checkpoints",
     "tracing",
     "cli",
+    "mcp",
 )
 """Rendered in the reference besides the top-level package; later ones do not override."""
 

@@ -26,7 +26,9 @@ Subpackages add their own, under these: the agents' (``toolloop.agents``:
 ``ExecutionError``), the checkpoints' (``toolloop.checkpoints``: ``CheckpointError`` and
 its ``CheckpointConflictError``, ``CorruptCheckpointError`` under ``RunError``;
 ``RunNotFoundError``, ``RunNotResumableError``, ``DecisionError`` under ``ResumeError``),
-and ``toolloop.tracing.TraceError`` for an unreadable trace file.
+``toolloop.tracing.TraceError`` for an unreadable trace file, and MCP tools'
+(``toolloop.mcp``: ``MCPToolError`` under ``ToolCallError``, ``MCPConnectionError`` under
+``RunError``).
 
 Every message says what was expected, what came, and what to do.
 """

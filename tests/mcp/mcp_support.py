@@ -3,6 +3,7 @@ started over stdio by each session, and over HTTP once per test session."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -41,9 +42,9 @@ def is_alive(pid: int) -> bool:
         return True
 
 
-@pytest.fixture(scope="session")
-def http_url() -> Iterator[str]:
-    """``mcp_server.py http`` on 127.0.0.1 (a free port), for the whole test session."""
+@contextlib.contextmanager
+def http_process() -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """``mcp_server.py http`` on 127.0.0.1 (a free port): its URL and its process."""
     process = subprocess.Popen(
         [sys.executable, str(SERVER), "http"],
         stdout=subprocess.PIPE,
@@ -57,7 +58,7 @@ def http_url() -> Iterator[str]:
         while not line and time.monotonic() < deadline and process.poll() is None:
             line = process.stdout.readline().strip()
         assert line.isdigit(), f"the MCP HTTP server did not start (exit {process.poll()})"
-        yield f"http://127.0.0.1:{line}/mcp"
+        yield f"http://127.0.0.1:{line}/mcp", process
     finally:
         process.terminate()
         try:
@@ -67,6 +68,13 @@ def http_url() -> Iterator[str]:
             process.wait()
         if process.stdout is not None:
             process.stdout.close()
+
+
+@pytest.fixture(scope="session")
+def http_url() -> Iterator[str]:
+    """The URL of ``mcp_server.py http``, one server for the whole test session."""
+    with http_process() as (url, _process):
+        yield url
 
 
 def http_server(url: str, **options: Any) -> MCPServerHTTP:

@@ -3,6 +3,7 @@ over stdio (a subprocess per session) and Streamable HTTP (127.0.0.1), on asynci
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 import uuid
@@ -12,7 +13,7 @@ from typing import Any
 
 import anyio
 import pytest
-from mcp_support import http_server, http_url, is_alive, stdio_server
+from mcp_support import http_process, http_server, http_url, is_alive, stdio_server
 
 from toolloop import ToolExecutionRecord, async_plan_and_execute
 from toolloop.errors import ToolDefinitionError
@@ -250,6 +251,20 @@ async def test_a_lost_connection_fails_records_not_the_run() -> None:
     assert "connection was lost" in after.error
 
 
+async def test_a_lost_http_server_fails_records_not_the_run() -> None:
+    with http_process() as (url, process):
+        async with http_server(url) as server:
+            (before,) = await run(server.tools, plan(("add", {"a": 1, "b": 2})))
+            process.kill()
+            process.wait()
+            (after,) = await run(server.tools, plan(("add", {"a": 1, "b": 2})))
+    assert before.success
+    assert not after.success
+    assert after.error_type == "MCPConnectionError"
+    assert after.error is not None
+    assert "connection was lost" in after.error
+
+
 async def test_a_session_opens_once(opener: Opener) -> None:
     server = opener()
     async with server:
@@ -381,6 +396,8 @@ def test_bad_options_are_refused() -> None:
         MCPServerHTTP("127.0.0.1:8000/mcp")
     with pytest.raises(ValueError, match="protocol must be"):
         MCPServerHTTP("http://127.0.0.1:8000/mcp", protocol="2025")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="stderr must be a file with a descriptor"):
+        MCPServerStdio("python", stderr=io.StringIO())
     server = MCPServerStdio.from_command_line("python -m 'my server' --flag")
     assert (server.command, server.args) == ("python", ["-m", "my server", "--flag"])
     with pytest.raises(ValueError, match="empty"):
@@ -394,3 +411,10 @@ def test_without_the_sdk_the_import_says_what_to_install() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 1
     assert "pip install 'toolloop[mcp]'" in done.stderr
+
+
+def test_the_docs_show_the_example_server_as_it_is() -> None:
+    root = Path(__file__).resolve().parents[2]
+    server = (root / "docs/examples/weather_server.py").read_text(encoding="utf-8")
+    page = (root / "docs/mcp.md").read_text(encoding="utf-8")
+    assert server in page

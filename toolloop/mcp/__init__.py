@@ -2,9 +2,9 @@
 
 Needs the ``mcp`` extra (``pip install 'toolloop[mcp]'``: the official ``mcp`` SDK, 2.x).
 Open a session with a server over stdio (:class:`MCPServerStdio`, a subprocess) or
-Streamable HTTP (:class:`MCPServerHTTP`) in ``async with``; inside, its :attr:`tools
-<MCPConnection.tools>` are plain :class:`~toolloop.Tool` objects for the loop and both
-agents. See the guide: ``docs/mcp.md``.
+Streamable HTTP (:class:`MCPServerHTTP`) in ``async with``; inside, its tools
+(:attr:`MCPConnection.tools`) are plain :class:`~toolloop.Tool` objects for the loop and
+both agents. The guide: "MCP servers" in the documentation.
 """
 
 from __future__ import annotations

@@ -13,12 +13,13 @@ from __future__ import annotations
 import logging
 import math
 import shlex
+import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, TextIO
+from typing import Any, Literal, TextIO, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
@@ -437,6 +438,24 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def _has_fd(stream: Any) -> bool:
+    try:
+        stream.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+        return False
+    return True
+
+
+def _errlog(stream: TextIO | None) -> TextIO:
+    """Where the server's stderr goes: ``stream``, else this process's stderr if it is a
+    real file (not under a notebook's or a test's capture), else the original stderr,
+    else nowhere."""
+    for candidate in (stream, sys.stderr, sys.__stderr__):
+        if candidate is not None and _has_fd(candidate):
+            return candidate
+    return cast(TextIO, subprocess.DEVNULL)  # anyio.open_process takes a descriptor too
+
+
 def _version() -> str:
     from .. import __version__
 
@@ -452,9 +471,13 @@ class MCPServerStdio(MCPConnection):
         env: environment variables for it, over the SDK's safe defaults (``PATH``,
             ``HOME`` ...; not the whole environment).
         cwd: its working directory.
-        stderr: where its standard error goes (default: this process's).
-        **options: ``prefix``, ``timeout``, ``connect_timeout``, ``protocol``
-            (see :class:`MCPConnection`).
+        stderr: where its standard error goes: a file with a descriptor (default: this
+            process's stderr; its original one when ``sys.stderr`` is captured, as in a
+            notebook).
+        prefix: put before every tool name, with ``_``.
+        timeout: seconds one tool call may take (default 300); ``None``: no limit of its own.
+        connect_timeout: seconds to open the session and list the tools (default 30).
+        protocol: ``"auto"`` or ``"legacy"`` (see :data:`Protocol`).
 
     The process runs while the session is open; closing the session closes its stdin,
     then terminates it (its whole process group), then kills it.
@@ -479,6 +502,11 @@ class MCPServerStdio(MCPConnection):
     ) -> None:
         if not isinstance(command, str) or not command:
             raise ValueError(f"command must be a program to run, got {command!r}")
+        if stderr is not None and not _has_fd(stderr):
+            raise ValueError(
+                f"stderr must be a file with a descriptor (an open file, sys.stderr), got "
+                f"{type(stderr).__name__}"
+            )
         if isinstance(args, str):
             raise ValueError(
                 f"args must be a list of arguments, got the string {args!r}; "
@@ -521,7 +549,7 @@ class MCPServerStdio(MCPConnection):
         params = StdioServerParameters(
             command=self.command, args=self.args, env=self._env, cwd=self._cwd
         )
-        return stdio_client(params, errlog=self._stderr or sys.stderr)
+        return stdio_client(params, errlog=_errlog(self._stderr))
 
 
 class MCPServerHTTP(MCPConnection):
@@ -531,8 +559,10 @@ class MCPServerHTTP(MCPConnection):
         url: its endpoint, e.g. ``http://127.0.0.1:8000/mcp``.
         headers: sent with every request (e.g. ``{"Authorization": "Bearer ..."}``); their
             values are secrets: never shown in messages, traces or logs.
-        **options: ``prefix``, ``timeout``, ``connect_timeout``, ``protocol``
-            (see :class:`MCPConnection`).
+        prefix: put before every tool name, with ``_``.
+        timeout: seconds one tool call may take (default 300); ``None``: no limit of its own.
+        connect_timeout: seconds to open the session and list the tools (default 30).
+        protocol: ``"auto"`` or ``"legacy"`` (see :data:`Protocol`).
 
     Closing the session deletes it on the server (``DELETE``), within a bounded time.
     """
