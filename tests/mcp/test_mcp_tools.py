@@ -236,6 +236,14 @@ async def test_a_run_timeout_cancels_the_call_and_the_session_still_closes(tmp_p
     assert not is_alive(pid)
 
 
+async def test_an_error_in_the_block_comes_out_as_it_is(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    with pytest.raises(LookupError, match="not here"):
+        async with stdio_server(pid_file):
+            raise LookupError("not here")
+    assert not is_alive(int(pid_file.read_text()))
+
+
 async def test_a_lost_connection_fails_records_not_the_run() -> None:
     async with stdio_server() as server:
         records = await run(server.tools, plan(("die", {})), plan(("add", {"a": 1, "b": 2})))

@@ -161,22 +161,19 @@ class MCPConnection:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool | None:
-        await self.aclose(exc_type, exc, tb)
-        return None
-
-    async def aclose(
-        self,
-        exc_type: type[BaseException] | None = None,
-        exc: BaseException | None = None,
-        tb: TracebackType | None = None,
     ) -> None:
-        """Close the session (``async with`` does): a call still running fails its record,
-        a stdio server is stopped, an HTTP session is deleted. Waits at most 15 s."""
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the session (``async with`` does; call it from the task that opened it):
+        a call still running fails its record, a stdio server is stopped, an HTTP session
+        is deleted. Waits at most 15 s; also when the caller is being cancelled."""
         self._closing.set()
         task_group, self._task_group = self._task_group, None
         if task_group is not None:
-            await task_group.__aexit__(exc_type, exc, tb)
+            # the block's own exception is not handed in: it goes on as it is, not wrapped
+            # in an exception group (the session's task has nothing to say about it)
+            await task_group.__aexit__(None, None, None)
 
     async def _serve(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         """The session's task: open, list, report started, wait for the close, close.
