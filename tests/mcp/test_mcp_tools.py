@@ -215,6 +215,32 @@ async def test_cancelling_the_block_closes_the_session(tmp_path: Path) -> None:
     assert not is_alive(pid)
 
 
+async def test_closing_while_a_call_runs_fails_its_record(opener: Opener) -> None:
+    started = anyio.Event()
+    records: list[ToolExecutionRecord] = []
+
+    def on_event(event: Any) -> None:
+        if getattr(event, "kind", "") == "tool_call_started":
+            started.set()
+
+    with anyio.fail_after(HANG_GUARD):
+        async with anyio.create_task_group() as tg:
+            async with opener() as server:
+
+                async def use_the_server() -> None:
+                    records.extend(
+                        await run(server.tools, plan(("wait", {"seconds": 600})), on_event=on_event)
+                    )
+
+                tg.start_soon(use_the_server)
+                await started.wait()
+            # the block has closed the session while the call was running
+    (record,) = records
+    assert not record.success
+    assert record.error is not None
+    assert "closed while the call ran" in record.error
+
+
 async def test_a_run_timeout_cancels_the_call_and_the_session_still_closes(tmp_path: Path) -> None:
     pid_file = tmp_path / "pid"
     async with stdio_server(pid_file) as server:

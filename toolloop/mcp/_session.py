@@ -369,9 +369,12 @@ class MCPConnection:
 
     def _error(self, exc: MCPError, tool: str) -> MCPToolError | MCPConnectionError:
         if exc.code == types.CONNECTION_CLOSED:
-            self._lost = (
-                f"the connection was lost ({exc.message}); open a new session to use it again"
-            )
+            if self._closing.is_set():
+                self._lost = "the session was closed while the call ran"
+            else:
+                self._lost = (
+                    f"the connection was lost ({exc.message}); open a new session to use it again"
+                )
             return MCPConnectionError(f"MCP server {self.label!r}: {self._lost}", server=self.label)
         return MCPToolError(
             f"MCP server {self.label!r} answered {tool!r} with error {exc.code}: {exc.message}",
