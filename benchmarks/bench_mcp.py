@@ -1,6 +1,6 @@
 """MCP tools: what toolloop adds to a call of an MCP server's tool, against the SDK alone.
 
-    python benchmarks/bench_mcp.py [--quick] [--backend asyncio|trio]
+    python benchmarks/bench_mcp.py [--quick] [--backend asyncio|trio] [--protocol auto|legacy]
 
 For each transport (stdio: a subprocess; Streamable HTTP: a server on 127.0.0.1) it times
 sequential calls of the test server's ``add`` tool, made (a) with the SDK's
@@ -23,7 +23,7 @@ from typing import Any
 
 import anyio
 
-from toolloop.mcp import MCPConnection, MCPServerHTTP, MCPServerStdio
+from toolloop.mcp import MCPConnection, MCPServerHTTP, MCPServerStdio, Protocol
 from toolloop.runner import Executor, ToolCommand
 
 SERVER = Path(__file__).resolve().parent.parent / "tests" / "mcp" / "mcp_server.py"
@@ -62,13 +62,13 @@ async def _open_time(make: Any, repeats: int) -> float:
     return median(times)
 
 
-async def main(url: str, quick: bool) -> None:
+async def main(url: str, quick: bool, protocol: Protocol) -> None:
     calls, repeats = (100, 3) if quick else (500, 5)
     makers: dict[str, Callable[[], MCPConnection]] = {
-        "stdio": lambda: MCPServerStdio(sys.executable, [str(SERVER), "stdio"]),
-        "http": lambda: MCPServerHTTP(url),
+        "stdio": lambda: MCPServerStdio(sys.executable, [str(SERVER), "stdio"], protocol=protocol),
+        "http": lambda: MCPServerHTTP(url, protocol=protocol),
     }
-    print(f"{calls} sequential calls of `add`, median of {repeats}")
+    print(f"{calls} sequential calls of `add`, median of {repeats}, protocol={protocol!r}")
     for name, make in makers.items():
         async with make() as server:
             raw, ours = await _measure(server, calls, repeats)
@@ -84,13 +84,14 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
+    parser.add_argument("--protocol", choices=("auto", "legacy"), default="auto")
     args = parser.parse_args()
     command = [sys.executable, str(SERVER), "http"]
     http = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:
         assert http.stdout is not None
         url = f"http://127.0.0.1:{http.stdout.readline().strip()}/mcp"
-        anyio.run(main, url, args.quick, backend=args.backend)
+        anyio.run(main, url, args.quick, args.protocol, backend=args.backend)
     finally:
         http.terminate()
         http.wait(timeout=10)
