@@ -338,6 +338,10 @@ class MCPConnection:
                 )
         except (MCPError, ListenNotSupportedError, SubscriptionLost) as exc:
             _LOG.info("MCP server %s: no tool-list changes from now on: %s", self.label, exc)
+        except Exception as exc:  # a listen stream the SDK could not read: the session goes on
+            _LOG.warning(
+                "MCP server %s: no tool-list changes from now on: %s", self.label, _describe(exc)
+            )
         finally:
             if not reported:
                 task_status.started()
@@ -348,8 +352,12 @@ class MCPConnection:
             self._changed = anyio.Event()
             try:
                 await self._fetch(client)
-            except (MCPConnectionError, MCPToolError) as exc:
-                _LOG.warning("MCP server %s: listing the changed tools failed: %s", self.label, exc)
+            except Exception as exc:  # whatever the server sent, the session goes on
+                _LOG.warning(
+                    "MCP server %s: listing the changed tools failed: %s",
+                    self.label,
+                    _describe(exc),
+                )
             else:
                 self._tool_changes += 1
                 self._relisted.set()
@@ -438,6 +446,10 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def _short(label: str, limit: int = 120) -> str:
+    return label if len(label) <= limit else f"{label[: limit - 1]}…"
+
+
 def _has_fd(stream: Any) -> bool:
     try:
         stream.fileno()
@@ -513,7 +525,7 @@ class MCPServerStdio(MCPConnection):
                 "MCPServerStdio.from_command_line('prog arg ...') splits a command line"
             )
         super().__init__(
-            label=shlex.join([command, *args]),
+            label=_short(shlex.join([command, *args])),
             prefix=prefix,
             timeout=timeout,
             connect_timeout=connect_timeout,
