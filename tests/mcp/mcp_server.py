@@ -23,6 +23,7 @@ from mcp_types import ImageContent, TextContent
 
 server = MCPServer("toolloop-tests", log_level="CRITICAL")
 STATS = {"started": 0, "cancelled": 0, "finished": 0}
+CANCELLED: list[str] = []
 
 
 @server.tool()
@@ -53,22 +54,23 @@ def fail(message: str) -> str:
 
 
 @server.tool()
-async def wait(seconds: float) -> str:
-    """Wait ``seconds``; a cancelled wait is counted (see ``stats``)."""
+async def wait(seconds: float, tag: str = "") -> str:
+    """Wait ``seconds``; a cancelled wait is counted, with its ``tag`` (see ``stats``)."""
     STATS["started"] += 1
     try:
         await anyio.sleep(seconds)
     except anyio.get_cancelled_exc_class():
         STATS["cancelled"] += 1
+        CANCELLED.append(tag)
         raise
     STATS["finished"] += 1
     return "waited"
 
 
 @server.tool()
-def stats() -> dict[str, int]:
-    """How many ``wait`` calls started, were cancelled, finished."""
-    return dict(STATS)
+def stats() -> dict[str, Any]:
+    """How many ``wait`` calls started, were cancelled, finished; the cancelled ones' tags."""
+    return {**STATS, "cancelled_tags": list(CANCELLED)}
 
 
 @server.tool()
