@@ -24,7 +24,17 @@ KNOWS_NOTHING_OF = {
     "agents": {"loop", "status_agent"},
     "status_agent": {"loop", "agents"},
     # MCP tools are tools: they know nothing of what runs them
-    "mcp": {"flow", "runner", "models", "planners", "loop", "agents", "status_agent", "cli"},
+    "mcp": {
+        "flow",
+        "runner",
+        "models",
+        "planners",
+        "loop",
+        "agents",
+        "status_agent",
+        "cli",
+        "viewer",
+    },
 }
 
 
