@@ -3,6 +3,7 @@ the moment one waits, and (given an outer task group) start no task group of the
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable
 
 import anyio
@@ -299,3 +300,103 @@ async def test_a_batch_is_used_once() -> None:
             pass
     with pytest.raises(RuntimeError, match="inside"):
         batch.run_here([2])
+
+
+# -- what a call sees ------------------------------------------------------------------------
+
+_WHO: contextvars.ContextVar[str] = contextvars.ContextVar("who", default="caller")
+
+
+async def test_each_call_in_the_calling_task_has_a_context_of_its_own() -> None:
+    """A call that sets a context variable does not change what the next call sees, nor
+    what the calling task sees: as if each had a task of its own."""
+
+    async def call(item: str, started: Callable[[], None]) -> str:
+        started()
+        if item == "login":
+            _WHO.set("mallory")
+            return "logged in"
+        await anyio.lowlevel.checkpoint()  # waits: the rest spills to workers
+        return _WHO.get()
+
+    batch: ToolBatch[str, str] = ToolBatch(call, lambda item: "cancelled", concurrency=2)
+    async with batch:
+        await batch.run_here(["login", "whoami", "whoami", "whoami"])
+    assert batch.results == ["logged in", "caller", "caller", "caller"]
+    assert _WHO.get() == "caller"
+
+
+async def test_a_call_that_swallows_a_cancellation_then_raises_has_no_false_context() -> None:
+    """An exception thrown into a call running in the calling task is not 'being handled'
+    when the call goes on: a later error of the call has no false __context__."""
+    errors: list[BaseException] = []
+
+    async def call(item: int, started: Callable[[], None]) -> str:
+        started()
+        with anyio.move_on_after(0.01):
+            await anyio.sleep(30)
+        try:
+            raise ValueError("after the timeout")
+        except ValueError as exc:
+            errors.append(exc)
+        return "done"
+
+    batch: ToolBatch[int, str] = ToolBatch(call, _cancelled, concurrency=2)
+    with anyio.fail_after(30):
+        async with batch:
+            await batch.run_here([0, 1])
+    assert batch.results == ["done", "done"]
+    assert [e.__context__ for e in errors] == [None, None]
+
+
+async def test_a_batch_awaited_never_holds_no_slot_and_ends() -> None:
+    """run_here() whose awaitable is dropped: its calls are handed to nobody and get the
+    cancelled result when the block ends; nothing hangs."""
+
+    async def call(item: int, started: Callable[[], None]) -> int:
+        return item
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as outer:
+            batch: ToolBatch[int, int] = ToolBatch(
+                call, lambda i: -1, concurrency=1, task_group=outer
+            )
+            async with batch:
+                pending = batch.run_here([1])
+                assert batch.running == 0  # no slot taken before it is awaited
+                batch.submit(2)  # the slot is free: a worker takes both
+                pending.close()  # type: ignore[attr-defined]  # dropped without awaiting
+    assert batch.results == [1, 2]
+
+
+async def test_after_a_workers_fatal_error_no_worker_starts() -> None:
+    class Broken(Exception):
+        pass
+
+    started: list[int] = []
+    failed = anyio.Event()
+
+    async def call(item: int, started_: Callable[[], None]) -> int:
+        started.append(item)
+        if item == 0:
+            failed.set()
+            raise Broken("a call that should have returned a result")
+        return item
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as outer:
+            batch: ToolBatch[int, int] = ToolBatch(
+                call, lambda i: -1, concurrency=1, task_group=outer
+            )
+
+            async def use() -> None:
+                async with batch:
+                    batch.submit(0)
+                    await failed.wait()
+                    await anyio.lowlevel.checkpoint()  # the worker has ended
+                    batch.submit(1)  # refused: the batch has failed
+
+            with pytest.raises(Broken):
+                await use()
+    assert started == [0]
+    assert batch.results == [-1, -1]

@@ -367,7 +367,6 @@ async def tools_step(_: Any, ctx: AgentContext) -> Route:
         concurrency=spec.concurrency,
         on_start=on_start if observed else None,
         on_finish=on_finish if observed else None,
-        task_group=ctx.task_group,  # the run's own: no task group per turn
     )
     async with batch:
         await batch.run_here(calls)

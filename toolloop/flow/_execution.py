@@ -167,6 +167,7 @@ class Execution(Generic[S]):
                 "(make another with flow.execution(), or resume() a paused one)"
             )
         self._flow.validate()
+        self.status = "running"  # claimed now: a second run() is refused at once
         return self._session(self._flow._start, value, "start", timeout)
 
     async def resume(

@@ -28,6 +28,7 @@ agent runs a call through its checkpoint journal.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import types
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable
@@ -65,7 +66,10 @@ class ToolBatch(Generic[T, R]):
         task_group: an open task group that outlives the batch (e.g. its run's), to start
             workers in; the batch then opens no task group of its own. Its workers are
             still its own: cancelled when the batch is, awaited before it ends. A worker's
-            fatal error cancels the others and is raised when the block exits.
+            fatal error (a call or callback that raises) cancels the other workers and
+            starts no more; the call the calling task runs itself, if any, ends first, then
+            the error is raised when the block exits. For calls that may fail so, leave
+            ``task_group`` out: the batch's own group aborts everything at once.
     """
 
     __slots__ = (
@@ -228,7 +232,7 @@ class ToolBatch(Generic[T, R]):
             RuntimeError: the batch is not open (outside its ``async with`` block).
         """
         index = self._add(item)
-        if self._workers < self._limit:
+        if self._workers < self._limit and self._error is None:
             self._workers += 1
             self._start_worker()
         return index
@@ -240,18 +244,17 @@ class ToolBatch(Generic[T, R]):
         finishes without waiting for anything (a cache hit, a pure function) no task is
         spawned at all; the moment a call waits (I/O, a sleep), workers start for the
         calls still waiting, up to the limit, so they run concurrently exactly as if each
-        had been submitted with :meth:`submit`. Calls start in submission order either way.
-        Await what it returns, at once: ``await batch.run_here(items)``.
+        had been submitted with :meth:`submit`. Calls start in submission order either way,
+        and each runs in a copy of the caller's context, as in a task of its own. Await what
+        it returns: ``await batch.run_here(items)`` (the calling task takes its slot only
+        then).
 
         Raises:
             RuntimeError: the batch is not open (outside its ``async with`` block).
         """
         for item in items:
             self._add(item)
-        if self._workers < self._limit:
-            self._workers += 1
-            return self._work(True)
-        return _nothing_to_do()
+        return self._work(True)  # takes a slot when it starts, if one is free
 
     def submit_here(self, item: T) -> Awaitable[None]:
         """Submit ``item`` and work in the calling task (see :meth:`run_here`)."""
@@ -269,7 +272,7 @@ class ToolBatch(Generic[T, R]):
         """A call running in the batch's owner started to wait: start workers for the calls
         still waiting (up to the limit), so they do not wait for it."""
         waiting = len(self._items) - self._next
-        while waiting > 0 and self._workers < self._limit:
+        while waiting > 0 and self._workers < self._limit and self._error is None:
             self._workers += 1
             waiting -= 1
             self._start_worker()
@@ -289,8 +292,16 @@ class ToolBatch(Generic[T, R]):
             self._on_start(index, self._items[index])
 
     async def _work(self, here: bool = False) -> None:
-        """Take waiting calls, first come first served, until none is left. ``here``: the
-        batch's owner works, and starts workers when a call of its own waits."""
+        """Take waiting calls, first come first served, until none is left.
+
+        ``here``: the batch's owner works, if a slot is free. It runs each call in a copy of
+        its context (as a task of its own would), and starts workers for the calls still
+        waiting when one of its own waits.
+        """
+        if here:
+            if self._workers >= self._limit or self._error is not None:
+                return  # no slot for the calling task: the workers take the calls
+            self._workers += 1
         items = self._items
         results = self._results
         on_finish = self._on_finish
@@ -298,7 +309,8 @@ class ToolBatch(Generic[T, R]):
             while self._next < len(items):
                 index = self._next
                 self._next += 1
-                eager = here and self._next < len(items)  # others wait: spill if this one does
+                # others wait: the owner spills them to workers if its own call waits
+                spill = self._spill if here and self._next < len(items) else None
                 parts = self._parts
                 if parts is None:
                     if self._on_start is None and on_finish is None:
@@ -307,7 +319,7 @@ class ToolBatch(Generic[T, R]):
                         call = self._call(
                             items[index], functools.partial(self._mark_started, index)
                         )
-                    result = await (_until_it_waits(call, self._spill) if eager else call)
+                    result = await (_in_own_context(call, spill) if here else call)
                 else:
                     item = items[index]
                     if self._on_start is not None or on_finish is not None:
@@ -317,9 +329,7 @@ class ToolBatch(Generic[T, R]):
                         result = early  # type: ignore[assignment]  # a call that cannot run
                     else:
                         try:
-                            value = await (
-                                _until_it_waits(pending, self._spill) if eager else pending
-                            )
+                            value = await (_in_own_context(pending, spill) if here else pending)
                         except Exception as exc:
                             result = parts[2](item, exc)
                         else:
@@ -364,38 +374,43 @@ def _nothing() -> None:
     """``started`` for a batch that tells nobody when calls start."""
 
 
-async def _nothing_to_do() -> None:
-    """The calling task has no slot: the workers take the calls."""
-
-
 @types.coroutine
-def _until_it_waits(call: Awaitable[R], on_wait: Callable[[], None]) -> Generator[Any, Any, R]:
-    """Await ``call`` in the current task, calling ``on_wait()`` the first time it waits.
+def _in_own_context(
+    call: Awaitable[R], on_wait: Callable[[], None] | None
+) -> Generator[Any, Any, R]:
+    """Await ``call`` in the current task, in a copy of its context (as a task of its own
+    would: a context variable the call sets stays its own), calling ``on_wait()`` (if
+    given) the first time the call waits.
 
-    A call that finishes without waiting never calls ``on_wait``. This is ``yield from``
-    with a hook: whatever the call yields goes to the event loop unchanged (asyncio futures,
-    trio's traps), and what the loop sends or throws goes back to it, so the call runs in
-    this task exactly as if it were awaited directly.
+    This is ``yield from`` with a context and a hook: whatever the call yields goes to the
+    event loop unchanged (asyncio futures, trio's traps), and what the loop sends or throws
+    goes back to it, so the call runs in this task as if it were awaited directly.
     """
+    run = contextvars.copy_context().run
     coro: Any = call if isinstance(call, Coroutine) else call.__await__()
     try:
-        signal = coro.send(None)
+        signal = run(coro.send, None)
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
-    on_wait()
+    if on_wait is not None:
+        on_wait()
     while True:
+        error: BaseException | None = None
         try:
             reply = yield signal
         except GeneratorExit:
-            coro.close()
+            run(coro.close)
             raise
         except BaseException as exc:  # cancellation, and whatever the loop throws in
-            try:
-                signal = coro.throw(exc)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-        else:
-            try:
-                signal = coro.send(reply)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
+            error = exc
+        # thrown in outside the handler, so the call does not see ``error`` as the
+        # exception being handled (no false "during handling of the above exception")
+        try:
+            if error is None:
+                signal = run(coro.send, reply)
+            else:
+                signal = run(coro.throw, error)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        finally:
+            error = None

@@ -163,8 +163,7 @@ class Executor:
         the cancellation propagates. The calls start in the calling task, one after
         another while each finishes without waiting, and spread over worker tasks the
         moment one waits (see :meth:`ToolBatch.run_here`): tools that return at once cost
-        no task, and a tool that sets a context variable without resetting it may leave
-        it set in the caller's context.
+        no task. Each call runs in a copy of the caller's context, as in a task of its own.
         """
         batch = self.batch(
             results=results, on_start=on_start, on_finish=on_finish, task_group=task_group

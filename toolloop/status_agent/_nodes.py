@@ -296,7 +296,6 @@ async def tool_execution(value: Any, state: State, deps: StatusDeps, ctx: Contex
         concurrency=deps.concurrency,
         on_start=on_start if observed else None,
         on_finish=on_finish if observed else None,
-        task_group=ctx.task_group,  # the run's own: no task group per turn
     )
     async with batch:
         await batch.run_here(todo)
