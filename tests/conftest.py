@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from postgres_cluster import start_cluster, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS_BUILD_TIMEOUT = 540
@@ -196,3 +197,24 @@ def artefacts() -> Path:
     folder = Path(os.environ.get("TOOLLOOP_TEST_ARTEFACTS", ROOT / "test-artefacts"))
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A PostgreSQL server for the tests: ``TOOLLOOP_POSTGRES_URL`` if set, else a
+    throwaway cluster started once per test session (as ``nobody`` when run as root) and
+    stopped at its end, whatever happened. Skips, saying how to get one, when no server
+    binary is installed."""
+    given = os.environ.get("TOOLLOOP_POSTGRES_URL")
+    if given:
+        yield given
+        return
+    try:
+        cluster = start_cluster()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    try:
+        wait_ready(cluster.url)
+        yield cluster.url
+    finally:
+        cluster.stop()

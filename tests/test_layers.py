@@ -20,7 +20,7 @@ KNOWS_NOTHING_OF = {
     "models": {"flow", "tools", "runner", "loop", "agents", "status_agent"},
     "planners": {"flow", "loop", "agents", "status_agent", "checkpoints"},
     "checkpoints": {"loop", "agents", "status_agent", "models", "planners"},
-    "loop": {"agents", "status_agent", "checkpoints"},
+    "loop": {"agents", "status_agent"},
     "agents": {"loop", "status_agent"},
     "status_agent": {"loop", "agents"},
     # MCP tools are tools: they know nothing of what runs them

@@ -9,6 +9,7 @@ from typing import Any
 
 import anyio
 import pytest
+from postgres_cluster import fresh_schema
 
 from toolloop.checkpoints import (
     Checkpoint,
@@ -18,6 +19,7 @@ from toolloop.checkpoints import (
     CorruptCheckpointError,
     JournalEntry,
     MemoryCheckpointStore,
+    PostgresCheckpointStore,
     SQLiteCheckpointStore,
 )
 from toolloop.flow import FlowSnapshot, Wait
@@ -25,13 +27,17 @@ from toolloop.flow import FlowSnapshot, Wait
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[CheckpointStore]:
     if request.param == "memory":
         yield MemoryCheckpointStore()
-    else:
+    elif request.param == "sqlite":
         async with SQLiteCheckpointStore(tmp_path / "runs.db") as sqlite_store:
             yield sqlite_store
+    else:
+        url = request.getfixturevalue("postgres_url")
+        async with fresh_schema(url) as schema, PostgresCheckpointStore(url, schema=schema) as pg:
+            yield pg
 
 
 def checkpoint(run_id: str = "r1", **fields: Any) -> Checkpoint:

@@ -3,11 +3,13 @@ need be — without running any tool twice.
 
 A :class:`CheckpointStore` keeps, per run id, the run's last :class:`Checkpoint` (a flow
 snapshot plus status, request, owner and metadata) and the journal of its tool calls.
-:class:`SQLiteCheckpointStore` (a file, no server) is the default; :class:`MemoryCheckpointStore`
-serves tests. :class:`CheckpointedRun` writes one run's checkpoints; :func:`call_once` runs a
-tool call through the journal; :class:`HumanRequest` and the decisions (:class:`Approve`,
-:class:`Edit`, :class:`Reject`, :class:`Replan`, :class:`Continue`, :class:`Stop`) are how a
-paused run talks with a person.
+:class:`SQLiteCheckpointStore` (a file, no server) is the default;
+:class:`PostgresCheckpointStore` serves many workers on many machines (runs are leased, see
+:class:`LeasingStore`); :class:`MemoryCheckpointStore` serves tests.
+:class:`CheckpointedRun` writes one run's checkpoints; :func:`call_once` runs a tool call
+through the journal; :class:`HumanRequest` and the decisions (:class:`Approve`,
+:class:`Edit`, :class:`Reject`, :class:`Replan`, :class:`Continue`, :class:`Stop`) are how
+a paused run talks with a person.
 """
 
 from __future__ import annotations
@@ -41,11 +43,13 @@ from ._model import CheckpointStatus as CheckpointStatus
 from ._model import JournalEntry as JournalEntry
 from ._model import JournalState as JournalState
 from ._model import Owner as Owner
+from ._postgres import PostgresCheckpointStore as PostgresCheckpointStore
 from ._run import CheckpointedRun as CheckpointedRun
 from ._run import expect_status as expect_status
 from ._run import restore as restore
 from ._sqlite import SQLiteCheckpointStore as SQLiteCheckpointStore
 from ._store import CheckpointStore as CheckpointStore
+from ._store import LeasingStore as LeasingStore
 
 __all__ = [
     "Approve",
@@ -66,8 +70,10 @@ __all__ = [
     "HumanRequest",
     "JournalEntry",
     "JournalState",
+    "LeasingStore",
     "MemoryCheckpointStore",
     "Owner",
+    "PostgresCheckpointStore",
     "Reject",
     "Replan",
     "RequestKind",

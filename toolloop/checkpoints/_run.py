@@ -15,7 +15,10 @@ Generic: it knows flows and snapshots, not agents. An agent that pauses for a hu
     await run.complete(result.value)
 
 Every write names the revision it overwrites, so two processes can never both resume one
-paused run: the second claim fails and changes nothing.
+paused run: the second claim fails and changes nothing. With a store that has leases
+(:class:`~toolloop.checkpoints.LeasingStore`, e.g. PostgreSQL), beginning or claiming a run
+also takes its lease, and pausing, completing or failing gives it back: a ``running`` run
+can be recovered exactly when the worker that ran it is gone, on whatever machine.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import os
 import socket
 from collections.abc import Sequence
 from typing import Any, Literal, TypeVar
+
+import anyio
 
 from .._errors import ResumeError
 from ..flow import Execution, Flow, FlowResult, FlowSnapshot
@@ -34,7 +39,7 @@ from ._errors import (
     RunNotResumableError,
 )
 from ._model import Checkpoint, CheckpointStatus, JournalEntry, Owner
-from ._store import CheckpointStore
+from ._store import CheckpointStore, LeasingStore
 
 __all__ = ["CheckpointedRun", "expect_status", "restore"]
 
@@ -101,6 +106,12 @@ class CheckpointedRun:
         Raises:
             CheckpointConflictError: the store already has a run with this id.
         """
+        leased = isinstance(store, LeasingStore)
+        if isinstance(store, LeasingStore) and not await store.acquire_lease(run_id):
+            raise CheckpointConflictError(
+                f"run {run_id!r} is held by another live worker (it holds the run's lease); "
+                "pick another run id"
+            )
         checkpoint = Checkpoint(
             run_id=run_id,
             flow=flow,
@@ -109,7 +120,12 @@ class CheckpointedRun:
             owner=Owner.here(),
             metadata=dict(metadata or {}),
         )
-        return cls(store, await store.put(checkpoint, expected_revision=None))
+        try:
+            return cls(store, await store.put(checkpoint, expected_revision=None))
+        except BaseException:
+            if leased:
+                await _release_lease(store, run_id)
+            raise
 
     @staticmethod
     async def load(store: CheckpointStore, run_id: str) -> Checkpoint:
@@ -150,6 +166,8 @@ class CheckpointedRun:
         """
         run_id = checkpoint.run_id
         expect_status(checkpoint, expect)
+        if isinstance(store, LeasingStore):
+            return await cls._claim_leased(store, store, checkpoint, event, value, force)
         owner = checkpoint.owner
         if checkpoint.status == "running" and owner is not None and not force:
             running = owner_running(owner)
@@ -160,22 +178,47 @@ class CheckpointedRun:
                     f"run {run_id!r} is running: {where} {known}; recover it once that "
                     "process is gone (or pass force=True if you know it is)"
                 )
-        claimed = checkpoint.model_copy(
-            update={
-                "status": "running",
-                "owner": Owner.here(),
-                "resume_event": event,
-                "resume_value": value,
-                "error": None,
-            }
-        )
-        try:
-            written = await store.put(claimed, expected_revision=checkpoint.revision)
-        except CheckpointConflictError as exc:
+        return cls(store, await _take(store, checkpoint, event, value))
+
+    @classmethod
+    async def _claim_leased(
+        cls,
+        store: CheckpointStore,
+        leases: LeasingStore,
+        checkpoint: Checkpoint,
+        event: str | None,
+        value: Any,
+        force: bool,
+    ) -> CheckpointedRun:
+        """:meth:`claim` with a store that has leases: the lease says whether the worker
+        that ran the run is gone; no host name or process id is trusted."""
+        run_id = checkpoint.run_id
+        held = leases.holds_lease(run_id)  # by this store: then a run call here may own it
+        taken = await leases.acquire_lease(run_id)
+        if not taken and not force:
             raise RunNotResumableError(
-                f"run {run_id!r} was resumed by someone else since it was read (it is no longer "
-                f"at revision {checkpoint.revision}); nothing was changed"
-            ) from exc
+                f"run {run_id!r} is running on another live worker (it holds the run's lease); "
+                "it can be recovered once that worker is gone: the lease ends with its "
+                "database session (or pass force=True if you know it is)"
+            )
+        try:
+            owner = checkpoint.owner
+            if (
+                held
+                and checkpoint.status == "running"
+                and owner is not None
+                and owner.token in _LIVE
+                and not force
+            ):
+                raise RunNotResumableError(
+                    f"run {run_id!r} is running: a run call of this process still runs it; "
+                    "nothing was changed"
+                )
+            written = await _take(store, checkpoint, event, value)
+        except BaseException:
+            if taken and not held:
+                await _release_lease(store, run_id)
+            raise
         return cls(store, written)
 
     async def save(self, snapshot: FlowSnapshot) -> Checkpoint:
@@ -206,6 +249,13 @@ class CheckpointedRun:
             return await self._write(status="failed", owner=None, error=error)
         finally:
             self.release()
+            await _release_lease(self.store, self.run_id)
+
+    async def abandon(self) -> None:
+        """Stop running the run here without writing anything: it stays ``running``, for
+        a later recovery (its lease, if the store has leases, is given back)."""
+        self.release()
+        await _release_lease(self.store, self.run_id)
 
     def release(self) -> None:
         """Forget that this process runs the run (without writing anything)."""
@@ -238,11 +288,41 @@ class CheckpointedRun:
             )
         finally:
             self.release()
+            await _release_lease(self.store, self.run_id)
 
     async def _write(self, **fields: Any) -> Checkpoint:
         update = self.checkpoint.model_copy(update=fields)
         self.checkpoint = await self.store.put(update, expected_revision=self.checkpoint.revision)
         return self.checkpoint
+
+
+async def _take(
+    store: CheckpointStore, checkpoint: Checkpoint, event: str | None, value: Any
+) -> Checkpoint:
+    """Write ``checkpoint`` as ``running``, owned here, over exactly the revision read."""
+    claimed = checkpoint.model_copy(
+        update={
+            "status": "running",
+            "owner": Owner.here(),
+            "resume_event": event,
+            "resume_value": value,
+            "error": None,
+        }
+    )
+    try:
+        return await store.put(claimed, expected_revision=checkpoint.revision)
+    except CheckpointConflictError as exc:
+        raise RunNotResumableError(
+            f"run {checkpoint.run_id!r} was resumed by someone else since it was read (it is "
+            f"no longer at revision {checkpoint.revision}); nothing was changed"
+        ) from exc
+
+
+async def _release_lease(store: CheckpointStore, run_id: str) -> None:
+    """Give the run's lease back, if the store has leases (even while being cancelled)."""
+    if isinstance(store, LeasingStore):
+        with anyio.CancelScope(shield=True):
+            await store.release_lease(run_id)
 
 
 def expect_status(checkpoint: Checkpoint, expect: Sequence[CheckpointStatus]) -> None:

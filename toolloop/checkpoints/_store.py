@@ -15,7 +15,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from ._errors import CheckpointConflictError, CheckpointError
 from ._model import Checkpoint, CheckpointStatus, JournalEntry
 
-__all__ = ["CheckpointStore", "json_text", "stored"]
+__all__ = ["CheckpointStore", "LeasingStore", "json_text", "stored"]
 
 
 @runtime_checkable
@@ -79,6 +79,30 @@ class CheckpointStore(Protocol):
 
     async def aclose(self) -> None:
         """Release the store's resources (the store may be used again: it reopens)."""
+        ...
+
+
+@runtime_checkable
+class LeasingStore(Protocol):
+    """A store shared by workers on many machines, that knows which runs a live worker
+    runs: the worker holds the run's *lease*, which ends when its worker dies (its database
+    session ends). :class:`~toolloop.checkpoints.CheckpointedRun` takes the lease when it
+    begins or claims a run and gives it back when the run pauses, completes or fails; a
+    ``running`` run whose lease is free belongs to a worker that is gone, whatever host or
+    process id its owner names. Stores without leases (SQLite, memory) judge by the owner's
+    process id instead, which works only on one host."""
+
+    async def acquire_lease(self, run_id: str) -> bool:
+        """Take the run's lease for this store: ``False`` when another live worker holds it
+        (taking one this store holds already is a no-op)."""
+        ...
+
+    async def release_lease(self, run_id: str) -> None:
+        """Give the run's lease back (nothing if this store does not hold it)."""
+        ...
+
+    def holds_lease(self, run_id: str) -> bool:
+        """Whether this store holds the run's lease now."""
         ...
 
 

@@ -8,7 +8,9 @@ from ._answer import final_answer_messages as final_answer_messages
 from ._answer import stream_final_answer as stream_final_answer
 from ._api import LoopStream as LoopStream
 from ._api import async_plan_and_execute as async_plan_and_execute
+from ._api import async_resume_plan_and_execute as async_resume_plan_and_execute
 from ._api import plan_and_execute as plan_and_execute
+from ._api import resume_plan_and_execute as resume_plan_and_execute
 from ._api import stream_plan_and_execute as stream_plan_and_execute
 from ._events import LoopEvent as LoopEvent
 from ._events import LoopFinished as LoopFinished
@@ -40,11 +42,13 @@ __all__ = [
     "RoundState",
     "StopReason",
     "async_plan_and_execute",
+    "async_resume_plan_and_execute",
     "final_answer",
     "final_answer_messages",
     "loop_flow",
     "normalize_plan",
     "plan_and_execute",
+    "resume_plan_and_execute",
     "stream_final_answer",
     "stream_plan_and_execute",
     "to_action_results",

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator, Callable, Sequence
+import uuid
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import sniffio
@@ -19,7 +20,19 @@ from ._events import LoopEvent
 from ._flow import LoopDeps, RoundState, loop_flow
 from ._results import LoopResult, StopReason
 
-__all__ = ["LoopStream", "async_plan_and_execute", "plan_and_execute", "stream_plan_and_execute"]
+if TYPE_CHECKING:
+    from ..checkpoints import CheckpointStore
+
+__all__ = [
+    "LoopStream",
+    "async_plan_and_execute",
+    "async_resume_plan_and_execute",
+    "plan_and_execute",
+    "resume_plan_and_execute",
+    "stream_plan_and_execute",
+]
+
+UnknownOutcome = Literal["fail", "retry"]
 
 ToolsLike = ToolRegistry | Sequence[Tool | Callable[..., Any]]
 
@@ -38,6 +51,8 @@ def _prepare(
     max_commands: int = 64,
     streaming_dispatch: bool = False,
     on_event: Callable[[FlowEvent], None] | None = None,
+    run_id: str | None = None,
+    state: RoundState | None = None,
 ) -> Execution[RoundState]:
     if not isinstance(user_input, str):
         raise TypeError(f"user_input must be a str, got {type(user_input).__name__}")
@@ -61,7 +76,10 @@ def _prepare(
         streaming_dispatch=streaming_dispatch,
         available_tools=registry.specs(),
     )
-    execution = loop_flow.execution(deps=deps)
+    if run_id is None:
+        execution = loop_flow.execution(deps=deps)
+    else:
+        execution = Execution(loop_flow, RoundState() if state is None else state, deps, id=run_id)
     if on_event is not None:
         execution.subscribe(on_event)
     return execution
@@ -122,6 +140,8 @@ async def async_plan_and_execute(
     streaming_dispatch: bool = False,
     on_timeout: Literal["raise", "finish"] = "raise",
     on_event: Callable[[FlowEvent], None] | None = None,
+    store: CheckpointStore | None = None,
+    run_id: str | None = None,
 ) -> LoopResult:
     """Plan, execute tools, and plan again, round after round; return the results.
 
@@ -147,6 +167,12 @@ async def async_plan_and_execute(
             keeps the records), or ``"finish"``: return the result so far with
             ``stop_reason="timeout"``.
         on_event: called with every event of the run, as it happens.
+        store: make the run durable: a :class:`~toolloop.checkpoints.CheckpointStore`
+            (SQLite, PostgreSQL, ...) that keeps its round state after every round and the
+            journal of its planner outputs and tool calls, so that
+            :func:`async_resume_plan_and_execute` continues it if its process dies (see
+            the durability guide). Streaming dispatch is off in a durable run.
+        run_id: the durable run's id (a new one by default: ``result.run_id``).
 
     Returns:
         The records, folded into ``prompt`` (``action_results``, ``extra_instruction``) and
@@ -155,7 +181,14 @@ async def async_plan_and_execute(
     Raises:
         PlannerError: the planner raised or timed out (``.done_plans`` keeps the records).
         ExecutionTimeoutError: the run outlived ``timeout`` (with ``on_timeout="raise"``).
+        CheckpointConflictError: the store already has a run ``run_id``.
     """
+    if store is None and run_id is not None:
+        raise ValueError(
+            f"run_id={run_id!r} names a durable run, which needs store= (a CheckpointStore)"
+        )
+    if store is not None and run_id is None:
+        run_id = uuid.uuid4().hex
     execution = _prepare(
         user_input,
         tools=tools,
@@ -169,12 +202,146 @@ async def async_plan_and_execute(
         max_commands=max_commands,
         streaming_dispatch=streaming_dispatch,
         on_event=on_event,
+        run_id=run_id,
     )
-    try:  # _run's body, inline: one frame less under every tool call
-        done = await execution.run(timeout=timeout)
-    except Exception as exc:
-        return _ended(execution, _stop_of(execution, exc, on_timeout))
-    return _ended(execution, done.value)
+    if store is None:
+        try:  # _run's body, inline: one frame less under every tool call
+            done = await execution.run(timeout=timeout)
+        except Exception as exc:
+            return _ended(execution, _stop_of(execution, exc, on_timeout))
+        return _ended(execution, done.value)
+    from ._durable import run_durable
+
+    return await run_durable(
+        execution, store, functools.partial(_run, timeout=timeout, on_timeout=on_timeout)
+    )
+
+
+async def async_resume_plan_and_execute(
+    run_id: str,
+    *,
+    store: CheckpointStore,
+    tools: ToolsLike = (),
+    planner: PlannerLike,
+    concurrency: int = 4,
+    limiter: anyio.CapacityLimiter | None = None,
+    timeout: float | None = None,
+    tool_timeout: float | None = None,
+    planner_timeout: float | None = None,
+    on_timeout: Literal["raise", "finish"] = "raise",
+    on_event: Callable[[FlowEvent], None] | None = None,
+    unknown_outcome: UnknownOutcome = "fail",
+    idempotent_tools: Collection[str] = (),
+    force: bool = False,
+) -> LoopResult:
+    """Continue the durable run ``run_id`` (begun with ``store=``) whose process died, or
+    that failed: from its last round, without running a finished tool call again.
+
+    The request, ``max_rounds`` and the planner's extra requirement come from the stored
+    run; the tools and the planner are given again (they are code). A run that completed
+    returns its stored result and runs nothing.
+
+    Args:
+        unknown_outcome: what to do with a tool call that started and has no recorded
+            outcome (its process died while it ran: it may or may not have taken effect).
+            ``"fail"``: a failed record that says so, for the planner to decide;
+            ``"retry"``: run it again if its tool is in ``idempotent_tools``, else as
+            ``"fail"``. Such a call is never run again silently.
+        idempotent_tools: names of the tools that are safe to run twice.
+        force: take over a run marked running even if its owner may still run it.
+        store, tools, planner, concurrency, limiter, timeout, tool_timeout,
+        planner_timeout, on_timeout, on_event: as for :func:`async_plan_and_execute`.
+
+    Raises:
+        RunNotFoundError: no run ``run_id`` in the store.
+        RunNotResumableError: a live worker runs it (or another caller resumed it first),
+            or it is no run of the loop.
+    """
+    from ..checkpoints import CheckpointedRun
+    from ._durable import resume_checkpoint, run_durable
+
+    checkpoint = await CheckpointedRun.load(store, run_id)
+    if checkpoint.status == "completed":
+        resume_checkpoint(checkpoint)  # a run of the loop?
+        return LoopResult.model_validate(checkpoint.result)
+    begun, state = resume_checkpoint(checkpoint)
+    execution = _prepare(
+        str(begun.get("user_input", "")),
+        tools=tools,
+        planner=planner,
+        max_rounds=int(begun.get("max_rounds", 5)),
+        concurrency=concurrency,
+        limiter=limiter,
+        tool_timeout=tool_timeout,
+        planner_timeout=planner_timeout,
+        user_extra_requirement=begun.get("user_extra_requirement"),
+        max_commands=int(begun.get("max_commands", 64)),
+        on_event=on_event,
+        run_id=run_id,
+        state=state,
+    )
+    return await run_durable(
+        execution,
+        store,
+        functools.partial(_run, timeout=timeout, on_timeout=on_timeout),
+        resume_from=checkpoint,
+        unknown_outcome=unknown_outcome,
+        idempotent_tools=idempotent_tools,
+        force=force,
+    )
+
+
+def resume_plan_and_execute(
+    run_id: str,
+    *,
+    store: CheckpointStore,
+    tools: ToolsLike = (),
+    planner: PlannerLike,
+    concurrency: int = 4,
+    limiter: anyio.CapacityLimiter | None = None,
+    timeout: float | None = None,
+    tool_timeout: float | None = None,
+    planner_timeout: float | None = None,
+    on_timeout: Literal["raise", "finish"] = "raise",
+    on_event: Callable[[FlowEvent], None] | None = None,
+    unknown_outcome: UnknownOutcome = "fail",
+    idempotent_tools: Collection[str] = (),
+    force: bool = False,
+    backend: Literal["asyncio", "trio"] = "asyncio",
+) -> LoopResult:
+    """The sync twin of :func:`async_resume_plan_and_execute` (the same arguments, and
+    ``backend``), for scripts."""
+    _not_in_a_loop("resume_plan_and_execute", "async_resume_plan_and_execute")
+    run = functools.partial(
+        async_resume_plan_and_execute,
+        run_id,
+        store=store,
+        tools=tools,
+        planner=planner,
+        concurrency=concurrency,
+        limiter=limiter,
+        timeout=timeout,
+        tool_timeout=tool_timeout,
+        planner_timeout=planner_timeout,
+        on_timeout=on_timeout,
+        on_event=on_event,
+        unknown_outcome=unknown_outcome,
+        idempotent_tools=idempotent_tools,
+        force=force,
+    )
+    return anyio.run(run, backend=backend)
+
+
+def _not_in_a_loop(name: str, twin: str) -> None:
+    try:
+        running = sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        running = None
+    if running is not None:
+        raise RuntimeError(
+            f"{name}() was called inside a running {running} event loop; "
+            f"use `await {twin}(...)` there"
+        )
 
 
 def plan_and_execute(
@@ -193,6 +360,8 @@ def plan_and_execute(
     streaming_dispatch: bool = False,
     on_timeout: Literal["raise", "finish"] = "raise",
     on_event: Callable[[FlowEvent], None] | None = None,
+    store: CheckpointStore | None = None,
+    run_id: str | None = None,
     backend: Literal["asyncio", "trio"] = "asyncio",
 ) -> LoopResult:
     """The sync twin of :func:`async_plan_and_execute`, for scripts (the same arguments,
@@ -225,6 +394,8 @@ def plan_and_execute(
         streaming_dispatch=streaming_dispatch,
         on_timeout=on_timeout,
         on_event=on_event,
+        store=store,
+        run_id=run_id,
     )
     return anyio.run(run, backend=backend)
 

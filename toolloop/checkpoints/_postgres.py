@@ -1,0 +1,542 @@
+"""A checkpoint store in PostgreSQL, for many workers on many machines sharing their runs.
+
+It keeps what the SQLite store keeps, with the same guarantees: every write is one
+transaction (all or nothing); a write names the revision it overwrites and the row is
+locked (``SELECT ... FOR UPDATE``) while it is checked, so of concurrent claims of one run
+exactly one wins, across processes and hosts. The schema lives in a PostgreSQL schema of its
+own (``toolloop`` by default) with a version table; the store creates and migrates it, and
+refuses a schema written by a newer toolloop.
+
+**Leases.** A worker that runs a run holds the run's *lease*: a session-level advisory lock
+(``pg_try_advisory_lock``) on one connection of its store, kept apart from the pool. The
+lock lives exactly as long as that session: when the worker's process dies (a crash, a
+SIGKILL, its machine going away: the server drops the session once TCP keepalives give up),
+the server releases it, and another worker can recover the run. No host name or process id
+is trusted across machines: a run whose lease is held cannot be claimed, a run whose lease
+is free and that is still marked ``running`` belongs to a worker that is gone.
+
+**Why psycopg 3, in worker threads.** psycopg's async connections, like asyncpg, are built
+on asyncio and do not run on trio; toolloop runs on both. psycopg's blocking API in a
+worker thread (:func:`anyio.to_thread.run_sync`, as the SQLite store does) works on either,
+keeps libpq's mature connection handling and :mod:`psycopg_pool`'s pooling, and a write
+that has started is never abandoned half-way when its caller is cancelled.
+
+Install it with ``pip install 'toolloop[postgres]'``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import anyio
+import anyio.to_thread
+
+from ._errors import CheckpointConflictError, CheckpointError, CorruptCheckpointError
+from ._model import Checkpoint, CheckpointStatus, JournalEntry
+from ._store import json_text, stored
+
+if TYPE_CHECKING:
+    import psycopg
+    import psycopg_pool
+
+__all__ = ["SCHEMA_VERSION", "PostgresCheckpointStore"]
+
+SCHEMA_VERSION = 1
+
+T = TypeVar("T")
+
+_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+_SCHEMA = """
+CREATE TABLE {s}.checkpoints (
+    run_id      TEXT PRIMARY KEY,
+    flow        TEXT NOT NULL,
+    status      TEXT NOT NULL,
+    revision    INTEGER NOT NULL,
+    data        TEXT NOT NULL,
+    created_at  DOUBLE PRECISION NOT NULL,
+    updated_at  DOUBLE PRECISION NOT NULL
+);
+CREATE INDEX checkpoints_by_status ON {s}.checkpoints (status, created_at);
+CREATE TABLE {s}.journal (
+    run_id      TEXT NOT NULL,
+    call_id     TEXT NOT NULL,
+    seq         BIGSERIAL,
+    tool_name   TEXT NOT NULL,
+    arguments   TEXT NOT NULL,
+    state       TEXT NOT NULL,
+    outcome     TEXT,
+    started_at  DOUBLE PRECISION NOT NULL,
+    finished_at DOUBLE PRECISION,
+    PRIMARY KEY (run_id, call_id)
+)
+"""
+
+_JOURNAL_COLUMNS = "call_id, tool_name, arguments, state, outcome, started_at, finished_at"
+_MIGRATION_LOCK = 0x746F6F6C6C6F6F70  # "toolloop": one migrator at a time
+
+
+def _import() -> tuple[Any, Any]:
+    try:
+        import psycopg
+        import psycopg_pool
+    except ImportError as exc:  # pragma: no cover - the dev extra installs it
+        raise CheckpointError(
+            "PostgresCheckpointStore needs psycopg 3 and psycopg-pool: "
+            "pip install 'toolloop[postgres]'"
+        ) from exc
+    return psycopg, psycopg_pool
+
+
+class PostgresCheckpointStore:
+    """A :class:`CheckpointStore` in a PostgreSQL database, shared by many workers.
+
+    Args:
+        url: a libpq connection string or URL (``postgresql://user@host:5432/db``). Its
+            password never appears in an error.
+        schema: the PostgreSQL schema that holds toolloop's tables (made if missing); stores
+            with different schemas in one database do not see each other's runs.
+        min_size: connections the pool keeps open.
+        max_size: at most this many connections (and worker threads) at once.
+        timeout: seconds to wait for a connection (to connect, or for a free one).
+
+    Use it as ``async with PostgresCheckpointStore(url) as store`` (or call
+    :meth:`aclose`); it connects, and creates or checks its schema, on first use. Closing
+    it releases the leases of the runs it holds.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str = "toolloop",
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 10.0,
+    ) -> None:
+        if not _NAME.match(schema):
+            raise ValueError(
+                f"schema must be a lower-case SQL name (letters, digits, _), got {schema!r}"
+            )
+        if not 1 <= max_size or min_size > max_size or min_size < 0:
+            raise ValueError(f"need 0 <= min_size <= max_size >= 1, got {min_size}, {max_size}")
+        self.url = url
+        self.schema = schema
+        self.min_size = min_size
+        self.max_size = max_size
+        self.timeout = timeout
+        self._pool: psycopg_pool.ConnectionPool[Any] | None = None
+        self._lease_conn: psycopg.Connection[Any] | None = None
+        self._held: set[str] = set()
+        self._open_lock = threading.Lock()
+        self._lease_lock = threading.Lock()
+        self._limiter = anyio.CapacityLimiter(max_size)
+
+    def __repr__(self) -> str:
+        return f"PostgresCheckpointStore({self.where()!r}, schema={self.schema!r})"
+
+    def where(self) -> str:
+        """The server and database, without the password (for messages)."""
+        try:
+            from psycopg.conninfo import conninfo_to_dict
+
+            info = conninfo_to_dict(self.url)
+        except Exception:
+            return "<an unreadable connection string>"
+        host = str(info.get("host") or "localhost")
+        port = str(info.get("port") or "5432")
+        return f"{info.get('user') or ''}@{host}:{port}/{info.get('dbname') or ''}".lstrip("@")
+
+    # -- the protocol ---------------------------------------------------------------------
+
+    async def get(self, run_id: str) -> Checkpoint | None:
+        return await self._call(self._get, run_id)
+
+    async def put(self, checkpoint: Checkpoint, *, expected_revision: int | None) -> Checkpoint:
+        return await self._call(self._put, checkpoint, expected_revision)
+
+    async def delete(self, run_id: str) -> bool:
+        return await self._call(self._delete, run_id)
+
+    async def run_ids(self, *, status: CheckpointStatus | None = None) -> list[str]:
+        return await self._call(self._run_ids, status)
+
+    async def record_intent(self, run_id: str, entry: JournalEntry) -> JournalEntry:
+        return await self._call(self._record_intent, run_id, entry)
+
+    async def record_outcome(
+        self,
+        run_id: str,
+        call_id: str,
+        outcome: Any,
+        *,
+        state: Literal["finished", "interrupted"] = "finished",
+    ) -> JournalEntry:
+        return await self._call(self._record_outcome, run_id, call_id, outcome, state)
+
+    async def aclose(self) -> None:
+        await anyio.to_thread.run_sync(self._close)
+
+    async def __aenter__(self) -> PostgresCheckpointStore:
+        await anyio.to_thread.run_sync(self._ensure_open)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- leases ---------------------------------------------------------------------------
+
+    async def acquire_lease(self, run_id: str) -> bool:
+        """Take the lease of ``run_id`` for this store (its process): ``False`` when another
+        live session holds it. Taking a lease this store holds already is a no-op."""
+        return await anyio.to_thread.run_sync(self._acquire_lease, run_id)
+
+    async def release_lease(self, run_id: str) -> None:
+        """Give the lease of ``run_id`` back (if this store holds it)."""
+        await anyio.to_thread.run_sync(self._release_lease, run_id)
+
+    def holds_lease(self, run_id: str) -> bool:
+        """Whether this store holds the lease of ``run_id``."""
+        return run_id in self._held
+
+    def _lease_key(self, run_id: str) -> str:
+        return f"{self.schema}:{run_id}"
+
+    def _acquire_lease(self, run_id: str) -> bool:
+        with self._lease_lock:
+            if run_id in self._held:
+                return True
+            conn = self._lease_connection()
+            try:
+                row = conn.execute(
+                    "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))",
+                    (self._lease_key(run_id),),
+                ).fetchone()
+            except Exception as exc:
+                self._drop_lease_connection()
+                raise self._error(exc) from exc
+            taken = bool(row and row[0])
+            if taken:
+                self._held.add(run_id)
+            return taken
+
+    def _release_lease(self, run_id: str) -> None:
+        with self._lease_lock:
+            if run_id not in self._held:
+                return
+            self._held.discard(run_id)
+            conn = self._lease_conn
+            if conn is None or conn.closed:
+                return  # the session is gone, and its locks with it
+            try:
+                conn.execute(
+                    "SELECT pg_advisory_unlock(hashtextextended(%s, 0))",
+                    (self._lease_key(run_id),),
+                )
+            except Exception:
+                self._drop_lease_connection()  # closing the session releases the lock
+
+    def _lease_connection(self) -> psycopg.Connection[Any]:
+        conn = self._lease_conn
+        if conn is not None and not conn.closed:
+            return conn
+        self._held.clear()  # a new session holds nothing
+        psycopg, _ = _import()
+        try:
+            conn = psycopg.connect(
+                self.url,
+                autocommit=True,
+                connect_timeout=max(1, round(self.timeout)),
+                application_name="toolloop-leases",
+            )
+            # the server notices a worker whose machine is gone within about 30 s
+            conn.execute("SET tcp_keepalives_idle = 10")
+            conn.execute("SET tcp_keepalives_interval = 5")
+            conn.execute("SET tcp_keepalives_count = 4")
+        except Exception as exc:
+            raise self._error(exc) from exc
+        self._lease_conn = conn
+        return conn  # type: ignore[no-any-return]
+
+    def _drop_lease_connection(self) -> None:
+        conn, self._lease_conn = self._lease_conn, None
+        self._held.clear()
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                pass
+
+    # -- in a worker thread ---------------------------------------------------------------
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        async with self._limiter:
+            return await anyio.to_thread.run_sync(self._in_transaction, fn, args)
+
+    def _in_transaction(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        pool = self._pool or self._ensure_open()
+        psycopg, psycopg_pool = _import()
+        try:
+            with pool.connection(timeout=self.timeout) as conn, conn.transaction():
+                return fn(conn, *args)
+        except (CheckpointError, ValueError):
+            raise
+        except psycopg_pool.PoolTimeout as exc:
+            raise CheckpointError(
+                f"no connection to the checkpoint database {self.where()} within "
+                f"{self.timeout:g} s ({exc}): the server is down or unreachable, or all "
+                f"{self.max_size} connections stayed busy; check the server, or give a larger "
+                "max_size= or timeout="
+            ) from exc
+        except psycopg.Error as exc:
+            raise self._error(exc) from exc
+
+    def _error(self, exc: BaseException) -> CheckpointError:
+        """What went wrong with the database, in words a person can act on."""
+        said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        low = said.lower()
+        where = f"the checkpoint database {self.where()}"
+        if "password authentication failed" in low or "authentication" in low:
+            why = "refused the credentials: check the user and password of the URL"
+        elif "does not exist" in low and "database" in low:
+            why = "has no such database: create it (createdb) or fix the URL's database name"
+        elif (
+            "connection refused" in low
+            or "could not connect" in low
+            or "timeout" in low
+            or "no such file" in low
+            or "could not translate host name" in low
+            or "connection failed" in low
+        ):
+            why = "cannot be reached: check that the server runs and that host and port are right"
+        elif "permission denied" in low:
+            why = "refused this user: grant it CREATE and USAGE on the schema (or use another)"
+        elif "read-only" in low or "read only" in low:
+            why = "is read-only (a standby?): connect to the primary"
+        else:
+            why = "failed"
+        return CheckpointError(f"{where} {why} ({type(exc).__name__}: {said})")
+
+    def _ensure_open(self) -> psycopg_pool.ConnectionPool[Any]:
+        with self._open_lock:
+            if self._pool is not None:
+                return self._pool
+            psycopg, psycopg_pool = _import()
+            # one direct connection first: its error says what is wrong (the pool's would
+            # only say that it timed out), and it creates or checks the schema
+            try:
+                with psycopg.connect(
+                    self.url, autocommit=True, connect_timeout=max(1, round(self.timeout))
+                ) as conn:
+                    self._migrate(conn)
+            except CheckpointError:
+                raise
+            except psycopg.Error as exc:
+                raise self._error(exc) from exc
+            pool = psycopg_pool.ConnectionPool(
+                self.url,
+                min_size=self.min_size,
+                max_size=self.max_size,
+                timeout=self.timeout,
+                open=False,
+                name=f"toolloop-{self.schema}",
+                kwargs={"application_name": "toolloop"},
+            )
+            pool.open(wait=False)
+            self._pool = pool
+            return pool  # type: ignore[no-any-return]
+
+    def _migrate(self, conn: psycopg.Connection[Any]) -> None:
+        s = f'"{self.schema}"'
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            tables = {
+                row[0]
+                for row in conn.execute(
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+                    (self.schema,),
+                ).fetchall()
+            }
+            if "schema_version" not in tables:
+                if tables:
+                    raise CheckpointError(
+                        f"the schema {self.schema!r} of {self.where()} holds tables of something "
+                        "else (no toolloop schema_version); give another schema="
+                    )
+                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
+                for statement in _SCHEMA.format(s=s).split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute(f"CREATE TABLE {s}.schema_version (version INTEGER NOT NULL)")
+                conn.execute(
+                    f"INSERT INTO {s}.schema_version (version) VALUES (%s)", (SCHEMA_VERSION,)
+                )
+                return
+            row = conn.execute(f"SELECT max(version) FROM {s}.schema_version").fetchone()
+            version = int(row[0]) if row and row[0] is not None else 0
+            if version > SCHEMA_VERSION:
+                raise CheckpointError(
+                    f"the schema {self.schema!r} of {self.where()} has checkpoint schema "
+                    f"{version}; this toolloop reads schema {SCHEMA_VERSION}: upgrade toolloop"
+                )
+            # migrations from older versions go here, one step at a time
+
+    def _close(self) -> None:
+        with self._lease_lock:
+            self._drop_lease_connection()
+        with self._open_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+    # -- the statements ---------------------------------------------------------------------
+
+    def _get(self, conn: psycopg.Connection[Any], run_id: str) -> Checkpoint | None:
+        s = f'"{self.schema}"'
+        # one snapshot: the checkpoint and its journal agree
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        row = conn.execute(
+            f"SELECT data, status, revision, created_at, updated_at FROM {s}.checkpoints "
+            "WHERE run_id = %s",
+            (run_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        rows = conn.execute(
+            f"SELECT {_JOURNAL_COLUMNS} FROM {s}.journal WHERE run_id = %s ORDER BY seq",
+            (run_id,),
+        ).fetchall()
+        journal = [_journal_entry(run_id, r) for r in rows]
+        checkpoint = Checkpoint.load_json(row[0], run_id=run_id, journal=journal)
+        return checkpoint.model_copy(
+            update={
+                "status": row[1],
+                "revision": row[2],
+                "created_at": row[3],
+                "updated_at": row[4],
+            }
+        )
+
+    def _put(
+        self, conn: psycopg.Connection[Any], checkpoint: Checkpoint, expected: int | None
+    ) -> Checkpoint:
+        s = f'"{self.schema}"'
+        run_id = checkpoint.run_id
+        row = conn.execute(
+            f"SELECT revision, created_at FROM {s}.checkpoints WHERE run_id = %s FOR UPDATE",
+            (run_id,),
+        ).fetchone()
+        new = stored(checkpoint, None if row is None else (row[0], row[1]), expected)
+        values = (
+            new.flow,
+            new.status,
+            new.revision,
+            new.dump_json(),
+            new.created_at,
+            new.updated_at,
+            run_id,
+        )
+        if row is None:
+            written = conn.execute(
+                f"INSERT INTO {s}.checkpoints (flow, status, revision, data, created_at, "
+                "updated_at, run_id) VALUES (%s, %s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT (run_id) DO NOTHING",
+                values,
+            ).rowcount
+            if written != 1:  # created by another writer since the SELECT
+                raise CheckpointConflictError(
+                    f"run {run_id!r} already has a checkpoint (another writer created it just "
+                    "now); pick another run id, or read it and write with its revision"
+                )
+        else:
+            conn.execute(
+                f"UPDATE {s}.checkpoints SET flow = %s, status = %s, revision = %s, data = %s, "
+                "created_at = %s, updated_at = %s WHERE run_id = %s",
+                values,
+            )
+        return new
+
+    def _delete(self, conn: psycopg.Connection[Any], run_id: str) -> bool:
+        s = f'"{self.schema}"'
+        conn.execute(f"DELETE FROM {s}.journal WHERE run_id = %s", (run_id,))
+        deleted = conn.execute(f"DELETE FROM {s}.checkpoints WHERE run_id = %s", (run_id,))
+        return bool(deleted.rowcount)
+
+    def _run_ids(self, conn: psycopg.Connection[Any], status: CheckpointStatus | None) -> list[str]:
+        s = f'"{self.schema}"'
+        if status is None:
+            cur = conn.execute(f"SELECT run_id FROM {s}.checkpoints ORDER BY created_at, run_id")
+        else:
+            cur = conn.execute(
+                f"SELECT run_id FROM {s}.checkpoints WHERE status = %s ORDER BY created_at, run_id",
+                (status,),
+            )
+        return [r[0] for r in cur.fetchall()]
+
+    def _record_intent(
+        self, conn: psycopg.Connection[Any], run_id: str, entry: JournalEntry
+    ) -> JournalEntry:
+        s = f'"{self.schema}"'
+        arguments = json_text(entry.arguments, f"the arguments of {entry.call_id!r}")
+        conn.execute(
+            f"INSERT INTO {s}.journal (run_id, call_id, tool_name, arguments, state, started_at) "
+            "VALUES (%s, %s, %s, %s, 'started', %s) ON CONFLICT (run_id, call_id) DO NOTHING",
+            (run_id, entry.call_id, entry.tool_name, arguments, entry.started_at),
+        )
+        row = self._journal_row(conn, run_id, entry.call_id)
+        assert row is not None
+        return _journal_entry(run_id, row)
+
+    def _record_outcome(
+        self,
+        conn: psycopg.Connection[Any],
+        run_id: str,
+        call_id: str,
+        outcome: Any,
+        state: str,
+    ) -> JournalEntry:
+        s = f'"{self.schema}"'
+        text = json_text(outcome, f"the outcome of {call_id!r}")
+        conn.execute(
+            f"UPDATE {s}.journal SET state = %s, outcome = %s, finished_at = %s "
+            "WHERE run_id = %s AND call_id = %s AND state = 'started'",
+            (state, text, time.time(), run_id, call_id),
+        )
+        row = self._journal_row(conn, run_id, call_id)
+        if row is None:
+            raise CheckpointError(
+                f"run {run_id!r} has no intent of call {call_id!r} in its journal; record the "
+                "intent before the call starts"
+            )
+        return _journal_entry(run_id, row)
+
+    def _journal_row(self, conn: psycopg.Connection[Any], run_id: str, call_id: str) -> Any:
+        return conn.execute(
+            f'SELECT {_JOURNAL_COLUMNS} FROM "{self.schema}".journal '
+            "WHERE run_id = %s AND call_id = %s",
+            (run_id, call_id),
+        ).fetchone()
+
+
+def _journal_entry(run_id: str, row: Any) -> JournalEntry:
+    call_id, tool_name, arguments, state, outcome, started_at, finished_at = row
+    try:
+        return JournalEntry(
+            call_id=call_id,
+            tool_name=tool_name,
+            arguments=json.loads(arguments),
+            state=state,
+            outcome=None if outcome is None else json.loads(outcome),
+            started_at=started_at,
+            finished_at=finished_at,
+        )
+    except ValueError as exc:
+        raise CorruptCheckpointError(
+            f"the journal entry {call_id!r} of run {run_id!r} cannot be read ({exc}); it was "
+            "left as it is"
+        ) from exc
