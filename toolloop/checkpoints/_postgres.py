@@ -265,8 +265,13 @@ class PostgresCheckpointStore:
 
     def _drop_lease_connection(self) -> None:
         conn, self._lease_conn = self._lease_conn, None
-        self._held.clear()
+        held, self._held = self._held, set()
         if conn is not None:
+            try:
+                if held and not conn.closed:  # at once, not when the server sees it closed
+                    conn.execute("SELECT pg_advisory_unlock_all()")
+            except Exception:
+                pass
             try:
                 conn.close()
             except Exception:

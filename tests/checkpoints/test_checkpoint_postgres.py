@@ -1,0 +1,308 @@
+"""The PostgreSQL store on a real server: its schema, its errors, its pool, its leases, and
+many worker processes resuming and recovering the same runs at once."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psycopg
+import pytest
+from postgres_cluster import fresh_schema
+
+from toolloop.checkpoints import (
+    Checkpoint,
+    CheckpointedRun,
+    CheckpointError,
+    CheckpointStore,
+    JournalEntry,
+    LeasingStore,
+    MemoryCheckpointStore,
+    Owner,
+    PostgresCheckpointStore,
+    RunNotResumableError,
+    SQLiteCheckpointStore,
+)
+from toolloop.flow import FlowSnapshot
+from toolloop.runner import ToolCommand, ToolExecutionRecord, json_safe
+
+WORKER = Path(__file__).with_name("contention_worker.py")
+
+
+def snapshot(run_id: str) -> FlowSnapshot:
+    return FlowSnapshot(flow="f", execution_id=run_id, state={"n": 1})
+
+
+@pytest.fixture
+async def schema(postgres_url: str) -> AsyncIterator[str]:
+    async with fresh_schema(postgres_url) as name:
+        yield name
+
+
+@pytest.mark.anyio
+async def test_the_schema_is_made_once_with_a_version_table(postgres_url: str, schema: str) -> None:
+    async with PostgresCheckpointStore(postgres_url, schema=schema) as store:
+        await store.put(
+            Checkpoint(run_id="r", flow="f", status="paused", snapshot=snapshot("r")),
+            expected_revision=None,
+        )
+    # a second store (another worker) on the same schema migrates nothing and sees the run
+    async with PostgresCheckpointStore(postgres_url, schema=schema) as other:
+        assert await other.run_ids() == ["r"]
+    with psycopg.connect(postgres_url) as conn:
+        versions = conn.execute(f'SELECT version FROM "{schema}".schema_version').fetchall()
+        assert versions == [(1,)]
+        conn.execute(f'UPDATE "{schema}".schema_version SET version = 99')
+    with pytest.raises(CheckpointError, match="has checkpoint schema 99; this toolloop reads"):
+        await PostgresCheckpointStore(postgres_url, schema=schema).run_ids()
+
+
+@pytest.mark.anyio
+async def test_a_schema_of_something_else_is_refused(postgres_url: str, schema: str) -> None:
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+        conn.execute(f'CREATE TABLE "{schema}".stuff (x int)')
+    with pytest.raises(CheckpointError, match="holds tables of something else"):
+        async with PostgresCheckpointStore(postgres_url, schema=schema):
+            pass
+    with pytest.raises(ValueError, match="schema must be a lower-case SQL name"):
+        PostgresCheckpointStore(postgres_url, schema='x"; DROP TABLE y; --')
+
+
+@pytest.mark.anyio
+async def test_a_wrong_or_unreachable_database_says_so_without_the_password(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    nowhere = f"postgresql://ada:s3cret-pw@/postgres?host={tmp_path}&port=5432"
+    store = PostgresCheckpointStore(nowhere, timeout=2)
+    with pytest.raises(CheckpointError, match="cannot be reached") as caught:
+        await store.get("r")
+    assert "s3cret-pw" not in str(caught.value)
+    assert "ada@" in str(caught.value)
+    await store.aclose()
+
+    info = psycopg.conninfo.conninfo_to_dict(postgres_url)
+    info["dbname"] = "no_such_db"
+    wrong = psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in info.items()})
+    with pytest.raises(CheckpointError, match="has no such database: create it"):
+        async with PostgresCheckpointStore(wrong, timeout=5):
+            pass
+
+
+@pytest.mark.anyio
+async def test_many_tasks_share_a_small_pool(postgres_url: str, schema: str) -> None:
+    async with PostgresCheckpointStore(postgres_url, schema=schema, max_size=2) as store:
+        for i in range(20):
+            await store.put(
+                Checkpoint(run_id=f"r{i}", flow="f", status="paused", snapshot=snapshot("x")),
+                expected_revision=None,
+            )
+        seen: list[int] = []
+
+        async def read(i: int) -> None:
+            checkpoint = await store.get(f"r{i}")
+            assert checkpoint is not None
+            seen.append(i)
+
+        with anyio.fail_after(60):  # a hang guard
+            async with anyio.create_task_group() as tg:
+                for i in range(20):
+                    for _ in range(5):
+                        tg.start_soon(read, i)
+        assert sorted(seen) == sorted(list(range(20)) * 5)
+        assert store._pool is not None
+        assert store._pool.get_stats()["pool_size"] <= 2
+    with psycopg.connect(postgres_url) as conn:  # closing the store closed its connections
+        left = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'toolloop%'"
+        ).fetchone()
+        assert left == (0,)
+
+
+@pytest.mark.anyio
+async def test_a_run_held_by_a_live_worker_is_not_recovered_until_it_is_gone(
+    postgres_url: str, schema: str
+) -> None:
+    worker_a = PostgresCheckpointStore(postgres_url, schema=schema)
+    worker_b = PostgresCheckpointStore(postgres_url, schema=schema)
+    assert isinstance(worker_a, LeasingStore)
+    assert not isinstance(MemoryCheckpointStore(), LeasingStore)
+    async with worker_b:
+        run = await CheckpointedRun.begin(worker_a, run_id="r", flow="f", snapshot=snapshot("r"))
+        assert worker_a.holds_lease("r")
+        # worker B sees it running, owned by A, whose session holds the lease
+        seen = await worker_b.get("r")
+        assert seen is not None and seen.status == "running"
+        with pytest.raises(RunNotResumableError, match="another live worker"):
+            await CheckpointedRun.claim(worker_b, seen, expect=("running",))
+        # even an owner that names no live process on this host does not fool it
+        fake = seen.model_copy(update={"owner": Owner(host="elsewhere", pid=1, token="t")})
+        with pytest.raises(RunNotResumableError, match="another live worker"):
+            await CheckpointedRun.claim(worker_b, fake, expect=("running",))
+        assert run.checkpoint.revision == 1
+        await worker_a.aclose()  # A's session ends (as when its process dies)
+        recovered = await CheckpointedRun.claim(worker_b, seen, expect=("running",))
+        assert worker_b.holds_lease("r")
+        await recovered.complete("done")
+        assert not worker_b.holds_lease("r")  # completing gave the lease back
+        final = await worker_b.get("r")
+        assert final is not None and (final.status, final.result) == ("completed", "done")
+
+
+HOLDER = """
+import sys, anyio
+from toolloop.checkpoints import CheckpointedRun, PostgresCheckpointStore
+from toolloop.flow import FlowSnapshot
+from toolloop.runner import ToolCommand, ToolExecutionRecord, json_safe
+
+async def main():
+    store = PostgresCheckpointStore(sys.argv[1], schema=sys.argv[2])
+    snap = FlowSnapshot(flow="f", execution_id="r", state={})
+    await CheckpointedRun.begin(store, run_id="r", flow="f", snapshot=snap)
+    print("ready", flush=True)
+    await anyio.sleep(600)
+
+anyio.run(main)
+"""
+
+
+@pytest.mark.anyio
+async def test_a_killed_workers_lease_ends_with_it(postgres_url: str, schema: str) -> None:
+    holder = await anyio.open_process([sys.executable, "-c", HOLDER, postgres_url, schema])
+    try:
+        assert holder.stdout is not None
+        with anyio.fail_after(60):  # a hang guard
+            said = b""
+            while b"ready" not in said:
+                said += await holder.stdout.receive()
+        async with PostgresCheckpointStore(postgres_url, schema=schema) as store:
+            seen = await store.get("r")
+            assert seen is not None
+            with pytest.raises(RunNotResumableError, match="another live worker"):
+                await CheckpointedRun.claim(store, seen, expect=("running",))
+            holder.kill()  # SIGKILL: nothing of the worker runs any more
+            await holder.wait()
+            with anyio.fail_after(60):  # the server notices the closed socket at once
+                while True:
+                    try:
+                        run = await CheckpointedRun.claim(store, seen, expect=("running",))
+                        break
+                    except RunNotResumableError:
+                        await anyio.sleep(0.05)
+            await run.complete()
+    finally:
+        if holder.returncode is None:
+            holder.kill()
+        await holder.aclose()
+
+
+# -- many processes, one store ------------------------------------------------------------
+
+
+def _dead_pid() -> int:
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(done.stdout)
+
+
+async def _seed(store: CheckpointStore, effects: Path, live: list[str], dead: int) -> None:
+    """100 runs: 40 paused, 25 running under a dead worker with no outcome journaled, 25
+    running under a dead worker whose tool call already finished, 10 running under this
+    (live) process."""
+    gone = Owner(host=socket.gethostname(), pid=dead, token=uuid.uuid4().hex)
+    for i in range(100):
+        run_id = f"run-{i:03d}"
+        status: Any = "paused" if i < 40 else "running"
+        owner = gone if 40 <= i < 90 else None
+        if i >= 90:
+            await CheckpointedRun.begin(store, run_id=run_id, flow="f", snapshot=snapshot(run_id))
+            live.append(run_id)
+            continue
+        await store.put(
+            Checkpoint(
+                run_id=run_id, flow="f", status=status, snapshot=snapshot(run_id), owner=owner
+            ),
+            expected_revision=None,
+        )
+        if 65 <= i < 90:  # the worker died after its tool call finished
+            await store.record_intent(run_id, JournalEntry(call_id="effect-1", tool_name="effect"))
+            with effects.open("a") as f:
+                f.write(f"{run_id}\n")
+            command = ToolCommand(purpose="p", tool_name="effect", tool_kwargs={"run": run_id})
+            record = ToolExecutionRecord.succeeded(command, f"done {run_id}")
+            await store.record_outcome(run_id, "effect-1", json_safe(record))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_spec(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield str(tmp_path / "runs.db")
+        return
+    url = request.getfixturevalue("postgres_url")
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    yield f"{url}#{name}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+def _open(spec: str) -> PostgresCheckpointStore | SQLiteCheckpointStore:
+    if spec.startswith("postgresql://"):
+        url, _, name = spec.partition("#")
+        return PostgresCheckpointStore(url, schema=name)
+    return SQLiteCheckpointStore(spec)
+
+
+@pytest.mark.timeout(300)
+def test_four_processes_resume_and_recover_100_runs_nothing_lost_nothing_twice(
+    store_spec: str, tmp_path: Path
+) -> None:
+    effects = tmp_path / "effects"
+    effects.touch()
+    store = _open(store_spec)
+    live: list[str] = []
+    dead = _dead_pid()
+
+    async def main() -> dict[str, Checkpoint]:
+        async with store:
+            await _seed(store, effects, live, dead)
+            workers = [
+                await anyio.open_process(
+                    [sys.executable, str(WORKER), store_spec, str(effects), str(seed)]
+                )
+                for seed in range(4)
+            ]
+            outputs: list[list[str]] = []
+            with anyio.fail_after(240):  # a hang guard
+                for worker in workers:
+                    assert worker.stdout is not None
+                    out = b""
+                    async for chunk in worker.stdout:
+                        out += chunk
+                    assert await worker.wait() == 0
+                    outputs.append(json.loads(out))
+            completed = [run_id for out in outputs for run_id in out]
+            final = {r: c for r in await store.run_ids() if (c := await store.get(r))}
+            assert len(completed) == len(set(completed)) == 90
+            return final
+
+    final = anyio.run(main)
+    lines = Counter(effects.read_text().split())
+    # every run's one side effect happened exactly once: none lost, none twice
+    assert {run for run, n in lines.items() if n != 1} == set()
+    assert set(lines) == {f"run-{i:03d}" for i in range(90)}
+    assert {r for r, c in final.items() if c.status == "completed"} == set(lines)
+    # the runs of a live worker were left alone
+    assert all(final[r].status == "running" for r in live)
+    assert all(final[r].revision == 1 for r in live)
