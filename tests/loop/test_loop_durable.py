@@ -1,0 +1,310 @@
+"""Durable loop runs: a checkpoint after every round, planner outputs and tool calls
+journaled, and a run that continues after its process died (SIGKILL at every point, on
+SQLite and PostgreSQL) without running a finished tool again."""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psycopg
+import pytest
+
+from toolloop import PlannerError
+from toolloop.checkpoints import (
+    CheckpointConflictError,
+    CheckpointedRun,
+    MemoryCheckpointStore,
+    RunNotFoundError,
+    RunNotResumableError,
+)
+from toolloop.flow import FlowSnapshot
+from toolloop.loop import (
+    async_plan_and_execute,
+    async_resume_plan_and_execute,
+    plan_and_execute,
+    resume_plan_and_execute,
+)
+from toolloop.planners import PlannerContext
+from toolloop.testing import ScriptedPlanner
+
+SUPPORT = Path(__file__).with_name("durable_support.py")
+
+
+def cmd(tool: str, purpose: str, **kwargs: Any) -> dict[str, Any]:
+    return {"purpose": purpose, "tool_name": tool, "tool_kwargs": kwargs}
+
+
+def execute(*commands: dict[str, Any]) -> dict[str, Any]:
+    return {"next_action": "execute", "execution_commands": list(commands)}
+
+
+SCRIPT = [
+    execute(cmd("effect", "first", key="a"), cmd("effect", "second", key="b")),
+    execute(cmd("effect", "third", key="c")),
+    {"next_action": "response"},
+]
+
+
+class Effects:
+    """A tool whose every run is a side effect, counted; ``gate`` holds call ``hold``."""
+
+    def __init__(self, hold: str | None = None) -> None:
+        self.done: list[str] = []
+        self.hold = hold
+        self.started = anyio.Event()
+
+    async def effect(self, key: str) -> str:
+        """Do something once.
+
+        Args:
+            key: what to do.
+        """
+        self.done.append(key)
+        if key == self.hold:
+            self.started.set()
+            await anyio.sleep_forever()
+        return f"did {key}"
+
+
+def without_id(result: Any) -> dict[str, Any]:
+    data: dict[str, Any] = result.model_dump(mode="json")
+    data.pop("run_id")
+    return data
+
+
+@pytest.mark.anyio
+async def test_a_durable_run_gives_what_a_plain_run_gives_and_keeps_its_journal() -> None:
+    plain = Effects()
+    expected = await async_plan_and_execute(
+        "go", tools=[plain.effect], planner=ScriptedPlanner(SCRIPT)
+    )
+    store = MemoryCheckpointStore()
+    durable = Effects()
+    result = await async_plan_and_execute(
+        "go", tools=[durable.effect], planner=ScriptedPlanner(SCRIPT), store=store, run_id="r"
+    )
+    assert result.run_id == "r"
+    assert without_id(result) == without_id(expected)
+    assert sorted(durable.done) == sorted(plain.done) == ["a", "b", "c"]
+    stored = await store.get("r")
+    assert stored is not None
+    assert stored.status == "completed" and stored.owner is None
+    assert stored.result == result.model_dump(mode="json")
+    assert stored.metadata["user_input"] == "go"
+    kinds = Counter(entry.tool_name for entry in stored.journal)
+    assert kinds == {"<planner>": 3, "effect": 3}
+    assert all(entry.state == "finished" for entry in stored.journal)
+    # a round of state was checkpointed after each round: revisions 1 (begin), 2 and 3
+    # (after rounds 0 and 1), 4 (completed)
+    assert stored.revision == 4
+    # the run id is taken
+    with pytest.raises(CheckpointConflictError, match="already has a checkpoint"):
+        await async_plan_and_execute(
+            "go", tools=[durable.effect], planner=ScriptedPlanner(SCRIPT), store=store, run_id="r"
+        )
+    # resuming a completed run gives its result and runs nothing
+    again = await async_resume_plan_and_execute(
+        "r", store=store, tools=[durable.effect], planner=ScriptedPlanner([])
+    )
+    assert again == result
+    assert sorted(durable.done) == ["a", "b", "c"]
+
+
+@pytest.mark.anyio
+async def test_durable_needs_a_store_and_a_run_of_the_loop() -> None:
+    with pytest.raises(ValueError, match="needs store="):
+        await async_plan_and_execute("go", planner=ScriptedPlanner([]), run_id="r")
+    store = MemoryCheckpointStore()
+    with pytest.raises(RunNotFoundError, match="no run 'nope'"):
+        await async_resume_plan_and_execute("nope", store=store, planner=ScriptedPlanner([]))
+    snapshot = FlowSnapshot(flow="agent", execution_id="x", state={})
+    run = await CheckpointedRun.begin(store, run_id="x", flow="agent", snapshot=snapshot)
+    await run.fail("boom")
+    with pytest.raises(RunNotResumableError, match="not a run of plan_and_execute"):
+        await async_resume_plan_and_execute("x", store=store, planner=ScriptedPlanner([]))
+    result = await async_plan_and_execute("go", planner=ScriptedPlanner([]), store=store)
+    assert len(result.run_id) == 32  # a fresh id when none is given
+    assert await store.get(result.run_id) is not None
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("policy", ["fail", "retry"])
+async def test_a_call_cut_off_mid_tool_is_never_silently_run_again(policy: Any) -> None:
+    store = MemoryCheckpointStore()
+    first = Effects(hold="c")
+    with anyio.move_on_after(30):  # a hang guard: cancelled below, once c has started
+        async with anyio.create_task_group() as tg:
+
+            async def run() -> None:
+                await async_plan_and_execute(
+                    "go",
+                    tools=[first.effect],
+                    planner=ScriptedPlanner(SCRIPT),
+                    store=store,
+                    run_id="r",
+                )
+
+            tg.start_soon(run)
+            await first.started.wait()
+            tg.cancel_scope.cancel()
+    assert first.done.count("c") == 1
+    cut = await store.get("r")
+    assert cut is not None and cut.status == "running"
+    assert [e.state for e in cut.journal if e.arguments == {"key": "c"}] == ["started"]
+
+    second = Effects()
+    result = await async_resume_plan_and_execute(
+        "r",
+        store=store,
+        tools=[second.effect],
+        planner=ScriptedPlanner(SCRIPT),
+        unknown_outcome=policy,
+        idempotent_tools=["effect"] if policy == "retry" else [],
+    )
+    records = {r.purpose: r for r in result.done_plans}
+    assert [r.purpose for r in result.done_plans] == ["first", "second", "third"]
+    assert "a" not in second.done and "b" not in second.done  # round 0 was replayed
+    if policy == "fail":
+        assert "c" not in second.done
+        assert records["third"].success is False
+        assert "was interrupted" in str(records["third"].error)
+    else:
+        assert second.done.count("c") == 1
+        assert records["third"].result == "did c"
+    stored = await store.get("r")
+    assert stored is not None and stored.status == "completed"
+
+
+@pytest.mark.anyio
+async def test_a_failed_run_resumes_from_its_last_round() -> None:
+    store = MemoryCheckpointStore()
+    tools = Effects()
+    broken = ScriptedPlanner([SCRIPT[0], RuntimeError("model down")])
+    with pytest.raises(PlannerError, match="model down"):
+        await async_plan_and_execute(
+            "go", tools=[tools.effect], planner=broken, store=store, run_id="r"
+        )
+    failed = await store.get("r")
+    assert failed is not None and failed.status == "failed"
+    assert "model down" in str(failed.error)
+    assert failed.snapshot.state["round_index"] == 1  # round 0 was checkpointed
+    seen: list[int] = []
+
+    async def planner(context: PlannerContext) -> Any:
+        seen.append(context.round_index)
+        assert [r.purpose for r in context.done_plans][:2] == ["first", "second"]
+        return SCRIPT[context.round_index]
+
+    result = await async_resume_plan_and_execute(
+        "r", store=store, tools=[tools.effect], planner=planner
+    )
+    assert seen == [1, 2]  # round 0 was not planned again
+    assert sorted(tools.done) == ["a", "b", "c"]  # nor run again
+    assert result.rounds == 2 and result.stop_reason == "response"
+
+
+def test_the_sync_twins_run_and_resume(tmp_path: Path) -> None:
+    from toolloop.checkpoints import SQLiteCheckpointStore
+
+    tools = Effects()
+    store = SQLiteCheckpointStore(tmp_path / "runs.db")
+    result = plan_and_execute(
+        "go", tools=[tools.effect], planner=ScriptedPlanner(SCRIPT), store=store, run_id="s"
+    )
+    again = resume_plan_and_execute(
+        "s", store=store, tools=[tools.effect], planner=ScriptedPlanner([]), backend="trio"
+    )
+    assert again == result
+    assert sorted(tools.done) == ["a", "b", "c"]
+
+
+# -- SIGKILL at every point, on SQLite and PostgreSQL -------------------------------------
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_spec(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield str(tmp_path / "runs.db")
+        return
+    url = request.getfixturevalue("postgres_url")
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    yield f"{url}#{name}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+def support(*args: str) -> dict[str, Any] | None:
+    """Run ``durable_support.py``: its result, or ``None`` if it was killed."""
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, str(SUPPORT), *args], capture_output=True, text=True, timeout=120
+    )
+    if done.returncode == -9:
+        return None
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], list[str]]:
+    """The result and side effects of the run nobody kills."""
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    effects = folder / "effects"
+    result = support("run", str(folder / "runs.db"), str(effects), "r")
+    assert result is not None
+    return result, sorted(effects.read_text().split())
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("crash", ["planning", "between_rounds", "final_checkpoint"])
+def test_killed_anywhere_the_resumed_run_is_the_uninterrupted_one(
+    crash: str,
+    store_spec: str,
+    tmp_path: Path,
+    uninterrupted: tuple[dict[str, Any], list[str]],
+) -> None:
+    effects = tmp_path / "effects"
+    assert support("run", store_spec, str(effects), "r", "--crash", crash) is None
+    before = effects.read_text().split() if effects.exists() else []
+    assert len(before) == len(set(before))
+    # resumed on the other backend: trio (the run was on asyncio)
+    resumed = support("resume", store_spec, str(effects), "r", "--backend", "trio")
+    expected, effects_expected = uninterrupted
+    assert resumed == expected
+    # no side effect twice, none lost
+    assert sorted(effects.read_text().split()) == effects_expected
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("policy", ["fail", "retry"])
+def test_killed_mid_tool_the_unknown_call_follows_the_policy(
+    policy: str,
+    store_spec: str,
+    tmp_path: Path,
+    uninterrupted: tuple[dict[str, Any], list[str]],
+) -> None:
+    effects = tmp_path / "effects"
+    assert support("run", store_spec, str(effects), "r", "--crash", "mid_tool") is None
+    assert effects.read_text().split().count("c") == 1  # c took effect, unrecorded
+    resumed = support("resume", store_spec, str(effects), "r", "--policy", policy)
+    assert resumed is not None
+    expected, _ = uninterrupted
+    done = Counter(effects.read_text().split())
+    assert done["a"] == done["b"] == 1  # finished calls were not run again
+    third = resumed["done_plans"][2]
+    if policy == "fail":  # not run again: the planner is told it was interrupted
+        assert done["c"] == 1
+        assert third["success"] is False and "was interrupted" in third["error"]
+        assert resumed["stop_reason"] == "response"
+    else:  # an idempotent tool: run again, and the run ends as if nothing happened
+        assert done["c"] == 2
+        assert resumed == expected
