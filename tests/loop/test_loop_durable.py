@@ -308,3 +308,162 @@ def test_killed_mid_tool_the_unknown_call_follows_the_policy(
     else:  # an idempotent tool: run again, and the run ends as if nothing happened
         assert done["c"] == 2
         assert resumed == expected
+
+
+# -- pausing for a human ------------------------------------------------------------------
+
+
+class Mail:
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def send(self, to: str) -> str:
+        """Send a mail.
+
+        Args:
+            to: who gets it.
+        """
+        self.sent.append(to)
+        return f"sent to {to}"
+
+
+MAIL_SCRIPT = [
+    execute(cmd("effect", "look", key="a"), cmd("send", "tell ada", to="ada")),
+    {"next_action": "response"},
+]
+
+
+async def paused_run(store: MemoryCheckpointStore, tools: list[Any]) -> Any:
+    result = await async_plan_and_execute(
+        "mail ada",
+        tools=tools,
+        planner=ScriptedPlanner(MAIL_SCRIPT),
+        store=store,
+        run_id="m",
+        needs_approval=["send"],
+    )
+    assert result.stop_reason == "paused"
+    return result
+
+
+@pytest.mark.anyio
+async def test_a_tool_that_needs_approval_pauses_the_run_until_a_human_decides() -> None:
+    from toolloop.checkpoints import Approve, DecisionError, HumanRequest
+
+    store = MemoryCheckpointStore()
+    mail, effects = Mail(), Effects()
+    tools = [mail.send, effects.effect]
+    result = await paused_run(store, tools)
+    request = HumanRequest.model_validate(result.request)
+    assert request.kind == "approve_tool_calls"
+    assert [(c.tool_name, c.arguments) for c in request.tool_calls] == [("send", {"to": "ada"})]
+    assert mail.sent == [] and effects.done == []  # the whole round waits
+    stored = await store.get("m")
+    assert stored is not None and stored.status == "paused" and stored.request == result.request
+    planner = ScriptedPlanner(MAIL_SCRIPT)
+    with pytest.raises(RunNotResumableError, match="paused for a human: resume it with decision="):
+        await async_resume_plan_and_execute("m", store=store, tools=tools, planner=planner)
+    with pytest.raises(DecisionError, match="does not fit it"):
+        await async_resume_plan_and_execute(
+            "m", store=store, tools=tools, planner=planner, decision="replan"
+        )
+    done = await async_resume_plan_and_execute(
+        "m", store=store, tools=tools, planner=planner, decision=Approve()
+    )
+    assert done.stop_reason == "response" and done.request is None
+    assert mail.sent == ["ada"] and effects.done == ["a"]
+    assert [r.result for r in done.done_plans] == ["did a", "sent to ada"]
+    assert [c.round_index for c in planner.calls] == [1]  # round 0: from the journal
+    # answered once: the run is done, a second answer has nothing to answer
+    with pytest.raises(RunNotResumableError, match="not paused"):
+        await async_resume_plan_and_execute(
+            "m", store=store, tools=tools, planner=planner, decision=Approve()
+        )
+    again = await async_resume_plan_and_execute("m", store=store, tools=tools, planner=planner)
+    assert again == done and mail.sent == ["ada"]
+
+
+@pytest.mark.anyio
+async def test_a_rejected_call_never_runs_and_an_edited_one_runs_as_edited() -> None:
+    from toolloop.checkpoints import DecisionError, Edit, HumanRequest, Reject
+
+    store = MemoryCheckpointStore()
+    mail, effects = Mail(), Effects()
+    tools = [mail.send, effects.effect]
+    result = await paused_run(store, tools)
+    call_id = HumanRequest.model_validate(result.request).tool_calls[0].call_id
+    rejected = await async_resume_plan_and_execute(
+        "m",
+        store=store,
+        tools=tools,
+        planner=ScriptedPlanner(MAIL_SCRIPT),
+        decision=Reject(message="not now"),
+    )
+    send = rejected.done_plans[1]
+    assert send.success is False and "rejected" in str(send.error) and "not now" in str(send.error)
+    assert mail.sent == []
+
+    await store.delete("m")
+    await paused_run(store, tools)
+    with pytest.raises(DecisionError, match="do not fit tool 'send'"):
+        await async_resume_plan_and_execute(
+            "m",
+            store=store,
+            tools=tools,
+            planner=ScriptedPlanner(MAIL_SCRIPT),
+            decision=Edit(arguments={call_id: {"to": 7}}),
+        )
+    edited = await async_resume_plan_and_execute(
+        "m",
+        store=store,
+        tools=tools,
+        planner=ScriptedPlanner(MAIL_SCRIPT),
+        decision={call_id: Edit(arguments={call_id: {"to": "bob"}})},
+    )
+    assert mail.sent == ["bob"]
+    assert edited.done_plans[1].result == "sent to bob"
+
+
+@pytest.mark.anyio
+async def test_an_approved_call_cut_off_is_not_run_again_on_recovery() -> None:
+    from toolloop.checkpoints import Approve
+
+    store = MemoryCheckpointStore()
+    effects = Effects(hold="a")
+    mail = Mail()
+    tools = [mail.send, effects.effect]
+    await paused_run(store, tools)
+    with anyio.move_on_after(30):  # a hang guard: cancelled once the approved round runs
+        async with anyio.create_task_group() as tg:
+
+            async def resume() -> None:
+                await async_resume_plan_and_execute(
+                    "m",
+                    store=store,
+                    tools=tools,
+                    planner=ScriptedPlanner(MAIL_SCRIPT),
+                    decision=Approve(),
+                )
+
+            tg.start_soon(resume)
+            await effects.started.wait()
+            tg.cancel_scope.cancel()
+    cut = await store.get("m")
+    assert cut is not None and cut.status == "running"
+    recovered = await async_resume_plan_and_execute(
+        "m", store=store, tools=[mail.send, Effects().effect], planner=ScriptedPlanner([])
+    )
+    # the approval was journaled: recovery does not ask again, and runs nothing twice
+    assert recovered.stop_reason == "response"
+    assert "was interrupted" in str(recovered.done_plans[0].error)
+    send = recovered.done_plans[1]
+    assert len(mail.sent) <= 1  # once at most (cut off after it started: maybe not recorded)
+    if send.success:
+        assert mail.sent == ["ada"]
+    else:
+        assert "was interrupted" in str(send.error)
+
+
+def test_approval_needs_a_store() -> None:
+    with pytest.raises(ValueError, match="needs_approval= pauses a durable run, which needs"):
+        plan_and_execute("go", planner=ScriptedPlanner([]), needs_approval=["send"])

@@ -238,6 +238,12 @@ class CheckpointedRun:
             request=requests[0] if len(requests) == 1 else requests,
         )
 
+    async def pause_at(self, snapshot: FlowSnapshot, request: Any) -> Checkpoint:
+        """Write the checkpoint of a run that waits for a human, without a flow pause:
+        ``paused``, with ``snapshot`` and what it asks (JSON ``request``). Resuming it
+        claims it with ``expect=("paused",)``."""
+        return await self._finish("paused", snapshot=snapshot, request=request)
+
     async def complete(self, result: Any = None) -> Checkpoint:
         """Write the last checkpoint: ``completed`` with ``result`` (JSON data)."""
         return await self._finish("completed", result=result, request=None)

@@ -142,6 +142,7 @@ async def async_plan_and_execute(
     on_event: Callable[[FlowEvent], None] | None = None,
     store: CheckpointStore | None = None,
     run_id: str | None = None,
+    needs_approval: Collection[str] = (),
 ) -> LoopResult:
     """Plan, execute tools, and plan again, round after round; return the results.
 
@@ -173,6 +174,11 @@ async def async_plan_and_execute(
             :func:`async_resume_plan_and_execute` continues it if its process dies (see
             the durability guide). Streaming dispatch is off in a durable run.
         run_id: the durable run's id (a new one by default: ``result.run_id``).
+        needs_approval: names of tools whose calls wait for a human (needs ``store``):
+            when a round plans one, the run pauses before the round runs and returns
+            ``stop_reason="paused"`` with ``result.request`` (a
+            :class:`~toolloop.checkpoints.HumanRequest`'s data); resume it with
+            :func:`async_resume_plan_and_execute` and ``decision=``, in any process.
 
     Returns:
         The records, folded into ``prompt`` (``action_results``, ``extra_instruction``) and
@@ -183,10 +189,9 @@ async def async_plan_and_execute(
         ExecutionTimeoutError: the run outlived ``timeout`` (with ``on_timeout="raise"``).
         CheckpointConflictError: the store already has a run ``run_id``.
     """
-    if store is None and run_id is not None:
-        raise ValueError(
-            f"run_id={run_id!r} names a durable run, which needs store= (a CheckpointStore)"
-        )
+    if store is None and (run_id is not None or needs_approval):
+        what = f"run_id={run_id!r} names" if run_id is not None else "needs_approval= pauses"
+        raise ValueError(f"{what} a durable run, which needs store= (a CheckpointStore)")
     if store is not None and run_id is None:
         run_id = uuid.uuid4().hex
     execution = _prepare(
@@ -213,7 +218,10 @@ async def async_plan_and_execute(
     from ._durable import run_durable
 
     return await run_durable(
-        execution, store, functools.partial(_run, timeout=timeout, on_timeout=on_timeout)
+        execution,
+        store,
+        functools.partial(_run, timeout=timeout, on_timeout=on_timeout),
+        needs_approval=needs_approval,
     )
 
 
@@ -232,10 +240,12 @@ async def async_resume_plan_and_execute(
     on_event: Callable[[FlowEvent], None] | None = None,
     unknown_outcome: UnknownOutcome = "fail",
     idempotent_tools: Collection[str] = (),
+    decision: object = None,
     force: bool = False,
 ) -> LoopResult:
     """Continue the durable run ``run_id`` (begun with ``store=``) whose process died, or
-    that failed: from its last round, without running a finished tool call again.
+    that failed, or that paused for a human: from its last round, without running a
+    finished tool call again.
 
     The request, ``max_rounds`` and the planner's extra requirement come from the stored
     run; the tools and the planner are given again (they are code). A run that completed
@@ -248,6 +258,12 @@ async def async_resume_plan_and_execute(
             ``"retry"``: run it again if its tool is in ``idempotent_tools``, else as
             ``"fail"``. Such a call is never run again silently.
         idempotent_tools: names of the tools that are safe to run twice.
+        decision: the answer to a paused run's request (``result.request``): one
+            :class:`~toolloop.checkpoints.HumanDecision` for all its calls
+            (:class:`~toolloop.checkpoints.Approve`, :class:`~toolloop.checkpoints.Edit`
+            with new arguments by call id, :class:`~toolloop.checkpoints.Reject` with a
+            message for the planner), its data, a bare kind (``"approve"``), or one per
+            call (``{call_id: decision}``). Needed exactly when the run is paused.
         force: take over a run marked running even if its owner may still run it.
         store, tools, planner, concurrency, limiter, timeout, tool_timeout,
         planner_timeout, on_timeout, on_event: as for :func:`async_plan_and_execute`.
@@ -255,14 +271,21 @@ async def async_resume_plan_and_execute(
     Raises:
         RunNotFoundError: no run ``run_id`` in the store.
         RunNotResumableError: a live worker runs it (or another caller resumed it first),
-            or it is no run of the loop.
+            it is no run of the loop, or it is paused and no ``decision`` was given (or
+            the other way round).
+        DecisionError: the decision does not fit what the paused run asks.
     """
-    from ..checkpoints import CheckpointedRun
-    from ._durable import resume_checkpoint, run_durable
+    from ..checkpoints import CheckpointedRun, RunNotResumableError
+    from ._durable import answer_of, resume_checkpoint, run_durable
 
     checkpoint = await CheckpointedRun.load(store, run_id)
     if checkpoint.status == "completed":
         resume_checkpoint(checkpoint)  # a run of the loop?
+        if decision is not None:
+            raise RunNotResumableError(
+                f"run {run_id!r} has completed, not paused: a decision has nothing to answer "
+                "(was it answered already?); resume it without one for its result"
+            )
         return LoopResult.model_validate(checkpoint.result)
     begun, state = resume_checkpoint(checkpoint)
     execution = _prepare(
@@ -280,6 +303,16 @@ async def async_resume_plan_and_execute(
         run_id=run_id,
         state=state,
     )
+    paused = checkpoint.status == "paused"
+    if paused != (decision is not None):
+        raise RunNotResumableError(
+            f"run {run_id!r} is paused for a human: resume it with decision= (an answer to "
+            "its request)"
+            if paused
+            else f"run {run_id!r} is {checkpoint.status}, not paused: a decision has nothing "
+            "to answer; resume it without one"
+        )
+    decisions = answer_of(checkpoint, decision, execution.deps.registry) if paused else None
     return await run_durable(
         execution,
         store,
@@ -287,6 +320,7 @@ async def async_resume_plan_and_execute(
         resume_from=checkpoint,
         unknown_outcome=unknown_outcome,
         idempotent_tools=idempotent_tools,
+        decisions=decisions,
         force=force,
     )
 
@@ -306,6 +340,7 @@ def resume_plan_and_execute(
     on_event: Callable[[FlowEvent], None] | None = None,
     unknown_outcome: UnknownOutcome = "fail",
     idempotent_tools: Collection[str] = (),
+    decision: object = None,
     force: bool = False,
     backend: Literal["asyncio", "trio"] = "asyncio",
 ) -> LoopResult:
@@ -327,6 +362,7 @@ def resume_plan_and_execute(
         on_event=on_event,
         unknown_outcome=unknown_outcome,
         idempotent_tools=idempotent_tools,
+        decision=decision,
         force=force,
     )
     return anyio.run(run, backend=backend)
@@ -362,6 +398,7 @@ def plan_and_execute(
     on_event: Callable[[FlowEvent], None] | None = None,
     store: CheckpointStore | None = None,
     run_id: str | None = None,
+    needs_approval: Collection[str] = (),
     backend: Literal["asyncio", "trio"] = "asyncio",
 ) -> LoopResult:
     """The sync twin of :func:`async_plan_and_execute`, for scripts (the same arguments,
@@ -396,6 +433,7 @@ def plan_and_execute(
         on_event=on_event,
         store=store,
         run_id=run_id,
+        needs_approval=needs_approval,
     )
     return anyio.run(run, backend=backend)
 

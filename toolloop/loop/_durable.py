@@ -27,27 +27,42 @@ from typing import Any, Literal
 import anyio
 from pydantic import ValidationError
 
+from .._errors import PlannerError
 from ..checkpoints import (
+    Approve,
     Checkpoint,
     CheckpointedRun,
     CheckpointStore,
     CorruptCheckpointError,
+    DecisionError,
+    Edit,
+    HumanAnswer,
+    HumanDecision,
+    HumanRequest,
     JournalEntry,
+    Reject,
+    RequestedCall,
     RunNotResumableError,
+    check_decision,
+    parse_decision,
 )
 from ..flow import Execution, FlowSnapshot
 from ..planners import PlannerContext, PlannerLike, PlannerReply, call_planner
 from ..runner import Executor, ToolCommand, ToolExecutionRecord, json_safe
 from ._flow import LoopDeps, RoundState, loop_flow
+from ._normalize import normalize_plan
 from ._results import LoopResult
 
 __all__ = [
+    "DECISIONS",
     "FLOW_KIND",
     "PLANNER",
     "DurableLoop",
     "JournaledExecutor",
     "JournaledPlanner",
+    "PauseForHuman",
     "UnknownOutcome",
+    "answer_of",
     "interrupted_error",
     "resume_checkpoint",
     "run_durable",
@@ -75,11 +90,48 @@ def interrupted_error(call_id: str, tool_name: str) -> str:
     )
 
 
+def _next_key(seen: dict[str, int], round_index: int, command: ToolCommand) -> str:
+    """A stable id of ``command`` in its round: what it is, and which of its identical
+    twins (identical commands are interchangeable, so their order does not matter);
+    ``seen`` counts the twins met so far."""
+    text = json.dumps(
+        [command.tool_name, command.purpose, command.todo_suggestion, command.tool_kwargs],
+        sort_keys=True,
+        default=repr,
+        ensure_ascii=False,
+    )
+    digest = hashlib.blake2b(text.encode(), digest_size=10).hexdigest()
+    base = f"r{round_index}/{command.tool_name}/{digest}"
+    n = seen.get(base, 0)
+    seen[base] = n + 1
+    return f"{base}#{n}"
+
+
+class PauseForHuman(Exception):
+    """Raised by the journaled planner when a planned call waits for a human's decision:
+    the run pauses before the round runs (never seen by callers)."""
+
+    def __init__(self, request: HumanRequest) -> None:
+        super().__init__(request.reason)
+        self.request = request
+
+
 class DurableLoop:
     """The durable side of one run: its checkpoint, the journal read when it was claimed,
     and the policy for calls with an unknown outcome. A service of the run (its deps)."""
 
-    __slots__ = ("_saved_round", "_seen", "idempotent", "journal", "run", "state", "unknown")
+    __slots__ = (
+        "_saved_round",
+        "_seen",
+        "approval",
+        "decisions",
+        "idempotent",
+        "journal",
+        "limits",
+        "run",
+        "state",
+        "unknown",
+    )
 
     def __init__(
         self,
@@ -89,6 +141,7 @@ class DurableLoop:
         journal: Mapping[str, JournalEntry] | None = None,
         unknown_outcome: UnknownOutcome = "fail",
         idempotent_tools: Collection[str] = (),
+        needs_approval: Collection[str] = (),
     ) -> None:
         if unknown_outcome not in ("fail", "retry"):
             raise ValueError(f"unknown_outcome must be 'fail' or 'retry', got {unknown_outcome!r}")
@@ -97,6 +150,13 @@ class DurableLoop:
         self.journal: dict[str, JournalEntry] = dict(journal or {})
         self.unknown = unknown_outcome
         self.idempotent = frozenset(idempotent_tools)
+        self.approval = frozenset(needs_approval)
+        self.decisions: dict[str, HumanDecision] = {}
+        """The human's decision on each call that needed one, by call key."""
+        for entry in self.journal.values():
+            if entry.tool_name == DECISIONS and entry.state == "finished":
+                self.decisions.update(_read_decisions(entry.outcome, run.run_id))
+        self.limits = (64, 256 * 1024)
         self._saved_round = state.round_index
         self._seen: dict[str, int] = {}
 
@@ -110,6 +170,7 @@ class DurableLoop:
             tool_timeout=inner.tool_timeout,
         )
         executor.durable = self
+        self.limits = (deps.max_commands, deps.max_kwargs_bytes)
         return replace(
             deps,
             planner=JournaledPlanner(deps.planner, self),
@@ -118,19 +179,58 @@ class DurableLoop:
         )
 
     def call_key(self, round_index: int, command: ToolCommand) -> str:
-        """A stable id of ``command`` in its round: what it is, and which of its identical
-        twins (identical commands are interchangeable, so their order does not matter)."""
-        text = json.dumps(
-            [command.tool_name, command.purpose, command.todo_suggestion, command.tool_kwargs],
-            sort_keys=True,
-            default=repr,
-            ensure_ascii=False,
-        )
-        digest = hashlib.blake2b(text.encode(), digest_size=10).hexdigest()
-        base = f"r{round_index}/{command.tool_name}/{digest}"
-        n = self._seen.get(base, 0)
-        self._seen[base] = n + 1
-        return f"{base}#{n}"
+        """A stable id of ``command`` in its round (see :func:`call_keys`)."""
+        return _next_key(self._seen, round_index, command)
+
+    def check_approval(self, round_index: int, raw: Any) -> None:
+        """Raise :class:`PauseForHuman` if the round's plan has calls of tools that need
+        approval and no decision was taken on them yet."""
+        max_commands, max_bytes = self.limits
+        decided = normalize_plan(raw, max_commands=max_commands, max_kwargs_bytes=max_bytes)
+        if decided.next_action != "execute":
+            return
+        seen: dict[str, int] = {}
+        asked: list[RequestedCall] = []
+        for command in decided.commands:
+            key = _next_key(seen, round_index, command)
+            if command.tool_name not in self.approval or key in self.decisions:
+                continue
+            if self.journal.get(key) is not None:
+                continue  # it ran (or started) before: the journal answers for it
+            asked.append(
+                RequestedCall(
+                    call_id=key,
+                    tool_name=command.tool_name,
+                    arguments=json_safe(command.tool_kwargs),
+                    purpose=command.purpose,
+                    why=f"tool {command.tool_name!r} needs a human's approval",
+                )
+            )
+        if asked:
+            raise PauseForHuman(
+                HumanRequest(
+                    kind="approve_tool_calls",
+                    reason=(
+                        f"round {round_index} plans {len(asked)} call(s) that need approval: "
+                        "approve, edit their arguments, or reject them (the planner is told)"
+                    ),
+                    tool_calls=asked,
+                    allowed=["approve", "edit", "reject"],
+                )
+            )
+
+    def decided(self, key: str, command: ToolCommand) -> ToolCommand | ToolExecutionRecord:
+        """``command`` as the human decided it (edited arguments), or the record of a
+        rejected call."""
+        decision = self.decisions.get(key)
+        if isinstance(decision, Edit) and key in decision.arguments:
+            return command.model_copy(update={"tool_kwargs": decision.arguments[key]})
+        if isinstance(decision, Reject):
+            said = decision.message or "no reason given"
+            return ToolExecutionRecord.failed(
+                command, f"a human rejected this call of {command.tool_name!r}: {said}"
+            )
+        return command
 
     async def checkpoint_round(self) -> None:
         """Write a checkpoint of the round state if a round ended since the last one."""
@@ -188,6 +288,49 @@ class DurableLoop:
             await self.run.record_outcome(key, json_safe(record), state=state)
 
 
+DECISIONS = "<human>"
+"""The ``tool_name`` of a journaled human decision (its outcome: decisions by call key)."""
+
+
+def _read_decisions(data: Any, run_id: str) -> dict[str, HumanDecision]:
+    try:
+        return {str(k): parse_decision(v) for k, v in dict(data).items()}
+    except (TypeError, ValueError, DecisionError) as exc:
+        raise CorruptCheckpointError(
+            f"a journaled human decision of run {run_id!r} cannot be read ({exc}); it was "
+            "left as it is"
+        ) from exc
+
+
+async def journal_decisions(
+    run: CheckpointedRun, round_index: int, decisions: Mapping[str, HumanDecision]
+) -> None:
+    """Journal a human's decisions (once: a recovered run finds them there)."""
+    key = f"r{round_index}/decisions"
+    data = {k: v.model_dump(mode="json") for k, v in decisions.items()}
+    await run.record_intent(JournalEntry(call_id=key, tool_name=DECISIONS))
+    await run.record_outcome(key, data)
+
+
+def per_call(request: HumanRequest, answer: HumanAnswer) -> dict[str, HumanDecision]:
+    """One decision per call asked about (a single decision applies to every call)."""
+    if isinstance(answer, dict):
+        return answer
+    decisions: dict[str, HumanDecision] = {}
+    for call in request.tool_calls:
+        if isinstance(answer, Edit):
+            if call.call_id in answer.arguments:
+                decisions[call.call_id] = Edit(
+                    arguments={call.call_id: answer.arguments[call.call_id]},
+                    message=answer.message,
+                )
+            else:
+                decisions[call.call_id] = Approve()
+        else:
+            decisions[call.call_id] = answer
+    return decisions
+
+
 def snapshot_of(run_id: str, state: RoundState) -> FlowSnapshot:
     """The checkpointed picture of a loop run between rounds."""
     return FlowSnapshot(flow=loop_flow.name, execution_id=run_id, state=json_safe(state))
@@ -203,13 +346,24 @@ class JournaledExecutor(Executor):
     async def call(self, command: ToolCommand, on_start: Any = None) -> ToolExecutionRecord:
         durable = self.durable
         key = durable.call_key(durable.state.round_index, command)
-        try:  # a call that cannot run (unknown tool, bad arguments) has no side effect
-            self.registry.get(command.tool_name).validate(command.tool_kwargs)
-        except Exception:
-            return await Executor.call(self, command, on_start)
+        decided = durable.decided(key, command) if durable.decisions else command
+        if isinstance(decided, ToolExecutionRecord):  # a human rejected it: it never runs
+            rejected = decided
 
-        async def run() -> ToolExecutionRecord:
-            return await Executor.call(self, command, on_start)
+            async def run() -> ToolExecutionRecord:
+                if on_start is not None:
+                    on_start()
+                return rejected
+
+        else:
+            command = decided
+            try:  # a call that cannot run (unknown tool, bad arguments) has no side effect
+                self.registry.get(command.tool_name).validate(command.tool_kwargs)
+            except Exception:
+                return await Executor.call(self, command, on_start)
+
+            async def run() -> ToolExecutionRecord:
+                return await Executor.call(self, command, on_start)
 
         entry = durable.journal.get(key)
         if entry is not None and on_start is not None and not durable.runs_again(entry):
@@ -228,6 +382,12 @@ class JournaledPlanner:
         self.durable = durable
 
     async def plan(self, context: PlannerContext) -> Any:
+        raw = await self._plan(context)
+        if self.durable.approval:
+            self.durable.check_approval(context.round_index, raw)
+        return raw
+
+    async def _plan(self, context: PlannerContext) -> Any:
         durable = self.durable
         await durable.checkpoint_round()
         key = f"r{context.round_index}/plan"
@@ -262,6 +422,7 @@ def prepare_durable(
     journal: Mapping[str, JournalEntry] | None = None,
     unknown_outcome: UnknownOutcome = "fail",
     idempotent_tools: Collection[str] = (),
+    needs_approval: Collection[str] = (),
 ) -> DurableLoop:
     """Make ``execution`` durable through ``run``: its deps get the journaled planner and
     executor."""
@@ -271,15 +432,17 @@ def prepare_durable(
         journal=journal,
         unknown_outcome=unknown_outcome,
         idempotent_tools=idempotent_tools,
+        needs_approval=needs_approval,
     )
     execution.deps = durable.wrap(execution.deps)
     return durable
 
 
-def metadata_of(deps: LoopDeps) -> dict[str, Any]:
+def metadata_of(deps: LoopDeps, needs_approval: Collection[str] = ()) -> dict[str, Any]:
     """What a resumed run needs to know of the call that began it (JSON)."""
     return {
         "kind": FLOW_KIND,
+        "needs_approval": sorted(needs_approval),
         "user_input": deps.user_input,
         "max_rounds": deps.max_rounds,
         "user_extra_requirement": deps.user_extra_requirement,
@@ -307,14 +470,16 @@ def check_kind(metadata: Mapping[str, Any], run_id: str) -> None:
         )
 
 
-async def begin(store: CheckpointStore, run_id: str, deps: LoopDeps) -> CheckpointedRun:
+async def begin(
+    store: CheckpointStore, run_id: str, deps: LoopDeps, needs_approval: Collection[str] = ()
+) -> CheckpointedRun:
     """Write the first checkpoint of a new durable run."""
     return await CheckpointedRun.begin(
         store,
         run_id=run_id,
         flow=loop_flow.name,
         snapshot=snapshot_of(run_id, RoundState()),
-        metadata=metadata_of(deps),
+        metadata=metadata_of(deps, needs_approval),
     )
 
 
@@ -326,18 +491,33 @@ async def run_durable(
     resume_from: Checkpoint | None = None,
     unknown_outcome: UnknownOutcome = "fail",
     idempotent_tools: Collection[str] = (),
+    needs_approval: Collection[str] = (),
+    decisions: Mapping[str, HumanDecision] | None = None,
     force: bool = False,
 ) -> LoopResult:
     """Run ``execution`` (with ``run``) as a durable run in ``store``: a new one under its
-    id, or the stored run ``resume_from`` continued."""
+    id, or the stored run ``resume_from`` continued (a paused one with the human's
+    ``decisions``, by call key)."""
+    state = execution.state
     if resume_from is None:
-        checkpointed = await begin(store, execution.id, execution.deps)
+        checkpointed = await begin(store, execution.id, execution.deps, needs_approval)
         journal: dict[str, JournalEntry] = {}
     else:
-        checkpointed = await CheckpointedRun.claim(
-            store, resume_from, expect=("running", "failed"), force=force
-        )
+        needs_approval = resume_from.metadata.get("needs_approval") or ()
+        if decisions is not None:
+            value: Any = {k: v.model_dump(mode="json") for k, v in decisions.items()}
+            checkpointed = await CheckpointedRun.claim(
+                store, resume_from, expect=("paused",), event=DECISIONS, value=value
+            )
+        else:
+            checkpointed = await CheckpointedRun.claim(
+                store, resume_from, expect=("running", "failed"), force=force
+            )
+            if resume_from.resume_event == DECISIONS:  # it died before it noted them
+                decisions = _read_decisions(resume_from.resume_value, resume_from.run_id)
         try:
+            if decisions:
+                await journal_decisions(checkpointed, state.round_index, decisions)
             journal = await checkpointed.journal()
         except BaseException:
             await checkpointed.abandon()
@@ -348,9 +528,29 @@ async def run_durable(
         journal=journal,
         unknown_outcome=unknown_outcome,
         idempotent_tools=idempotent_tools,
+        needs_approval=needs_approval,
     )
     try:
         result = await run(execution)
+    except PlannerError as exc:
+        pause = exc.__cause__
+        if not isinstance(pause, PauseForHuman):
+            with anyio.CancelScope(shield=True):
+                await checkpointed.fail(f"{type(exc).__name__}: {exc}")
+            raise
+        request = pause.request.model_dump(mode="json")
+        await checkpointed.pause_at(snapshot_of(execution.id, state), request)
+        deps = execution.deps
+        return LoopResult.build(
+            deps.user_input,
+            state.done_plans,
+            rounds=state.round_index,
+            stop_reason="paused",
+            notes=state.notes,
+            planner_text=state.planner_text,
+            run_id=execution.id,
+            request=request,
+        )
     except Exception as exc:
         with anyio.CancelScope(shield=True):
             await checkpointed.fail(f"{type(exc).__name__}: {exc}")
@@ -360,6 +560,29 @@ async def run_durable(
         raise
     await checkpointed.complete(json_safe(result))
     return result
+
+
+def answer_of(checkpoint: Checkpoint, decision: object, registry: Any) -> dict[str, HumanDecision]:
+    """The human's answer to a paused run, checked against what it asks: one decision per
+    call key.
+
+    Raises:
+        DecisionError: the answer does not fit (see :func:`~toolloop.checkpoints.check_decision`).
+    """
+    try:
+        request = HumanRequest.model_validate(checkpoint.request)
+    except ValidationError as exc:
+        raise CorruptCheckpointError(
+            f"run {checkpoint.run_id!r} is paused, but what it asks cannot be read "
+            f"({exc.error_count()} problems); it was left as it is"
+        ) from exc
+
+    def validate(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        checked: dict[str, Any] = registry.get(name).validate(arguments)
+        return checked
+
+    answer = check_decision(request, decision, validate_arguments=validate)
+    return per_call(request, answer)
 
 
 def resume_checkpoint(checkpoint: Checkpoint) -> tuple[dict[str, Any], RoundState]:

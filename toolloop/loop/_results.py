@@ -14,8 +14,10 @@ from ..runner import EXTRA_INSTRUCTION, ToolExecutionRecord, json_safe
 __all__ = ["EXTRA_INSTRUCTION", "LoopResult", "StopReason", "to_action_results"]
 
 StopReason = Literal[
-    "response", "use_tool_false", "no_commands", "max_rounds", "timeout", "invalid_plan"
+    "response", "use_tool_false", "no_commands", "max_rounds", "timeout", "invalid_plan", "paused"
 ]
+"""Why the loop stopped; ``paused``: a durable run waits for a human's decision
+(``LoopResult.request``)."""
 
 
 def to_action_results(done_plans: Sequence[ToolExecutionRecord]) -> dict[str, Any]:
@@ -59,6 +61,10 @@ class LoopResult(BaseModel):
     planner_text: str | None = None
     """Text the planner's model wrote beside its last plan, e.g. the answer of a
     tool-calling model that called no tool (``None`` when there was none)."""
+    request: dict[str, Any] | None = None
+    """When a durable run paused (``stop_reason="paused"``): what it asks a human, the data
+    of a :class:`~toolloop.checkpoints.HumanRequest`; answer it with
+    :func:`~toolloop.loop.async_resume_plan_and_execute` (``decision=``)."""
 
     @computed_field  # type: ignore[prop-decorator]
     @cached_property
@@ -124,6 +130,7 @@ class LoopResult(BaseModel):
         notes: Sequence[str] = (),
         planner_text: str | None = None,
         run_id: str = "",
+        request: dict[str, Any] | None = None,
     ) -> LoopResult:
         """Fold the records in (when read); with none, nothing is injected."""
         return cls.model_construct(
@@ -134,4 +141,5 @@ class LoopResult(BaseModel):
             stop_reason=stop_reason,
             notes=list(notes),
             planner_text=planner_text,
+            request=request,
         )
