@@ -121,6 +121,7 @@ class DurableLoop:
     and the policy for calls with an unknown outcome. A service of the run (its deps)."""
 
     __slots__ = (
+        "_data",
         "_saved_round",
         "_seen",
         "approval",
@@ -159,6 +160,7 @@ class DurableLoop:
         self.limits = (64, 256 * 1024)
         self._saved_round = state.round_index
         self._seen: dict[str, int] = {}
+        self._data: dict[int, tuple[ToolExecutionRecord, Any]] = {}
 
     def wrap(self, deps: LoopDeps) -> LoopDeps:
         """The run's deps with the journaled planner and executor."""
@@ -238,7 +240,7 @@ class DurableLoop:
         if state.round_index == self._saved_round:
             return
         self._saved_round = state.round_index
-        await self.run.save(snapshot_of(self.run.run_id, state))
+        await self.run.save(self.snapshot())
 
     async def journaled(self, key: str, command: ToolCommand, run: Any) -> ToolExecutionRecord:
         """The record of ``command`` under ``key``, its tool run at most once (see the
@@ -273,6 +275,26 @@ class DurableLoop:
             update={"purpose": command.purpose, "todo_suggestion": command.todo_suggestion}
         )
 
+    def record_data(self, record: ToolExecutionRecord) -> Any:
+        """``record`` as JSON data, made once per record (checkpoints repeat it)."""
+        key = id(record)
+        hit = self._data.get(key)
+        if hit is not None and hit[0] is record:
+            return hit[1]
+        data = json_safe(record)
+        self._data[key] = (record, data)
+        return data
+
+    def snapshot(self) -> FlowSnapshot:
+        """The checkpointed picture of the run between rounds: its round state as JSON
+        (each record made JSON once, not at every checkpoint)."""
+        state = self.state
+        rest = state.model_copy(update={"done_plans": [], "last_round_records": []})
+        data = json_safe(rest)
+        data["done_plans"] = [self.record_data(r) for r in state.done_plans]
+        data["last_round_records"] = [self.record_data(r) for r in state.last_round_records]
+        return FlowSnapshot(flow=loop_flow.name, execution_id=self.run.run_id, state=data)
+
     def runs_again(self, entry: JournalEntry) -> bool:
         """Whether a journaled call runs again now: only one with an unknown outcome, of an
         idempotent tool, under the ``"retry"`` policy."""
@@ -285,7 +307,7 @@ class DurableLoop:
     async def _outcome(self, key: str, record: ToolExecutionRecord, state: Any) -> None:
         # written even while the run is being cancelled: the tool did run
         with anyio.CancelScope(shield=True):
-            await self.run.record_outcome(key, json_safe(record), state=state)
+            await self.run.record_outcome(key, self.record_data(record), state=state)
 
 
 DECISIONS = "<human>"
@@ -522,7 +544,7 @@ async def run_durable(
         except BaseException:
             await checkpointed.abandon()
             raise
-    prepare_durable(
+    durable = prepare_durable(
         execution,
         checkpointed,
         journal=journal,
@@ -539,7 +561,7 @@ async def run_durable(
                 await checkpointed.fail(f"{type(exc).__name__}: {exc}")
             raise
         request = pause.request.model_dump(mode="json")
-        await checkpointed.pause_at(snapshot_of(execution.id, state), request)
+        await checkpointed.pause_at(durable.snapshot(), request)
         deps = execution.deps
         return LoopResult.build(
             deps.user_input,
