@@ -9,7 +9,8 @@ Needs only Python 3.10+. The first call creates ``.venv`` and installs toolloop 
   The browser tests (every docs page, the live viewer) drive Debian's ``chromium`` with
   ``chromium-driver``, and the docs build fetches Mermaid once with ``npm``: when missing
   and this runs as root with apt, they are installed first; otherwise the browser tests are
-  skipped, saying why.
+  skipped, saying why. The PostgreSQL tests start a throwaway server of their own from
+  Debian's ``postgresql`` binaries, installed the same way (or set ``TOOLLOOP_POSTGRES_URL``).
 - ``bench``: the benchmarks, printing their figures.
 - ``docs``: build the documentation site into ``site/`` (``mkdocs build --strict``);
   ``serve`` to browse it live.
@@ -22,6 +23,7 @@ Needs only Python 3.10+. The first call creates ``.venv`` and installs toolloop 
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import os
 import shutil
@@ -58,25 +60,43 @@ def setup() -> None:
     STAMP.write_text(digest)
 
 
-def ensure_system_packages() -> None:
+def _has_postgres() -> bool:
+    """Whether the PostgreSQL tests have a server: given, or binaries to start one."""
+    return bool(
+        os.environ.get("TOOLLOOP_POSTGRES_URL")
+        or shutil.which("pg_ctl")
+        or glob.glob("/usr/lib/postgresql/*/bin/pg_ctl")
+    )
+
+
+def ensure_system_packages(job: str = "test") -> None:
     """Install, with apt, the Debian packages the suite uses when they are missing and that
     is possible (root, apt): chromium and chromium-driver for the browser tests (without them
-    those tests skip, saying why) and npm, with which the docs build fetches Mermaid once.
-    Never fails the job by itself."""
+    those tests skip, saying why), npm, with which the docs build fetches Mermaid once, and
+    (for ``test``) postgresql, whose binaries the PostgreSQL tests start a throwaway server
+    from (installed without a cluster of its own). Never fails the job by itself."""
     wanted = []
     if not (shutil.which("chromium") and shutil.which("chromedriver")):
         wanted += ["chromium", "chromium-driver"]
     if not shutil.which("npm"):
         wanted.append("npm")
+    if job == "test" and not _has_postgres():
+        wanted.append("postgresql")
     if not wanted:
         return
     if os.name != "posix" or os.geteuid() != 0 or shutil.which("apt-get") is None:
         print(
             f"note: {', '.join(wanted)} missing, and no root apt to install them: the browser "
-            "tests will be skipped, and the docs need npm once to fetch Mermaid",
+            "(and PostgreSQL) tests will be skipped, and the docs need npm once to fetch "
+            "Mermaid",
             flush=True,
         )
         return
+    conf = Path("/etc/postgresql-common/createcluster.conf")
+    if "postgresql" in wanted and not conf.exists():
+        # the package would otherwise make and start a cluster of its own
+        conf.parent.mkdir(parents=True, exist_ok=True)
+        conf.write_text("create_main_cluster = false\n")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for cmd in (
         ["apt-get", "update", "-qq"],
@@ -118,7 +138,7 @@ def main(argv: list[str]) -> None:
     setup()
     job, *rest = argv
     if job in ("test", "docs", "serve"):
-        ensure_system_packages()
+        ensure_system_packages(job)
     steps = JOBS.get(job, [[job]])
     for i, step in enumerate(steps):
         tool = PY if step[0] == "python" else BIN / step[0]

@@ -342,7 +342,7 @@ async def paused_run(store: MemoryCheckpointStore, tools: list[Any]) -> Any:
         run_id="m",
         needs_approval=["send"],
     )
-    assert result.stop_reason == "paused"
+    assert result.paused and result.status == "paused" and result.stop_reason is None
     return result
 
 

@@ -175,8 +175,8 @@ async def async_plan_and_execute(
             the durability guide). Streaming dispatch is off in a durable run.
         run_id: the durable run's id (a new one by default: ``result.run_id``).
         needs_approval: names of tools whose calls wait for a human (needs ``store``):
-            when a round plans one, the run pauses before the round runs and returns
-            ``stop_reason="paused"`` with ``result.request`` (a
+            when a round plans one, the run pauses before the round runs and returns a
+            result with ``paused`` true and ``result.request`` (a
             :class:`~toolloop.checkpoints.HumanRequest`'s data); resume it with
             :func:`async_resume_plan_and_execute` and ``decision=``, in any process.
 

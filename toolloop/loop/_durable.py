@@ -567,7 +567,7 @@ async def run_durable(
             deps.user_input,
             state.done_plans,
             rounds=state.round_index,
-            stop_reason="paused",
+            stop_reason=None,
             notes=state.notes,
             planner_text=state.planner_text,
             run_id=execution.id,

@@ -14,10 +14,8 @@ from ..runner import EXTRA_INSTRUCTION, ToolExecutionRecord, json_safe
 __all__ = ["EXTRA_INSTRUCTION", "LoopResult", "StopReason", "to_action_results"]
 
 StopReason = Literal[
-    "response", "use_tool_false", "no_commands", "max_rounds", "timeout", "invalid_plan", "paused"
+    "response", "use_tool_false", "no_commands", "max_rounds", "timeout", "invalid_plan"
 ]
-"""Why the loop stopped; ``paused``: a durable run waits for a human's decision
-(``LoopResult.request``)."""
 
 
 def to_action_results(done_plans: Sequence[ToolExecutionRecord]) -> dict[str, Any]:
@@ -55,14 +53,15 @@ class LoopResult(BaseModel):
     """Every record, in the order the commands were planned."""
     rounds: int
     """How many rounds executed tools."""
-    stop_reason: StopReason
+    stop_reason: StopReason | None
+    """Why the loop stopped (``None`` while a durable run is paused for a human)."""
     notes: list[str] = Field(default_factory=list)
     """What normalization set aside in the planner's outputs, round by round."""
     planner_text: str | None = None
     """Text the planner's model wrote beside its last plan, e.g. the answer of a
     tool-calling model that called no tool (``None`` when there was none)."""
     request: dict[str, Any] | None = None
-    """When a durable run paused (``stop_reason="paused"``): what it asks a human, the data
+    """When a durable run paused (``paused``): what it asks a human, the data
     of a :class:`~toolloop.checkpoints.HumanRequest`; answer it with
     :func:`~toolloop.loop.async_resume_plan_and_execute` (``decision=``)."""
 
@@ -87,12 +86,13 @@ class LoopResult(BaseModel):
 
     @property
     def status(self) -> Literal["completed", "paused"]:
-        """``completed``: a loop that returns has ended."""
-        return "completed"
+        """``completed``: the loop ended; ``paused``: a durable run waits for a human
+        (``request``)."""
+        return "completed" if self.request is None else "paused"
 
     @property
     def paused(self) -> bool:
-        return False
+        return self.request is not None
 
     @property
     def records(self) -> list[ToolExecutionRecord]:
@@ -126,7 +126,7 @@ class LoopResult(BaseModel):
         done_plans: Sequence[ToolExecutionRecord],
         *,
         rounds: int,
-        stop_reason: StopReason,
+        stop_reason: StopReason | None,
         notes: Sequence[str] = (),
         planner_text: str | None = None,
         run_id: str = "",
