@@ -17,8 +17,9 @@ SCRIPTS = [
     "bench_loop.py",
     "bench_planner.py",
     "bench_agent.py",
+    "bench_checkpoints.py",
 ]
-TAKES_QUICK = {"bench_loop.py", "bench_planner.py", "bench_agent.py"}
+TAKES_QUICK = {"bench_loop.py", "bench_planner.py", "bench_agent.py", "bench_checkpoints.py"}
 
 
 def main(argv: list[str]) -> int:

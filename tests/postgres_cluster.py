@@ -12,6 +12,7 @@ import glob
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -39,6 +40,22 @@ def find_bin_dir() -> Path | None:
     return None
 
 
+WATCHDOG = """
+import os, shutil, subprocess, sys
+root, pg_ctl, user = sys.argv[1], sys.argv[2], sys.argv[3]
+sys.stdin.buffer.read()  # returns when the test session's end of the pipe closes
+data = os.path.join(root, "data")
+if os.path.exists(os.path.join(data, "postmaster.pid")):
+    cmd = [pg_ctl, "-D", data, "-m", "immediate", "-w", "-t", "30", "stop"]
+    if user:
+        cmd = ["runuser", "-u", user, "--", *cmd]
+    subprocess.run(cmd, capture_output=True, timeout=60, cwd="/")
+shutil.rmtree(root, ignore_errors=True)
+"""
+"""Stops the cluster and removes its folder once the test session is gone, however it
+ended (even killed: its end of the pipe closes with it)."""
+
+
 @dataclass
 class Cluster:
     """A running throwaway cluster."""
@@ -47,6 +64,7 @@ class Cluster:
     root: Path
     user: str | None
     """The system user it runs as (``None``: this process's own)."""
+    watchdog: subprocess.Popen[bytes] | None = None
 
     @property
     def data(self) -> Path:
@@ -74,6 +92,18 @@ class Cluster:
             )
 
     def start(self) -> None:
+        self.watchdog = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                WATCHDOG,
+                str(self.root),
+                str(self.bin_dir / "pg_ctl"),
+                self.user or "",
+            ],
+            stdin=subprocess.PIPE,
+            start_new_session=True,  # a Ctrl-C of the session does not stop it first
+        )
         self._run(
             str(self.bin_dir / "initdb"),
             "-D",
@@ -129,6 +159,13 @@ class Cluster:
         finally:
             self._kill_leftover()
             shutil.rmtree(self.root, ignore_errors=True)
+            watchdog, self.watchdog = self.watchdog, None
+            if watchdog is not None and watchdog.stdin is not None:
+                watchdog.stdin.close()  # nothing is left for it to do
+                try:
+                    watchdog.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    watchdog.kill()
 
     def _kill_leftover(self) -> None:
         pid_file = self.data / "postmaster.pid"

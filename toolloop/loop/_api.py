@@ -249,7 +249,10 @@ async def async_resume_plan_and_execute(
 
     The request, ``max_rounds`` and the planner's extra requirement come from the stored
     run; the tools and the planner are given again (they are code). A run that completed
-    returns its stored result and runs nothing.
+    returns its stored result and runs nothing. The arguments not listed below (``store``,
+    ``tools``, ``planner``, ``concurrency``, ``limiter``, ``timeout``, ``tool_timeout``,
+    ``planner_timeout``, ``on_timeout``, ``on_event``) are those of
+    :func:`async_plan_and_execute`.
 
     Args:
         unknown_outcome: what to do with a tool call that started and has no recorded
@@ -265,8 +268,6 @@ async def async_resume_plan_and_execute(
             message for the planner), its data, a bare kind (``"approve"``), or one per
             call (``{call_id: decision}``). Needed exactly when the run is paused.
         force: take over a run marked running even if its owner may still run it.
-        store, tools, planner, concurrency, limiter, timeout, tool_timeout,
-        planner_timeout, on_timeout, on_event: as for :func:`async_plan_and_execute`.
 
     Raises:
         RunNotFoundError: no run ``run_id`` in the store.
