@@ -98,6 +98,27 @@ async def test_a_wrong_or_unreachable_database_says_so_without_the_password(
 
 
 @pytest.mark.anyio
+async def test_a_row_locked_elsewhere_is_a_clear_error_in_time(
+    postgres_url: str, schema: str
+) -> None:
+    async with PostgresCheckpointStore(postgres_url, schema=schema, timeout=0.5) as store:
+        first = Checkpoint(run_id="r", flow="f", status="paused", snapshot=snapshot("r"))
+        await store.put(first, expected_revision=None)
+        with psycopg.connect(postgres_url) as holder:  # another session, in a long write
+            holder.execute(
+                f'SELECT * FROM "{schema}".checkpoints WHERE run_id = %s FOR UPDATE', ("r",)
+            )
+            with (
+                anyio.fail_after(30),
+                pytest.raises(CheckpointError, match=r"did not answer within 0\.5 s"),
+            ):
+                await store.put(first.model_copy(update={"status": "running"}), expected_revision=1)
+            holder.rollback()
+        read = await store.get("r")
+        assert read is not None and (read.status, read.revision) == ("paused", 1)
+
+
+@pytest.mark.anyio
 async def test_many_tasks_share_a_small_pool(postgres_url: str, schema: str) -> None:
     async with PostgresCheckpointStore(postgres_url, schema=schema, max_size=2) as store:
         for i in range(20):

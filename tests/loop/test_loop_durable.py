@@ -210,11 +210,14 @@ async def test_a_failed_run_resumes_from_its_last_round() -> None:
     assert result.rounds == 2 and result.stop_reason == "response"
 
 
-def test_the_sync_twins_run_and_resume(tmp_path: Path) -> None:
-    from toolloop.checkpoints import SQLiteCheckpointStore
+def test_the_sync_twins_run_and_resume(store_spec: str) -> None:
+    from toolloop.checkpoints import PostgresCheckpointStore, SQLiteCheckpointStore
 
     tools = Effects()
-    store = SQLiteCheckpointStore(tmp_path / "runs.db")
+    url, _, schema = store_spec.partition("#")
+    store: Any = (
+        PostgresCheckpointStore(url, schema=schema) if schema else SQLiteCheckpointStore(store_spec)
+    )
     result = plan_and_execute(
         "go", tools=[tools.effect], planner=ScriptedPlanner(SCRIPT), store=store, run_id="s"
     )
@@ -223,6 +226,7 @@ def test_the_sync_twins_run_and_resume(tmp_path: Path) -> None:
     )
     assert again == result
     assert sorted(tools.done) == ["a", "b", "c"]
+    anyio.run(store.aclose)
 
 
 # -- SIGKILL at every point, on SQLite and PostgreSQL -------------------------------------

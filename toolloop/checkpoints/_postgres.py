@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 
 from ._errors import CheckpointConflictError, CheckpointError, CorruptCheckpointError
@@ -103,7 +104,8 @@ class PostgresCheckpointStore:
             with different schemas in one database do not see each other's runs.
         min_size: connections the pool keeps open.
         max_size: at most this many connections (and worker threads) at once.
-        timeout: seconds to wait for a connection (to connect, or for a free one).
+        timeout: seconds to wait for a connection (to connect, or for a free one), and
+            at most for one statement (a row lock held elsewhere, a busy server).
 
     Use it as ``async with PostgresCheckpointStore(url) as store`` (or call
     :meth:`aclose`); it connects, and creates or checks its schema, on first use. Closing
@@ -135,7 +137,7 @@ class PostgresCheckpointStore:
         self._held: set[str] = set()
         self._open_lock = threading.Lock()
         self._lease_lock = threading.Lock()
-        self._limiter = anyio.CapacityLimiter(max_size)
+        self._limiter: tuple[object, anyio.CapacityLimiter] | None = None
 
     def __repr__(self) -> str:
         return f"PostgresCheckpointStore({self.where()!r}, schema={self.schema!r})"
@@ -280,8 +282,17 @@ class PostgresCheckpointStore:
     # -- in a worker thread ---------------------------------------------------------------
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        async with self._limiter:
+        async with self._threads():
             return await anyio.to_thread.run_sync(self._in_transaction, fn, args)
+
+    def _threads(self) -> anyio.CapacityLimiter:
+        """At most ``max_size`` worker threads at once (the others wait here, not for a
+        connection); one limiter per event loop, so that the sync twins can share a store."""
+        token = anyio.lowlevel.current_token()
+        held = self._limiter
+        if held is None or held[0] is not token:
+            held = self._limiter = (token, anyio.CapacityLimiter(self.max_size))
+        return held[1]
 
     def _in_transaction(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
         pool = self._pool or self._ensure_open()
@@ -306,7 +317,12 @@ class PostgresCheckpointStore:
         said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         low = said.lower()
         where = f"the checkpoint database {self.where()}"
-        if "password authentication failed" in low or "authentication" in low:
+        if "lock timeout" in low or "statement timeout" in low:
+            why = (
+                f"did not answer within {self.timeout:g} s (a row or table locked by another "
+                "session, or an overloaded server): try again, or give a larger timeout="
+            )
+        elif "password authentication failed" in low or "authentication" in low:
             why = "refused the credentials: check the user and password of the URL"
         elif "does not exist" in low and "database" in low:
             why = "has no such database: create it (createdb) or fix the URL's database name"
@@ -350,11 +366,21 @@ class PostgresCheckpointStore:
                 timeout=self.timeout,
                 open=False,
                 name=f"toolloop-{self.schema}",
-                kwargs={"application_name": "toolloop"},
+                kwargs={"application_name": "toolloop", **self._session_options()},
             )
             pool.open(wait=False)
             self._pool = pool
             return pool  # type: ignore[no-any-return]
+
+    def _session_options(self) -> dict[str, str]:
+        """Every statement of the pool's sessions ends within ``timeout``: waiting for a lock
+        or running (unless the URL sets its own ``options``)."""
+        from psycopg.conninfo import conninfo_to_dict
+
+        if conninfo_to_dict(self.url).get("options"):
+            return {}
+        ms = max(1, round(self.timeout * 1000))
+        return {"options": f"-c lock_timeout={ms} -c statement_timeout={ms}"}
 
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
         s = f'"{self.schema}"'
