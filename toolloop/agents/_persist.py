@@ -169,8 +169,8 @@ async def drive(
         except Exception:  # the run's own error matters more than this write's
             run.release()
         raise
-    except BaseException:  # cancelled: nothing more is written
-        run.release()
+    except BaseException:  # cancelled: nothing more is written (its lease is given back)
+        await run.abandon()
         raise
     if result.paused:
         await run.pause(result)

@@ -181,7 +181,7 @@ class DurableLoop:
         )
 
     def call_key(self, round_index: int, command: ToolCommand) -> str:
-        """A stable id of ``command`` in its round (see :func:`call_keys`)."""
+        """A stable id of ``command`` in its round (see :func:`_next_key`)."""
         return _next_key(self._seen, round_index, command)
 
     def check_approval(self, round_index: int, raw: Any) -> None:

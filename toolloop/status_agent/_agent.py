@@ -369,7 +369,7 @@ class StatusAgent:
                 run.release()
             raise
         except BaseException:  # cancelled: the run stays "running", to be recovered
-            run.release()
+            await run.abandon()  # (its lease, with a leasing store, is given back)
             raise
         state = result.state
         if result.paused:
