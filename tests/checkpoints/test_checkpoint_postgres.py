@@ -86,6 +86,10 @@ async def test_a_wrong_or_unreachable_database_says_so_without_the_password(
     with pytest.raises(CheckpointError, match="cannot be reached") as caught:
         await store.get("r")
     assert "s3cret-pw" not in str(caught.value)
+    assert "s3cret-pw" not in repr(store)
+    from toolloop.tracing import redact_text
+
+    assert redact_text("the password is s3cret-pw") == "the password is [redacted]"
     assert "ada@" in str(caught.value)
     await store.aclose()
 

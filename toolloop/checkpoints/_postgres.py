@@ -37,6 +37,7 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
+from .._secrets import REDACTED, register_secret, scrub
 from ._errors import CheckpointConflictError, CheckpointError, CorruptCheckpointError
 from ._model import Checkpoint, CheckpointStatus, JournalEntry
 from ._store import json_text, stored
@@ -128,6 +129,8 @@ class PostgresCheckpointStore:
         if not 1 <= max_size or min_size > max_size or min_size < 0:
             raise ValueError(f"need 0 <= min_size <= max_size >= 1, got {min_size}, {max_size}")
         self.url = url
+        self._password = _password_of(url)
+        register_secret(self._password)  # never in an error, a trace or a log
         self.schema = schema
         self.min_size = min_size
         self.max_size = max_size
@@ -315,6 +318,7 @@ class PostgresCheckpointStore:
     def _error(self, exc: BaseException) -> CheckpointError:
         """What went wrong with the database, in words a person can act on."""
         said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        said = scrub(said.replace(self._password, REDACTED) if self._password else said)
         low = said.lower()
         where = f"the checkpoint database {self.where()}"
         if "lock timeout" in low or "statement timeout" in low:
@@ -552,6 +556,17 @@ class PostgresCheckpointStore:
             "WHERE run_id = %s AND call_id = %s",
             (run_id, call_id),
         ).fetchone()
+
+
+def _password_of(url: str) -> str | None:
+    """The password a connection string carries, if any (to keep it out of messages)."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        password = conninfo_to_dict(url).get("password")
+    except Exception:
+        return None
+    return str(password) if password else None
 
 
 def _journal_entry(run_id: str, row: Any) -> JournalEntry:
