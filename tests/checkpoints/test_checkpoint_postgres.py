@@ -331,3 +331,57 @@ def test_four_processes_resume_and_recover_100_runs_nothing_lost_nothing_twice(
     # the runs of a live worker were left alone
     assert all(final[r].status == "running" for r in live)
     assert all(final[r].revision == 1 for r in live)
+
+
+# -- the throwaway server of the tests ------------------------------------------------------
+
+
+def test_without_server_binaries_the_tests_say_how_to_get_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import postgres_cluster
+
+    monkeypatch.setattr(postgres_cluster, "find_bin_dir", lambda: None)
+    with pytest.raises(FileNotFoundError) as caught:
+        postgres_cluster.start_cluster()
+    assert "apt-get install postgresql" in str(caught.value)
+    assert "TOOLLOOP_POSTGRES_URL" in str(caught.value)
+
+
+STARTER = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from postgres_cluster import start_cluster
+cluster = start_cluster()
+print(cluster.root, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.timeout(180)
+def test_the_throwaway_server_is_gone_when_its_test_session_is_killed() -> None:
+    import time
+
+    from postgres_cluster import find_bin_dir
+
+    if find_bin_dir() is None:
+        pytest.skip("no PostgreSQL server binaries")
+    tests = str(Path(__file__).resolve().parent.parent)
+    session = subprocess.Popen(
+        [sys.executable, "-c", STARTER, tests], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert session.stdout is not None
+        root = Path(session.stdout.readline().strip())  # the test timeout guards it
+        assert (root / "data" / "postmaster.pid").exists()
+        session.kill()  # SIGKILL: no teardown of its own runs
+        session.wait()
+        deadline = time.monotonic() + 60  # a hang guard: its watchdog stops the server
+        while root.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not root.exists()
+    finally:
+        session.kill()
+        session.wait()
+        if session.stdout is not None:
+            session.stdout.close()
