@@ -8,7 +8,8 @@
 SIGKILL at one point of the run: ``planning`` (inside the planner of round 1), ``mid_tool``
 (inside tool call ``c``, after its side effect), ``between_rounds`` (round 1 finished, before
 the next planner call and its checkpoint), ``final_checkpoint`` (while the completed
-checkpoint is written). Prints the run's result as JSON.
+checkpoint is written), ``after_final_checkpoint`` (once it is written, before the call
+returns). Prints the run's result as JSON.
 """
 
 from __future__ import annotations
@@ -97,9 +98,13 @@ def main() -> None:
     def Killing(cls: Any) -> Any:
         class Store(cls):  # type: ignore[misc]
             async def put(self, checkpoint: Checkpoint, *, expected_revision: int | None) -> Any:
-                if crash == "final_checkpoint" and checkpoint.status == "completed":
+                final = checkpoint.status == "completed"
+                if crash == "final_checkpoint" and final:
                     die()
-                return await super().put(checkpoint, expected_revision=expected_revision)
+                written = await super().put(checkpoint, expected_revision=expected_revision)
+                if crash == "after_final_checkpoint" and final:
+                    die()
+                return written
 
         return Store
 

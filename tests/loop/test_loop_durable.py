@@ -269,7 +269,9 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, A
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("crash", ["planning", "between_rounds", "final_checkpoint"])
+@pytest.mark.parametrize(
+    "crash", ["planning", "between_rounds", "final_checkpoint", "after_final_checkpoint"]
+)
 def test_killed_anywhere_the_resumed_run_is_the_uninterrupted_one(
     crash: str,
     store_spec: str,
