@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -497,3 +498,28 @@ async def test_a_tool_that_raises_keeps_its_type_and_traceback_and_is_logged(
     )
     prompt = planner_messages(context, planner_schema([]))[-1]["content"]
     assert "no route to Lisbon" in prompt and "Traceback" not in prompt
+
+
+async def test_a_subclass_that_overrides_call_sees_every_call_of_its_batches() -> None:
+    seen: list[str] = []
+
+    class Watched(Executor):
+        __slots__ = ()
+
+        async def call(
+            self, command: ToolCommand, on_start: Callable[[], object] | None = None
+        ) -> ToolExecutionRecord:
+            seen.append(command.tool_name)
+            return await Executor.call(self, command, on_start)
+
+    def ping() -> str:
+        """Answer."""
+        return "pong"
+
+    executor = Watched([ping])
+    records = await executor.run([ToolCommand(purpose="p", tool_name="ping")] * 3)
+    async with executor.batch() as batch:
+        batch.submit(ToolCommand(purpose="p", tool_name="ping"))
+    assert [r.result for r in records] == ["pong"] * 3
+    assert batch.results[0].result == "pong"
+    assert seen == ["ping"] * 4
