@@ -7,6 +7,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -145,11 +146,29 @@ async def test_many_tasks_share_a_small_pool(postgres_url: str, schema: str) -> 
         assert sorted(seen) == sorted(list(range(20)) * 5)
         assert store._pool is not None
         assert store._pool.get_stats()["pool_size"] <= 2
-    with psycopg.connect(postgres_url) as conn:  # closing the store closed its connections
-        left = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'toolloop%'"
+        assert 1 <= connected(postgres_url, schema) <= 2
+    # closing the store closed its connections (their server processes end a moment later)
+    assert await anyio.to_thread.run_sync(none_left, postgres_url, schema)
+
+
+def none_left(url: str, schema: str) -> bool:
+    """Whether the sessions of ``schema``'s stores end (within a hang guard of 30 s)."""
+    deadline = time.monotonic() + 30
+    while connected(url, schema):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def connected(url: str, schema: str) -> int:
+    """How many sessions the stores of ``schema`` hold (they name themselves after it)."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+            (f"toolloop:{schema}",),
         ).fetchone()
-        assert left == (0,)
+    return int(row[0]) if row else 0
 
 
 @pytest.mark.anyio
@@ -360,8 +379,6 @@ time.sleep(600)
 
 @pytest.mark.timeout(180)
 def test_the_throwaway_server_is_gone_when_its_test_session_is_killed() -> None:
-    import time
-
     from postgres_cluster import find_bin_dir
 
     if find_bin_dir() is None:

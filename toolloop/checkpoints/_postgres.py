@@ -257,7 +257,7 @@ class PostgresCheckpointStore:
                 self.url,
                 autocommit=True,
                 connect_timeout=max(1, round(self.timeout)),
-                application_name="toolloop-leases",
+                application_name=f"toolloop-leases:{self.schema}",
             )
             # the server notices a worker whose machine is gone within about 30 s
             conn.execute("SET tcp_keepalives_idle = 10")
@@ -370,7 +370,7 @@ class PostgresCheckpointStore:
                 timeout=self.timeout,
                 open=False,
                 name=f"toolloop-{self.schema}",
-                kwargs={"application_name": "toolloop", **self._session_options()},
+                kwargs={"application_name": f"toolloop:{self.schema}", **self._session_options()},
             )
             pool.open(wait=False)
             self._pool = pool
