@@ -117,6 +117,7 @@ def _planner_error(exc: Exception, index: int, deps: LoopDeps, state: RoundState
     error = PlannerError(
         f"the planner {what} in round {index}; the records made so far are kept in .done_plans",
         done_plans=state.done_plans,
+        round_index=index,
         state=state,
     )
     error.__cause__ = exc
@@ -195,7 +196,10 @@ def _decided(ctx: LoopContext, raw: Any, decided: NormalizedPlan, started: float
     """Note what the planner decided (notes, its text) and tell the observers."""
     state = ctx.state
     index = state.round_index
-    state.notes.extend(f"round {index}: {note}" for note in decided.notes)
+    notes = decided.notes
+    if isinstance(raw, PlannerReply) and raw.notes:  # e.g. a reply cut off by max_tokens
+        notes = [*notes, *raw.notes]
+    state.notes.extend(f"round {index}: {note}" for note in notes)
     output = raw.output if isinstance(raw, PlannerReply) else raw
     text = output.get("content") if isinstance(output, dict) else None
     state.planner_text = text if isinstance(text, str) and text.strip() else None
@@ -208,7 +212,7 @@ def _decided(ctx: LoopContext, raw: Any, decided: NormalizedPlan, started: float
                 next_action=decided.next_action,
                 commands=decided.commands,
                 stop_reason=decided.stop_reason,
-                notes=decided.notes,
+                notes=notes,
                 duration=perf_counter() - started,
                 short_circuited=isinstance(raw, PlannerReply) and raw.short_circuited,
             )
