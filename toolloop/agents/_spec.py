@@ -13,7 +13,7 @@ from typing import Any
 
 import anyio
 
-from ..models import ChatModel
+from ..models import ChatModel, UsageLimits
 from ..runner import Executor
 from ..tools import Tool, ToolRegistry
 from ._errors import AgentDefinitionError
@@ -63,6 +63,7 @@ class AgentSpec:
     call_model: ModelHandler
     call_tool: ToolHandler
     openai_tools: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    usage_limits: UsageLimits | None = None
 
 
 def _wrap_model(middleware: AgentMiddleware, inner: ModelHandler) -> ModelHandler:
@@ -147,6 +148,7 @@ def build_spec(
     hook_timeout: float | None,
     max_model_calls: int | None,
     settings: dict[str, Any],
+    usage_limits: UsageLimits | None = None,
 ) -> AgentSpec:
     """Check the arguments of ``create_agent`` and compile them (see the module docs)."""
     if not callable(getattr(model, "stream", None)):
@@ -240,6 +242,7 @@ def build_spec(
         after_agent=having("after_agent")[::-1],
         call_model=call_model,
         call_tool=call_tool,
+        usage_limits=usage_limits,
     )
     spec.openai_tools[id(offered)] = [t.openai_tool() for t in offered]
     return spec

@@ -17,7 +17,7 @@ from ..loop import LoopResult, stream_final_answer
 from ..models import ChatModel, ModelSettings
 from ..tracing import OpenTelemetrySpans, TraceRecorder, TraceWriter, write_timeline
 from ._load import CLIError
-from ._plain import PlainDisplay, ms, preview
+from ._plain import PlainDisplay, ms, preview, usage_summary
 from ._progress import LiveDisplay
 
 __all__ = [
@@ -202,6 +202,9 @@ def print_result(
         f"{result.rounds} round{'s' * (result.rounds != 1)}",
         f"{n} record{'s' * (n != 1)}" + (f" ({failed} failed)" if failed else ""),
     ]
+    used = usage_summary(result.usage)
+    if used:
+        parts.append(used)
     if elapsed is not None:
         parts.append(ms(elapsed))
     out.write("\n" + " · ".join(parts) + "\n")

@@ -10,11 +10,12 @@ from typing import Any, Literal
 import anyio
 import sniffio
 
-from .._errors import ExecutionTimeoutError, PlannerError
+from .._errors import ExecutionTimeoutError, PlannerError, UsageLimitError
 from ..flow import EventStream, Execution, FlowEvent
+from ..models import UsageLimits, UsageMeter
 from ..planners import PlannerLike
-from ..runner import Executor, ToolCallEvent
-from ..tools import Tool, ToolRegistry
+from ..runner import Executor, ToolCallEvent, ToolProgress
+from ..tools import Progress, RunScope, Tool, ToolRegistry
 from ._events import LoopEvent
 from ._flow import LoopDeps, RoundState, loop_flow
 from ._results import LoopResult, StopReason
@@ -38,6 +39,8 @@ def _prepare(
     max_commands: int = 64,
     streaming_dispatch: bool = False,
     on_event: Callable[[FlowEvent], None] | None = None,
+    usage_limits: UsageLimits | None = None,
+    deps: Any = None,
 ) -> Execution[RoundState]:
     if not isinstance(user_input, str):
         raise TypeError(f"user_input must be a str, got {type(user_input).__name__}")
@@ -45,11 +48,15 @@ def _prepare(
         raise ValueError(f"max_rounds must be 0 or more, got {max_rounds}")
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+    if usage_limits is not None and not isinstance(usage_limits, UsageLimits):
+        raise TypeError(
+            f"usage_limits must be a toolloop.models.UsageLimits, got {type(usage_limits).__name__}"
+        )
     registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
     executor = Executor(
         registry, concurrency=concurrency, limiter=limiter, tool_timeout=tool_timeout
     )
-    deps = LoopDeps(
+    loop_deps = LoopDeps(
         user_input=user_input,
         planner=planner,
         registry=registry,
@@ -60,35 +67,85 @@ def _prepare(
         max_commands=max_commands,
         streaming_dispatch=streaming_dispatch,
         available_tools=registry.specs(),
+        usage_limits=usage_limits,
+        deps=deps,
+        scope=RunScope("", deps) if registry.takes_context else None,
     )
-    execution = loop_flow.execution(deps=deps)
+    execution = loop_flow.execution(deps=loop_deps)
     if on_event is not None:
         execution.subscribe(on_event)
+    scope = loop_deps.scope
+    if scope is not None:
+        scope.run_id = execution.id
+        scope.report = _reporter(execution)
     return execution
+
+
+def _reporter(execution: Execution[RoundState]) -> Callable[[Progress], None]:
+    """A tool's progress as a :class:`ToolProgress` event of the run."""
+    ctx = execution.context_for("execute")
+
+    def report(progress: Progress) -> None:
+        if ctx.observed:
+            ctx.publish(
+                ToolProgress(
+                    execution_id=ctx.execution_id,
+                    at=ctx.elapsed(),
+                    round_index=progress.round_index,
+                    tool_name=progress.tool_name,
+                    purpose=progress.purpose,
+                    message=progress.message,
+                    data=progress.data,
+                )
+            )
+
+    return report
 
 
 async def _run(
     execution: Execution[RoundState],
     timeout: float | None,
     on_timeout: Literal["raise", "finish"],
+    on_usage_limit: Literal["raise", "finish"] = "raise",
 ) -> LoopResult:
+    meter = UsageMeter(execution.deps.usage_limits)
+    scope = execution.deps.scope
     try:
-        done = await execution.run(timeout=timeout)
+        with meter.active():
+            if scope is None:
+                done = await execution.run(timeout=timeout)
+            else:
+                with scope.active():
+                    done = await execution.run(timeout=timeout)
     except Exception as exc:
-        return _ended(execution, _stop_of(execution, exc, on_timeout))
+        return _ended(execution, _stop_of(execution, exc, on_timeout, on_usage_limit, meter))
     return _ended(execution, done.value)
 
 
 def _stop_of(
-    execution: Execution[RoundState], exc: Exception, on_timeout: Literal["raise", "finish"]
+    execution: Execution[RoundState],
+    exc: Exception,
+    on_timeout: Literal["raise", "finish"],
+    on_usage_limit: Literal["raise", "finish"],
+    meter: UsageMeter,
 ) -> StopReason:
     """The stop reason of a run that raised ``exc``, or ``exc`` raised again."""
+    state = execution.state
+    if meter.calls:
+        state.usage = meter.usage
     if isinstance(exc, ExecutionTimeoutError):
         if on_timeout == "raise" or exc.step is not None:
             raise exc
         return "timeout"
     if isinstance(exc, PlannerError):
-        exc.done_plans = list(execution.state.done_plans)  # a streamed round cut short too
+        exc.done_plans = list(state.done_plans)  # a streamed round cut short too
+    elif isinstance(exc, UsageLimitError):
+        state.stop_reason = "usage_limit"
+        exc.done_plans = list(state.done_plans)
+        exc.state = state
+        exc.usage = meter.usage
+        if on_usage_limit == "finish":
+            return "usage_limit"
     raise exc
 
 
@@ -103,6 +160,7 @@ def _ended(execution: Execution[RoundState], stop: StopReason) -> LoopResult:
         notes=state.notes,
         planner_text=state.planner_text,
         run_id=execution.id,
+        usage=state.usage,
     )
 
 
@@ -122,6 +180,9 @@ async def async_plan_and_execute(
     streaming_dispatch: bool = False,
     on_timeout: Literal["raise", "finish"] = "raise",
     on_event: Callable[[FlowEvent], None] | None = None,
+    usage_limits: UsageLimits | None = None,
+    on_usage_limit: Literal["raise", "finish"] = "raise",
+    deps: Any = None,
 ) -> LoopResult:
     """Plan, execute tools, and plan again, round after round; return the results.
 
@@ -147,6 +208,14 @@ async def async_plan_and_execute(
             keeps the records), or ``"finish"``: return the result so far with
             ``stop_reason="timeout"``.
         on_event: called with every event of the run, as it happens.
+        usage_limits: the run's budget of model calls and tokens
+            (:class:`~toolloop.models.UsageLimits`), checked before each model call and
+            while a stream runs (a stream that passes it is closed).
+        on_usage_limit: ``"raise"`` :class:`~toolloop.errors.UsageLimitError` (its
+            ``.done_plans`` keeps the records), or ``"finish"``: return the result so far
+            with ``stop_reason="usage_limit"``.
+        deps: your dependencies (a DB pool, an HTTP client...), handed to every tool that
+            declares a :class:`~toolloop.tools.RunContext` parameter as ``ctx.deps``.
 
     Returns:
         The records, folded into ``prompt`` (``action_results``, ``extra_instruction``) and
@@ -155,6 +224,7 @@ async def async_plan_and_execute(
     Raises:
         PlannerError: the planner raised or timed out (``.done_plans`` keeps the records).
         ExecutionTimeoutError: the run outlived ``timeout`` (with ``on_timeout="raise"``).
+        UsageLimitError: the run passed ``usage_limits`` (with ``on_usage_limit="raise"``).
     """
     execution = _prepare(
         user_input,
@@ -169,11 +239,20 @@ async def async_plan_and_execute(
         max_commands=max_commands,
         streaming_dispatch=streaming_dispatch,
         on_event=on_event,
+        usage_limits=usage_limits,
+        deps=deps,
     )
+    meter = UsageMeter(usage_limits)
+    scope = execution.deps.scope
     try:  # _run's body, inline: one frame less under every tool call
-        done = await execution.run(timeout=timeout)
+        with meter.active():
+            if scope is None:
+                done = await execution.run(timeout=timeout)
+            else:
+                with scope.active():
+                    done = await execution.run(timeout=timeout)
     except Exception as exc:
-        return _ended(execution, _stop_of(execution, exc, on_timeout))
+        return _ended(execution, _stop_of(execution, exc, on_timeout, on_usage_limit, meter))
     return _ended(execution, done.value)
 
 
@@ -193,6 +272,9 @@ def plan_and_execute(
     streaming_dispatch: bool = False,
     on_timeout: Literal["raise", "finish"] = "raise",
     on_event: Callable[[FlowEvent], None] | None = None,
+    usage_limits: UsageLimits | None = None,
+    on_usage_limit: Literal["raise", "finish"] = "raise",
+    deps: Any = None,
     backend: Literal["asyncio", "trio"] = "asyncio",
 ) -> LoopResult:
     """The sync twin of :func:`async_plan_and_execute`, for scripts (the same arguments,
@@ -225,11 +307,14 @@ def plan_and_execute(
         streaming_dispatch=streaming_dispatch,
         on_timeout=on_timeout,
         on_event=on_event,
+        usage_limits=usage_limits,
+        on_usage_limit=on_usage_limit,
+        deps=deps,
     )
     return anyio.run(run, backend=backend)
 
 
-_LOOP_EVENTS = (LoopEvent, ToolCallEvent)
+_LOOP_EVENTS = (LoopEvent, ToolCallEvent, ToolProgress)
 
 
 class LoopStream:
@@ -279,6 +364,9 @@ async def stream_plan_and_execute(
     streaming_dispatch: bool = False,
     on_timeout: Literal["raise", "finish"] = "raise",
     on_event: Callable[[FlowEvent], None] | None = None,
+    usage_limits: UsageLimits | None = None,
+    on_usage_limit: Literal["raise", "finish"] = "raise",
+    deps: Any = None,
     loop_events_only: bool = False,
 ) -> AsyncIterator[LoopStream]:
     """Run the loop in the background and read its typed events as they happen::
@@ -307,6 +395,8 @@ async def stream_plan_and_execute(
         max_commands=max_commands,
         streaming_dispatch=streaming_dispatch,
         on_event=on_event,
+        usage_limits=usage_limits,
+        deps=deps,
     )
     events = execution.events()
     stream = LoopStream(events, loop_only=loop_events_only)
@@ -314,7 +404,7 @@ async def stream_plan_and_execute(
 
     async def drive() -> None:
         try:
-            stream._result = await _run(execution, timeout, on_timeout)
+            stream._result = await _run(execution, timeout, on_timeout, on_usage_limit)
         except Exception as exc:
             failure.append(exc)
 

@@ -27,8 +27,9 @@ from typing import Any
 import anyio
 from pydantic import BaseModel, Field
 
-from .._errors import PlannerError
+from .._errors import PlannerError, UsageLimitError
 from ..flow import Context, Flow
+from ..models import Usage, UsageLimits, current_meter
 from ..planners import (
     PlannerContext,
     PlannerLike,
@@ -44,7 +45,7 @@ from ..runner import (
     ToolExecutionRecord,
     construct,
 )
-from ..tools import ToolRegistry
+from ..tools import RunScope, ToolRegistry
 from ._events import LoopFinished, PlanDecided, RoundFinished, RoundStarted
 from ._normalize import NormalizedPlan, PlanItem, normalize_command, normalize_plan, over_limit
 from ._results import StopReason
@@ -68,6 +69,8 @@ class RoundState(BaseModel):
     """Why the loop stopped, once it did."""
     planner_text: str | None = None
     """The text the planner's model wrote beside its last plan, if any."""
+    usage: Usage = Field(default_factory=Usage)
+    """The run's model calls so far, summed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +88,11 @@ class LoopDeps:
     max_kwargs_bytes: int = 256 * 1024
     streaming_dispatch: bool = False
     available_tools: list[dict[str, Any]] = field(default_factory=list)
+    usage_limits: UsageLimits | None = None
+    deps: Any = None
+    """The caller's dependencies, for the tools' :class:`~toolloop.tools.RunContext`."""
+    scope: RunScope | None = None
+    """What the tools that take a run context are told (``None``: no tool takes one)."""
 
 
 LoopContext = Context[RoundState, LoopDeps]
@@ -157,6 +165,8 @@ async def plan(_: Any, ctx: LoopContext) -> Planned:
     if state.round_index >= deps.max_rounds:
         return Planned(NormalizedPlan.of("response", stop_reason="max_rounds"))
     index = state.round_index
+    if deps.scope is not None:
+        deps.scope.round_index = index
     if ctx.observed:
         ctx.publish(
             RoundStarted(execution_id=ctx.execution_id, at=ctx.elapsed(), round_index=index)
@@ -175,6 +185,7 @@ async def plan(_: Any, ctx: LoopContext) -> Planned:
     )
     planner = deps.planner
     started = perf_counter()
+    before = state.usage
     if deps.streaming_dispatch and isinstance(planner, StreamingPlanner):
         return await _plan_streaming(ctx, planner, context, started)
     try:
@@ -183,19 +194,29 @@ async def plan(_: Any, ctx: LoopContext) -> Planned:
         else:
             with anyio.fail_after(deps.planner_timeout):
                 raw = await call_planner(planner, context)
+    except UsageLimitError:
+        raise  # the run ends as its caller chose (raise, or finish with what it has)
     except Exception as exc:
         raise _planner_error(exc, index, deps, state) from exc
     decided = normalize_plan(
         raw, max_commands=deps.max_commands, max_kwargs_bytes=deps.max_kwargs_bytes
     )
-    _decided(ctx, raw, decided, started)
+    _decided(ctx, raw, decided, started, before)
     return Planned(decided)
 
 
-def _decided(ctx: LoopContext, raw: Any, decided: NormalizedPlan, started: float) -> None:
-    """Note what the planner decided (notes, its text) and tell the observers."""
+def _decided(
+    ctx: LoopContext, raw: Any, decided: NormalizedPlan, started: float, before: Usage
+) -> None:
+    """Note what the planner decided (notes, its text, the usage of its model calls) and
+    tell the observers."""
     state = ctx.state
     index = state.round_index
+    used: Usage | None = None
+    meter = current_meter()
+    if meter is not None and meter.usage is not before:  # the planner called a model
+        state.usage = meter.usage
+        used = meter.usage - before
     notes = decided.notes
     if isinstance(raw, PlannerReply) and raw.notes:  # e.g. a reply cut off by max_tokens
         notes = [*notes, *raw.notes]
@@ -215,6 +236,7 @@ def _decided(ctx: LoopContext, raw: Any, decided: NormalizedPlan, started: float
                 notes=notes,
                 duration=perf_counter() - started,
                 short_circuited=isinstance(raw, PlannerReply) and raw.short_circuited,
+                usage=used,
             )
         )
 
@@ -226,6 +248,7 @@ async def _plan_streaming(
     soon as it is complete. Returns once every dispatched command has its record."""
     state, deps = ctx.state, ctx.deps
     index = state.round_index
+    before = state.usage
     observed = ctx.observed
     items: dict[int, PlanItem] = {}  # by the command's place in the planner's list
     positions: list[int] = []  # the batch's k-th command is the planner's positions[k]
@@ -272,6 +295,8 @@ async def _plan_streaming(
             try:
                 with anyio.fail_after(deps.planner_timeout):
                     raw = await planner.plan_streaming(context, dispatch)
+            except UsageLimitError:
+                raise  # the tools already dispatched run to their records, kept below
             except Exception as exc:
                 raise _planner_error(exc, index, deps, state) from exc
             decided = normalize_plan(
@@ -297,7 +322,7 @@ async def _plan_streaming(
                         "stop_reason": None,
                     }
                 )
-            _decided(ctx, raw, decided, started)
+            _decided(ctx, raw, decided, started, before)
     finally:
         if items:  # the round ran (maybe cut short): its records are kept, whatever happened
             ran = dict(zip(positions, batch.results, strict=True))
@@ -408,9 +433,17 @@ def finish(planned: Planned, ctx: LoopContext) -> StopReason:
                 stop_reason=reason,
                 rounds=state.round_index,
                 records=len(state.done_plans),
+                usage=_run_usage(state),
             )
         )
     return reason
+
+
+def _run_usage(state: RoundState) -> Usage | None:
+    meter = current_meter()
+    if meter is not None:
+        state.usage = meter.usage
+    return state.usage if state.usage.requests else None
 
 
 def _build() -> Flow[RoundState]:

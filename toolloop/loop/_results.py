@@ -9,12 +9,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
+from ..models import Usage
 from ..runner import EXTRA_INSTRUCTION, ToolExecutionRecord, json_safe
 
 __all__ = ["EXTRA_INSTRUCTION", "LoopResult", "StopReason", "to_action_results"]
 
 StopReason = Literal[
-    "response", "use_tool_false", "no_commands", "max_rounds", "timeout", "invalid_plan"
+    "response",
+    "use_tool_false",
+    "no_commands",
+    "max_rounds",
+    "timeout",
+    "invalid_plan",
+    "usage_limit",
 ]
 
 
@@ -59,6 +66,9 @@ class LoopResult(BaseModel):
     planner_text: str | None = None
     """Text the planner's model wrote beside its last plan, e.g. the answer of a
     tool-calling model that called no tool (``None`` when there was none)."""
+    usage: Usage = Field(default_factory=Usage)
+    """The model calls of the run (its planners'), summed: requests and tokens (a call
+    whose usage the server did not report is counted in ``usage.unreported_requests``)."""
 
     @computed_field  # type: ignore[prop-decorator]
     @cached_property
@@ -124,6 +134,7 @@ class LoopResult(BaseModel):
         notes: Sequence[str] = (),
         planner_text: str | None = None,
         run_id: str = "",
+        usage: Usage | None = None,
     ) -> LoopResult:
         """Fold the records in (when read); with none, nothing is injected."""
         return cls.model_construct(
@@ -134,4 +145,5 @@ class LoopResult(BaseModel):
             stop_reason=stop_reason,
             notes=list(notes),
             planner_text=planner_text,
+            usage=usage if usage is not None else Usage(),
         )
