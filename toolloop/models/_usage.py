@@ -140,9 +140,10 @@ class Usage(BaseModel):
 class UsageLimits(BaseModel):
     """A run's budget: checked before each model call and while a stream runs.
 
-    ``None`` is no limit. A stream that passes a token budget is closed; its tokens so far
-    are estimated from its deltas (one a delta, as servers stream) until the server reports
-    the real count.
+    ``None`` is no limit. A stream whose reply passes a token budget is closed; its tokens
+    so far are estimated from its deltas (one a delta, as servers stream) unless the server
+    reports counts as it goes. A reply that ends within its estimate but whose reported
+    usage passes the budget is kept: the next call is refused.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -292,10 +293,12 @@ class _MeteredDeltas:
         delta = await self._deltas.__anext__()
         if delta.usage is not None:
             self.reported = delta.usage  # cumulative: the last one counts
-        elif delta.content or delta.tool_calls:
+        if delta.content or delta.tool_calls:
             self.pieces += 1
-        if self._watch:
-            self._meter.check_stream(self.reported, self.pieces)
+            if self._watch:  # the reply grows: is it still within the budget?
+                self._meter.check_stream(self.reported, self.pieces)
+        # a delta with usage alone ends the stream: what it cost is counted, and the next
+        # call is checked against it
         return delta
 
 
