@@ -204,3 +204,33 @@ async def test_the_error_line_names_the_round_of_a_streamed_round_that_failed(
     assert [r.tool_name for r in error.done_plans] == ["get_weather"]  # it ran, and is kept
     assert error.round_index == 0
     assert describe_error(error).endswith("(round 0)")
+
+
+async def test_the_run_line_tells_the_tokens_used(tools_module: Path) -> None:
+    async with FakeOpenAIServer() as server:
+        server.add_reply(PLAN, usage={"prompt_tokens": 1000, "completion_tokens": 200})
+        server.add_reply(RESPONSE, usage=False)  # this server says nothing for this one
+        out = io.StringIO()
+        await async_run(options(server), out=out, display=PlainDisplay(out))
+    (line,) = [text for text in out.getvalue().splitlines() if text.startswith("stop: ")]
+    assert (
+        " · 1,200 tokens (1,000 in, 200 out) in 2 model calls, 1 not reported (at least "
+        "that many) · " in line
+    )
+
+
+def test_a_tool_progress_report_is_one_plain_line() -> None:
+    from toolloop.runner import ToolProgress
+
+    event = ToolProgress(
+        execution_id="r",
+        at=1.5,
+        round_index=2,
+        tool_name="fetch",
+        purpose="read",
+        message="3 of 10\npages",
+        data={"done": 3},
+    )
+    out = io.StringIO()
+    PlainDisplay(out)(event)
+    assert out.getvalue() == "   1.500s  round 2  ...   fetch: 3 of 10 pages done=3\n"

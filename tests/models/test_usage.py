@@ -56,7 +56,7 @@ def test_usage_adds_up_and_unknown_stays_unknown() -> None:
     assert (total.requests, total.unreported_requests, total.complete) == (3, 1, False)
     assert (total.input_tokens, total.output_tokens, total.total_tokens) == (11, 6, 17)
     assert total.cached_tokens == 4  # reported by one request only: still known
-    assert (total - a).input_tokens == 1
+    assert (Usage() + unknown).input_tokens is None
     only_unknown = Usage() + unknown + unknown
     assert (only_unknown.requests, only_unknown.total_tokens) == (2, None)  # not zero
 
@@ -93,6 +93,17 @@ async def test_a_meter_counts_the_calls_made_while_it_is_active() -> None:
     await read(model)  # outside: not counted
     used = meter.usage
     assert (used.requests, used.unreported_requests, used.total_tokens) == (2, 1, 10)
+
+
+async def test_the_usage_since_a_mark_keeps_unknown_apart_from_zero() -> None:
+    meter = UsageMeter()
+    meter.add(Usage.from_openai(TEN))
+    mark = meter.calls
+    assert meter.since(mark) is None
+    meter.add(Usage.unknown())
+    since = meter.since(mark)
+    assert since is not None and (since.requests, since.total_tokens) == (1, None)
+    assert meter.usage.total_tokens == 10
 
 
 async def test_max_requests_is_checked_before_the_call() -> None:

@@ -180,8 +180,8 @@ async def _call_model(ctx: AgentContext, deps: AgentDeps) -> JumpTo | None:
             ModelCallStarted(execution_id=ctx.execution_id, at=ctx.elapsed(), call_index=index)
         )
     started = perf_counter()
-    before = state.usage
     meter = current_meter()
+    mark = meter.calls if meter is not None else 0
     try:
         response = await spec.call_model(request)
     except UsageLimitError as exc:
@@ -211,7 +211,7 @@ async def _call_model(ctx: AgentContext, deps: AgentDeps) -> JumpTo | None:
                 call_index=index,
                 message=message,
                 duration=perf_counter() - started,
-                usage=state.usage - before if state.usage is not before else None,
+                usage=meter.since(mark) if meter is not None else None,
             )
         )
     if spec.strategy is None:

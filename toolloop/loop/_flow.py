@@ -185,9 +185,10 @@ async def plan(_: Any, ctx: LoopContext) -> Planned:
     )
     planner = deps.planner
     started = perf_counter()
-    before = state.usage
+    meter = current_meter()
+    mark = meter.calls if meter is not None else 0
     if deps.streaming_dispatch and isinstance(planner, StreamingPlanner):
-        return await _plan_streaming(ctx, planner, context, started)
+        return await _plan_streaming(ctx, planner, context, started, mark)
     try:
         if deps.planner_timeout is None:  # no cancel scope where no timeout is set
             raw = await call_planner(planner, context)
@@ -201,12 +202,12 @@ async def plan(_: Any, ctx: LoopContext) -> Planned:
     decided = normalize_plan(
         raw, max_commands=deps.max_commands, max_kwargs_bytes=deps.max_kwargs_bytes
     )
-    _decided(ctx, raw, decided, started, before)
+    _decided(ctx, raw, decided, started, mark)
     return Planned(decided)
 
 
 def _decided(
-    ctx: LoopContext, raw: Any, decided: NormalizedPlan, started: float, before: Usage
+    ctx: LoopContext, raw: Any, decided: NormalizedPlan, started: float, mark: int
 ) -> None:
     """Note what the planner decided (notes, its text, the usage of its model calls) and
     tell the observers."""
@@ -214,9 +215,9 @@ def _decided(
     index = state.round_index
     used: Usage | None = None
     meter = current_meter()
-    if meter is not None and meter.usage is not before:  # the planner called a model
+    if meter is not None and meter.calls > mark:  # the planner called a model
         state.usage = meter.usage
-        used = meter.usage - before
+        used = meter.since(mark)
     notes = decided.notes
     if isinstance(raw, PlannerReply) and raw.notes:  # e.g. a reply cut off by max_tokens
         notes = [*notes, *raw.notes]
@@ -242,13 +243,16 @@ def _decided(
 
 
 async def _plan_streaming(
-    ctx: LoopContext, planner: StreamingPlanner, context: PlannerContext, started: float
+    ctx: LoopContext,
+    planner: StreamingPlanner,
+    context: PlannerContext,
+    started: float,
+    mark: int,
 ) -> Planned:
     """A streamed round: the batch is open while the plan streams; each command runs as
     soon as it is complete. Returns once every dispatched command has its record."""
     state, deps = ctx.state, ctx.deps
     index = state.round_index
-    before = state.usage
     observed = ctx.observed
     items: dict[int, PlanItem] = {}  # by the command's place in the planner's list
     positions: list[int] = []  # the batch's k-th command is the planner's positions[k]
@@ -322,7 +326,7 @@ async def _plan_streaming(
                         "stop_reason": None,
                     }
                 )
-            _decided(ctx, raw, decided, started, before)
+            _decided(ctx, raw, decided, started, mark)
     finally:
         if items:  # the round ran (maybe cut short): its records are kept, whatever happened
             ran = dict(zip(positions, batch.results, strict=True))

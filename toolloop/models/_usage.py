@@ -82,24 +82,6 @@ class Usage(BaseModel):
             unreported_requests=self.unreported_requests + other.unreported_requests,
         )
 
-    def __sub__(self, other: Usage) -> Usage:
-        """What was added to ``other`` to make this (a run's usage of one round)."""
-        if not isinstance(other, Usage):
-            return NotImplemented
-
-        def minus(a: int | None, b: int | None) -> int | None:
-            return None if a is None else a - (b or 0)
-
-        return Usage(
-            requests=self.requests - other.requests,
-            input_tokens=minus(self.input_tokens, other.input_tokens),
-            output_tokens=minus(self.output_tokens, other.output_tokens),
-            total_tokens=minus(self.total_tokens, other.total_tokens),
-            cached_tokens=minus(self.cached_tokens, other.cached_tokens),
-            reasoning_tokens=minus(self.reasoning_tokens, other.reasoning_tokens),
-            unreported_requests=self.unreported_requests - other.unreported_requests,
-        )
-
     @classmethod
     def unknown(cls) -> Usage:
         """One request whose usage was not reported."""
@@ -183,11 +165,28 @@ class UsageMeter:
         limits: the run's budget (``None``: count only).
     """
 
-    __slots__ = ("limits", "usage")
+    __slots__ = ("_calls", "limits", "usage")
 
     def __init__(self, limits: UsageLimits | None = None) -> None:
         self.limits = limits
         self.usage = Usage()
+        """Everything counted so far (set it to go on from an earlier total)."""
+        self._calls: list[Usage] = []
+
+    @property
+    def calls(self) -> int:
+        """How many calls this meter counted (a mark for :meth:`since`)."""
+        return len(self._calls)
+
+    def since(self, mark: int) -> Usage | None:
+        """The usage of the calls counted after ``mark`` (:attr:`calls` then); ``None`` when
+        there were none."""
+        if mark >= len(self._calls):
+            return None
+        total = Usage()
+        for call in self._calls[mark:]:
+            total = total + call
+        return total
 
     @contextmanager
     def active(self) -> Iterator[UsageMeter]:
@@ -271,6 +270,7 @@ class UsageMeter:
 
     def add(self, usage: Usage) -> None:
         """Count one call's usage."""
+        self._calls.append(usage)
         self.usage = self.usage + usage
 
 
