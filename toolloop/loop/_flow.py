@@ -69,8 +69,8 @@ class RoundState(BaseModel):
     """Why the loop stopped, once it did."""
     planner_text: str | None = None
     """The text the planner's model wrote beside its last plan, if any."""
-    usage: Usage = Field(default_factory=Usage)
-    """The run's model calls so far, summed."""
+    usage: Usage | None = None
+    """The run's model calls so far, summed (``None`` until one is counted)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -445,9 +445,9 @@ def finish(planned: Planned, ctx: LoopContext) -> StopReason:
 
 def _run_usage(state: RoundState) -> Usage | None:
     meter = current_meter()
-    if meter is not None:
+    if meter is not None and meter.calls:
         state.usage = meter.usage
-    return state.usage if state.usage.requests else None
+    return state.usage
 
 
 def _build() -> Flow[RoundState]:

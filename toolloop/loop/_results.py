@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
-from ..models import Usage
+from ..models import NO_USAGE, Usage
 from ..runner import EXTRA_INSTRUCTION, ToolExecutionRecord, json_safe
 
 __all__ = ["EXTRA_INSTRUCTION", "LoopResult", "StopReason", "to_action_results"]
@@ -145,5 +145,5 @@ class LoopResult(BaseModel):
             stop_reason=stop_reason,
             notes=list(notes),
             planner_text=planner_text,
-            usage=usage if usage is not None else Usage(),
+            usage=usage if usage is not None else NO_USAGE,
         )

@@ -30,6 +30,7 @@ from ._settings import check_settings as check_settings
 from ._tool_calls import StreamedToolCall as StreamedToolCall
 from ._tool_calls import ToolCallReader as ToolCallReader
 from ._tool_calls import parse_tool_arguments as parse_tool_arguments
+from ._usage import NO_USAGE as NO_USAGE
 from ._usage import Usage as Usage
 from ._usage import UsageLimits as UsageLimits
 from ._usage import UsageMeter as UsageMeter
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_STREAM_DEPTH",
+    "NO_USAGE",
     "ChatDelta",
     "ChatModel",
     "ChatRequest",

@@ -14,8 +14,8 @@ passes a token budget) and adds the call's usage when it ends.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import AbstractContextManager, asynccontextmanager
 from contextvars import ContextVar
 from typing import Any
 
@@ -25,6 +25,7 @@ from .._errors import UsageLimitError
 from ._chat import ChatDelta, ChatModel, ChatRequest
 
 __all__ = [
+    "NO_USAGE",
     "Usage",
     "UsageLimits",
     "UsageMeter",
@@ -152,6 +153,25 @@ class UsageLimits(BaseModel):
 
 _METER: ContextVar[UsageMeter | None] = ContextVar("toolloop_usage_meter", default=None)
 
+NO_USAGE = Usage()
+"""No request at all (shared: a :class:`Usage` is immutable)."""
+
+
+class _Active:
+    """``with meter.active():`` (a class, not a generator: a run pays a few hundred ns)."""
+
+    __slots__ = ("_meter", "_token")
+
+    def __init__(self, meter: UsageMeter) -> None:
+        self._meter = meter
+
+    def __enter__(self) -> UsageMeter:
+        self._token = _METER.set(self._meter)
+        return self._meter
+
+    def __exit__(self, *exc: object) -> None:
+        _METER.reset(self._token)
+
 
 def current_meter() -> UsageMeter | None:
     """The usage meter of the run in progress in this task, if any."""
@@ -165,18 +185,15 @@ class UsageMeter:
         limits: the run's budget (``None``: count only).
     """
 
-    __slots__ = ("_calls", "limits", "usage")
+    __slots__ = ("_calls", "calls", "limits", "usage")
 
     def __init__(self, limits: UsageLimits | None = None) -> None:
         self.limits = limits
-        self.usage = Usage()
+        self.usage = NO_USAGE
         """Everything counted so far (set it to go on from an earlier total)."""
-        self._calls: list[Usage] = []
-
-    @property
-    def calls(self) -> int:
+        self.calls = 0
         """How many calls this meter counted (a mark for :meth:`since`)."""
-        return len(self._calls)
+        self._calls: list[Usage] = []
 
     def since(self, mark: int) -> Usage | None:
         """The usage of the calls counted after ``mark`` (:attr:`calls` then); ``None`` when
@@ -188,14 +205,9 @@ class UsageMeter:
             total = total + call
         return total
 
-    @contextmanager
-    def active(self) -> Iterator[UsageMeter]:
+    def active(self) -> AbstractContextManager[UsageMeter]:
         """Count the model calls made in this block (and the tasks it starts)."""
-        token = _METER.set(self)
-        try:
-            yield self
-        finally:
-            _METER.reset(token)
+        return _Active(self)
 
     def _exceeded(self, what: str, limit: int, used: str, *, closed: bool) -> UsageLimitError:
         action = "the stream was closed" if closed else "no more model calls are made"
@@ -271,6 +283,7 @@ class UsageMeter:
     def add(self, usage: Usage) -> None:
         """Count one call's usage."""
         self._calls.append(usage)
+        self.calls += 1
         self.usage = self.usage + usage
 
 
