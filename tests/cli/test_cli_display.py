@@ -167,13 +167,15 @@ def test_the_live_display_shows_a_tool_s_progress_on_its_running_line() -> None:
             round_index=0,
             tool_name="get_weather",
             purpose="weather",
-            message="asking\nthe station",
+            message="asking\nthe station with sk-proj-0123456789abcdefghijkl",
         )
     )
     display._frame += 1
     display._render([])
     running = out.getvalue().rsplit("\x1b[J", 1)[-1]
-    assert re.search(r'#0 get_weather city="Lisbon" asking the station \d+ ms\n', running)
+    assert re.search(
+        r'#0 get_weather city="Lisbon" asking the station with \[redacted\] \d+ ms\n', running
+    )
     assert "#1 find_fare" in running and "asking" not in running.split("#1 find_fare")[1]
     display.close()
 

@@ -25,6 +25,7 @@ from ..loop import (
     RoundStarted,
 )
 from ..runner import ToolCallFinished, ToolCallStarted, ToolProgress
+from ..tracing import redact_text
 from ._plain import format_kwargs, ms, plan_summary, preview, round_took
 
 __all__ = ["LiveDisplay"]
@@ -217,7 +218,8 @@ class LiveDisplay:
         elif isinstance(event, ToolProgress):
             for running in self._running.values():
                 if running.round_index == event.round_index and running.purpose == event.purpose:
-                    running.progress = " ".join(event.message.split())[:60]
+                    said = " ".join(redact_text(event.message[:240]).split())
+                    running.progress = said if len(said) <= 60 else said[:57] + "..."
                     break
             return  # shown on the running line, redrawn by the refresh
         elif isinstance(event, RoundFinished):
