@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from toolloop import LoopResult, StructuredPlanner, ToolCallingPlanner, final_answer
-from toolloop.models import ChatRequest, ModelSettings, OpenAIChatModel
+from toolloop.errors import ModelCallError
+from toolloop.models import ChatRequest, ModelSettings, OpenAIChatModel, StructuredOutput
 from toolloop.planners import PlannerContext
-from toolloop.testing import FakeOpenAIServer
+from toolloop.testing import FakeErrorReply, FakeOpenAIServer, FakeReply
 
 pytestmark = [
     pytest.mark.anyio,
@@ -145,3 +146,51 @@ async def test_the_planners_and_the_final_answer_pass_their_settings() -> None:
     assert (tool_calling["max_tokens"], tool_calling["seed"]) == (99, 3)
     assert (final["stop"], final["seed"]) == ("END", 1)
     assert answer == "the answer" and answer.finish_reason == "stop" and not answer.cut_off
+
+
+async def test_a_server_that_refuses_stream_options_is_asked_without() -> None:
+    def responder(request: Any) -> Any:
+        if "stream_options" in request.body:
+            return FakeErrorReply(
+                400, "Unrecognized request argument supplied: stream_options", headers={}
+            )
+        return FakeReply(content="ok")
+
+    async with FakeOpenAIServer(responder=responder) as server:
+        async with OpenAIChatModel(
+            "fake-model", base_url=server.base_url, api_key="test", max_retries=0
+        ) as model:
+            for _ in range(2):
+                async with model.stream(ChatRequest(messages=MESSAGES)) as deltas:
+                    assert "".join([d.content async for d in deltas]) == "ok"
+            assert model.stream_usage is False
+    asked = ["stream_options" in r.body for r in server.requests]
+    assert asked == [True, False, False]  # refused once, then never asked again
+
+
+async def test_refusing_stream_options_is_no_verdict_on_the_structured_output_mode() -> None:
+    def responder(request: Any) -> Any:
+        if "stream_options" in request.body:
+            return FakeErrorReply(400, "stream_options is not supported by this server")
+        return FakeReply(content='{"a": 1}')
+
+    async with FakeOpenAIServer(responder=responder) as server:
+        async with OpenAIChatModel(
+            "fake-model", base_url=server.base_url, api_key="test", max_retries=0
+        ) as model:
+            request = ChatRequest(
+                messages=MESSAGES, structured_output=StructuredOutput({"type": "object"})
+            )
+            await drain(model, request)
+            assert model.structured_output_mode == "json_schema"  # not downgraded
+    formats = [r.body["response_format"]["type"] for r in server.requests]
+    assert formats == ["json_schema", "json_schema"]
+
+
+async def test_another_bad_request_is_not_mistaken_for_it() -> None:
+    async with serving() as (server, model):
+        server.add_error(400, "messages: too long")
+        with pytest.raises(ModelCallError, match="too long"):
+            await drain(model, ChatRequest(messages=MESSAGES))
+        assert model.stream_usage is True
+    assert len(server.requests) == 1

@@ -42,9 +42,17 @@ def _is_refusal(exc: openai.APIStatusError) -> bool:
     error, an outage, a wrong key or model is none: those must not downgrade the mode)."""
     if exc.status_code in (415, 501):
         return True
-    if exc.status_code not in _FALLBACK_STATUSES:
-        return False
+    if exc.status_code not in _FALLBACK_STATUSES or _refuses_stream_options(exc):
+        return False  # refusing stream_options is no verdict on the mode
     return bool(_REFUSAL_WORDS.search(f"{exc.message} {exc.body}"))
+
+
+def _refuses_stream_options(exc: BaseException | None) -> bool:
+    """Whether a server refused the request for its ``stream_options`` (older servers)."""
+    if not isinstance(exc, openai.APIStatusError) or exc.status_code not in (400, 422):
+        return False
+    said = f"{exc.message} {exc.body}".lower()
+    return "stream_options" in said or "include_usage" in said
 
 
 _ORDER: tuple[StructuredOutputMode, ...] = ("json_schema", "json_object_schema", "json_object")
@@ -200,8 +208,10 @@ class OpenAIChatModel:
             ``top_p``, ``seed``, ``stop``, ``reasoning_effort``, ``extra_body``, ...); a
             request's own settings override them key by key.
         stream_usage: ask for the usage in a last chunk of every stream
-            (``stream_options={"include_usage": true}``); ``False`` for a server that
-            refuses it (its calls' usage is then unknown).
+            (``stream_options={"include_usage": true}``). A server that refuses the
+            request for it (HTTP 400 or 422 naming ``stream_options``) is asked again
+            without, and from then on; ``False`` never asks. Without it a call's usage is
+            unknown.
 
     Raises:
         ValueError: an unknown ``structured_output`` mode or model setting.
@@ -300,6 +310,17 @@ class OpenAIChatModel:
         return params
 
     async def _open(self, request: ChatRequest) -> openai.AsyncStream[Any]:
+        try:
+            return await self._open_once(request)
+        except ModelCallError as exc:
+            if not (self.stream_usage and _refuses_stream_options(exc.__cause__)):
+                raise
+        # a server that does not take stream_options: ask without, from now on (the usage
+        # of its calls is unknown)
+        self.stream_usage = False
+        return await self._open_once(request)
+
+    async def _open_once(self, request: ChatRequest) -> openai.AsyncStream[Any]:
         params = self._params(request)
         if request.structured_output is None:
             try:
