@@ -89,3 +89,43 @@ async def test_usage_and_progress_on_the_spans() -> None:
     (progress,) = [e for e in call.events if e.name == "progress"]
     assert progress.attributes["toolloop.message"] == "downloading"
     assert json.loads(progress.attributes["toolloop.data"]) == {"bytes": 1024}
+
+
+def echo(text: str) -> str:
+    """Say it back.
+
+    Args:
+        text: what to say.
+    """
+    return text
+
+
+async def test_the_agent_s_model_calls_are_chat_spans_with_their_usage() -> None:
+    from toolloop.agents import create_agent
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    model = ScriptedChatModel()
+    model.add_reply(
+        tool_calls=[{"name": "echo", "arguments": '{"text": "x"}'}],
+        usage={"prompt_tokens": 50, "completion_tokens": 7},
+    )
+    model.add_reply("done")  # reports nothing
+    spans = OpenTelemetrySpans(provider.get_tracer("test"))
+    await create_agent(model, [echo]).run("go", on_event=spans)
+    spans.close()
+    provider.shutdown()
+    finished: list[Any] = list(memory.get_finished_spans())
+    chats = sorted(
+        (s for s in finished if s.name == "chat"), key=lambda s: s.attributes["toolloop.call_index"]
+    )
+    first, second = (dict(s.attributes) for s in chats)
+    assert (first["gen_ai.operation.name"], second["gen_ai.operation.name"]) == ("chat", "chat")
+    assert first["gen_ai.usage.input_tokens"] == 50
+    assert first["gen_ai.usage.output_tokens"] == 7
+    assert "gen_ai.usage.input_tokens" not in second
+    assert second["toolloop.usage.unreported_requests"] == 1
+    (run,) = [s for s in finished if s.name == "toolloop.run"]
+    assert run.attributes["toolloop.usage.requests"] == 2
+    assert all(s.parent is not None and s.parent.span_id == run.context.span_id for s in chats)

@@ -52,6 +52,7 @@ _INSTALL = (
 )
 
 AttributeValue = str | bool | int | float
+_AGENT_KINDS = frozenset({"model_call_started", "model_call_finished", "agent_finished"})
 
 
 def _set_usage(span: Span, usage: Usage) -> None:
@@ -100,7 +101,8 @@ class OpenTelemetrySpans:
       event where the planner hung up);
     - ``execute_tool {name}``: one tool call, under its round (status ERROR if it failed;
       a command refused before running is a span of no length); what the tool reports
-      (``ctx.report``) are ``progress`` events of it.
+      (``ctx.report``) are ``progress`` events of it;
+    - ``chat``: one model call of the middleware agent, under the run.
 
     The plan and run spans carry the model usage with the OpenTelemetry GenAI
     semantic-convention names (``gen_ai.usage.input_tokens``,
@@ -138,6 +140,7 @@ class OpenTelemetrySpans:
         self._plans: dict[int, Span] = {}
         self._calls: dict[tuple[int, int], Span] = {}
         self._purposes: dict[tuple[int, int], str] = {}
+        self._chats: dict[int, Span] = {}
         self._last = 0
 
     def start_at(self, unix_ns: int) -> None:
@@ -205,6 +208,8 @@ class OpenTelemetrySpans:
             self._command_finished(event, run)
         elif isinstance(event, ToolProgress):
             self._progress(event)
+        elif event.kind in _AGENT_KINDS:  # the agent's, by kind: tracing never loads agents
+            self._agent_event(event, run)
         elif isinstance(event, RoundFinished):
             finished = self._rounds.pop(event.round_index, None)
             if finished is not None:
@@ -250,6 +255,26 @@ class OpenTelemetrySpans:
             span.add_event("short_circuit", timestamp=end)
         span.end(end_time=end)
 
+    def _agent_event(self, event: FlowEvent, run: Span) -> None:
+        """The middleware agent's model calls as ``chat`` spans under the run, with their
+        usage; its end puts the run's usage on the run span."""
+        index = getattr(event, "call_index", None)
+        if event.kind == "model_call_started" and isinstance(index, int):
+            span = self._start("chat", run, event.at, call_index=index)
+            span.set_attribute("gen_ai.operation.name", "chat")
+            self._chats[index] = span
+        elif event.kind == "model_call_finished" and isinstance(index, int):
+            if index in self._chats:
+                span = self._chats.pop(index)
+                usage = getattr(event, "usage", None)
+                if isinstance(usage, Usage):
+                    _set_usage(span, usage)
+                span.end(end_time=self._ns(event.at))
+        elif event.kind == "agent_finished":
+            usage = getattr(event, "usage", None)
+            if isinstance(usage, Usage):
+                _set_usage(run, usage)
+
     def _progress(self, event: ToolProgress) -> None:
         """A tool's report, as an event of its call's span (the first open call of that
         tool and purpose in the round)."""
@@ -293,7 +318,7 @@ class OpenTelemetrySpans:
         span.end(end_time=self._ns(event.at))
 
     def _end_children(self, end: int) -> None:
-        for spans in (self._calls, self._plans, self._rounds):
+        for spans in (self._calls, self._plans, self._rounds, self._chats):
             for span in spans.values():
                 span.end(end_time=end)
             spans.clear()
