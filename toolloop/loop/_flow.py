@@ -29,7 +29,7 @@ from pydantic import BaseModel, Field
 
 from .._errors import PlannerError, UsageLimitError
 from ..flow import Context, Flow
-from ..models import Usage, UsageLimits, current_meter
+from ..models import Usage, UsageLimits, UsageMeter, current_meter
 from ..planners import (
     PlannerContext,
     PlannerLike,
@@ -188,7 +188,7 @@ async def plan(_: Any, ctx: LoopContext) -> Planned:
     meter = current_meter()
     mark = meter.calls if meter is not None else 0
     if deps.streaming_dispatch and isinstance(planner, StreamingPlanner):
-        return await _plan_streaming(ctx, planner, context, started, mark)
+        return await _plan_streaming(ctx, planner, context, started, meter, mark)
     try:
         if deps.planner_timeout is None:  # no cancel scope where no timeout is set
             raw = await call_planner(planner, context)
@@ -202,19 +202,23 @@ async def plan(_: Any, ctx: LoopContext) -> Planned:
     decided = normalize_plan(
         raw, max_commands=deps.max_commands, max_kwargs_bytes=deps.max_kwargs_bytes
     )
-    _decided(ctx, raw, decided, started, mark)
+    _decided(ctx, raw, decided, started, meter, mark)
     return Planned(decided)
 
 
 def _decided(
-    ctx: LoopContext, raw: Any, decided: NormalizedPlan, started: float, mark: int
+    ctx: LoopContext,
+    raw: Any,
+    decided: NormalizedPlan,
+    started: float,
+    meter: UsageMeter | None,
+    mark: int,
 ) -> None:
     """Note what the planner decided (notes, its text, the usage of its model calls) and
     tell the observers."""
     state = ctx.state
     index = state.round_index
     used: Usage | None = None
-    meter = current_meter()
     if meter is not None and meter.calls > mark:  # the planner called a model
         state.usage = meter.usage
         used = meter.since(mark)
@@ -247,6 +251,7 @@ async def _plan_streaming(
     planner: StreamingPlanner,
     context: PlannerContext,
     started: float,
+    meter: UsageMeter | None,
     mark: int,
 ) -> Planned:
     """A streamed round: the batch is open while the plan streams; each command runs as
@@ -326,7 +331,7 @@ async def _plan_streaming(
                         "stop_reason": None,
                     }
                 )
-            _decided(ctx, raw, decided, started, mark)
+            _decided(ctx, raw, decided, started, meter, mark)
     finally:
         if items:  # the round ran (maybe cut short): its records are kept, whatever happened
             ran = dict(zip(positions, batch.results, strict=True))
