@@ -29,7 +29,7 @@ class ModelSettings(TypedDict, total=False):
     presence_penalty: float
     frequency_penalty: float
     logit_bias: dict[str, int]
-    reasoning_effort: Literal["minimal", "low", "medium", "high"]
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
     parallel_tool_calls: bool
     user: str
     extra_body: dict[str, Any]
