@@ -85,6 +85,21 @@ def test_a_tool_without_a_context_pays_nothing() -> None:
     assert made.with_context(arguments, "p") is arguments  # no copy, nothing added
 
 
+def test_an_optional_context_is_a_context() -> None:
+    def maybe(x: int, ctx: RunContext[Deps] | None = None) -> int:
+        """Maybe.
+
+        Args:
+            x: a number.
+        """
+        return x if ctx is None else x + len(ctx.deps.rows)
+
+    made = Tool.from_function(maybe)
+    assert made.context_parameter == "ctx"
+    assert made.parameters["properties"].keys() == {"x"}
+    assert maybe(1) == 1  # still callable by hand
+
+
 def test_two_context_parameters_are_refused() -> None:
     def twice(a: RunContext[None], b: RunContext[None]) -> None:
         """Twice."""

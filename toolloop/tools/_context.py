@@ -14,11 +14,12 @@ context is made from it, and from the command, when the tool is called.
 from __future__ import annotations
 
 import threading
+import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, get_origin
+from typing import Any, Generic, TypeVar, Union, get_args, get_origin
 
 import anyio.from_thread
 
@@ -151,5 +152,15 @@ def run_context(tool_name: str, purpose: str) -> RunContext[Any]:
 
 
 def is_run_context(annotation: Any) -> bool:
-    """Whether ``annotation`` is :class:`RunContext` or ``RunContext[...]``."""
-    return annotation is RunContext or get_origin(annotation) is RunContext
+    """Whether ``annotation`` is :class:`RunContext`, ``RunContext[...]``, or an optional one
+    (``RunContext[...] | None``: a tool also called outside runs by hand)."""
+    if annotation is RunContext:
+        return True
+    origin = get_origin(annotation)
+    if origin is RunContext:
+        return True
+    if origin is Union or origin is types.UnionType:
+        return any(
+            arg is RunContext or get_origin(arg) is RunContext for arg in get_args(annotation)
+        )
+    return False
