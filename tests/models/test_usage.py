@@ -62,7 +62,7 @@ def test_usage_adds_up_and_unknown_stays_unknown() -> None:
 
 
 def test_usage_from_odd_payloads_keeps_what_it_cannot_read_unknown() -> None:
-    odd = Usage.from_openai({"prompt_tokens": "12", "completion_tokens": True})
+    odd = Usage.from_openai({"prompt_tokens": "12", "completion_tokens": True, "total_tokens": -5})
     assert (odd.requests, odd.input_tokens, odd.output_tokens, odd.total_tokens) == (
         1,
         None,

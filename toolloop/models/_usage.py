@@ -93,7 +93,7 @@ class Usage(BaseModel):
         """One request's usage from an OpenAI ``usage`` object or dict (``prompt_tokens``,
         ``completion_tokens``, ``total_tokens``, ``prompt_tokens_details.cached_tokens``,
         ``completion_tokens_details.reasoning_tokens``); fields that are missing or not
-        whole numbers stay unknown."""
+        whole numbers of 0 or more stay unknown."""
 
         def get(source: Any, name: str) -> Any:
             if isinstance(source, dict):
@@ -101,7 +101,8 @@ class Usage(BaseModel):
             return getattr(source, name, None)
 
         def count(value: Any) -> int | None:
-            return value if isinstance(value, int) and not isinstance(value, bool) else None
+            whole = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+            return value if whole else None
 
         prompt = count(get(usage, "prompt_tokens"))
         completion = count(get(usage, "completion_tokens"))
