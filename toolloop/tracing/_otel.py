@@ -62,7 +62,7 @@ def _set_usage(span: Span, usage: Usage) -> None:
         ("gen_ai.usage.input_tokens", usage.input_tokens),
         ("gen_ai.usage.output_tokens", usage.output_tokens),
         ("gen_ai.usage.cache_read.input_tokens", usage.cached_tokens),
-        ("gen_ai.usage.reasoning.output_tokens", usage.reasoning_tokens),
+        ("toolloop.usage.reasoning_tokens", usage.reasoning_tokens),
         ("toolloop.usage.total_tokens", usage.total_tokens),
         ("toolloop.usage.requests", usage.requests),
         ("toolloop.usage.unreported_requests", usage.unreported_requests),
@@ -107,7 +107,8 @@ class OpenTelemetrySpans:
     The plan and run spans carry the model usage with the OpenTelemetry GenAI
     semantic-convention names (``gen_ai.usage.input_tokens``,
     ``gen_ai.usage.output_tokens``, ``gen_ai.usage.cache_read.input_tokens``) and
-    ``toolloop.usage.*`` for the rest (requests, total, unreported requests).
+    ``toolloop.usage.*`` for the rest (requests, total, reasoning tokens, unreported
+    requests).
 
     Args:
         tracer: where spans go; the global provider's ``toolloop`` tracer by default.
