@@ -76,8 +76,9 @@ class RunContext(Generic[DepsT]):
             **data: JSON-like details.
         """
         if self._report is not None:
+            text = message if isinstance(message, str) else str(message)
             self._report(
-                Progress(self.run_id, self.round_index, self.tool_name, self.purpose, message, data)
+                Progress(self.run_id, self.round_index, self.tool_name, self.purpose, text, data)
             )
 
 
