@@ -212,8 +212,9 @@ class UsageMeter:
 
     def _exceeded(self, what: str, limit: int, used: str, *, closed: bool) -> UsageLimitError:
         action = "the stream was closed" if closed else "no more model calls are made"
+        verb = "passed" if closed else "reached"
         return UsageLimitError(
-            f"the run's usage passed its limit {what}={limit} ({used}); {action}. Raise the "
+            f"the run's usage {verb} its limit {what}={limit} ({used}); {action}. Raise the "
             "limit in usage_limits=UsageLimits(...), or pass on_usage_limit='finish' to end "
             "the run with the results so far",
             usage=self.usage,
