@@ -120,3 +120,22 @@ async def test_the_agent_passes_its_model_settings() -> None:
     assert model.requests[0].settings == {"seed": 5, "top_p": 0.3}
     with pytest.raises(ValueError, match="create_agent: unknown model settings"):
         create_agent(model, settings={"sed": 5})  # type: ignore[arg-type]
+
+
+async def test_usage_limits_can_finish_the_run_with_what_it_has() -> None:
+    model = chatty(5)
+    agent = create_agent(
+        model, [echo], usage_limits=UsageLimits(max_requests=2), on_usage_limit="finish"
+    )
+    result = await agent.run("go")
+    assert len(model.requests) == 2
+    assert (result.status, result.stop_reason) == ("completed", "usage_limit")
+    assert result.state.usage_limit == "max_requests"
+    assert [r.success for r in result.records] == [True, True]  # both calls answered
+    again = await agent.run("more", state=result.state)  # a new run: a new budget
+    assert again.usage.requests == 2 and again.stop_reason == "usage_limit"
+
+
+def test_on_usage_limit_must_be_raise_or_finish() -> None:
+    with pytest.raises(ValueError, match="on_usage_limit must be 'raise' or 'finish'"):
+        create_agent(ScriptedChatModel(), on_usage_limit="stop")  # type: ignore[arg-type]

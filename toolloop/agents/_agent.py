@@ -92,10 +92,13 @@ class AgentResult:
     def stop_reason(self) -> str | None:
         """Why a completed run stopped: ``structured_response`` (the answer fits the
         ``response_format``), ``answered`` (the model answered without a tool call),
-        ``tools`` (it ended after its tools: ``return_direct``, or a tool's jump) or
-        ``middleware`` (a hook ended it); ``None`` while paused."""
+        ``tools`` (it ended after its tools: ``return_direct``, or a tool's jump),
+        ``middleware`` (a hook ended it) or ``usage_limit`` (its budget, with
+        ``on_usage_limit="finish"``); ``None`` while paused."""
         if self.paused:
             return None
+        if self.state.usage_limit is not None:
+            return "usage_limit"
         if self.state.structured_response is not None:
             return "structured_response"
         last = self.state.messages[-1] if self.state.messages else None
@@ -270,6 +273,7 @@ class Agent:
                     "structured_failures": 0,
                     "paused_at": None,
                     "usage": Usage(),
+                    "usage_limit": None,
                 },
             )
         execution = Execution(agent_flow, start, self._deps(context, deps), id=run_id)
@@ -452,6 +456,7 @@ def create_agent(
     store: CheckpointStore | None = None,
     settings: ModelSettings | None = None,
     usage_limits: UsageLimits | None = None,
+    on_usage_limit: Literal["raise", "finish"] = "raise",
 ) -> Agent:
     """Build an agent: the model answers or calls tools, the tools run, the model sees their
     results, until it answers without a tool call.
@@ -487,8 +492,11 @@ def create_agent(
             (:class:`~toolloop.models.ModelSettings`: ``seed``, ``top_p``, ...).
         usage_limits: each run's budget of model calls and tokens
             (:class:`~toolloop.models.UsageLimits`, across pauses and resumes), checked
-            before each model call and while its answer streams; passing it raises
-            :class:`~toolloop.errors.UsageLimitError` (``.state`` keeps the conversation).
+            before each model call and while its answer streams.
+        on_usage_limit: at the budget, ``"raise"``
+            :class:`~toolloop.errors.UsageLimitError` (``.state`` keeps the conversation),
+            or ``"finish"``: the run completes with what it has, its ``stop_reason``
+            ``"usage_limit"``.
 
     Raises:
         AgentDefinitionError: middleware with one name, a response format that is no schema,
@@ -501,6 +509,8 @@ def create_agent(
         "extra": dict(extra or {}),
         "model_settings": check_settings(settings, "create_agent"),
     }
+    if on_usage_limit not in ("raise", "finish"):
+        raise ValueError(f"on_usage_limit must be 'raise' or 'finish', got {on_usage_limit!r}")
     if usage_limits is not None and not isinstance(usage_limits, UsageLimits):
         raise TypeError(
             f"usage_limits must be a toolloop.models.UsageLimits, got {type(usage_limits).__name__}"
@@ -521,6 +531,7 @@ def create_agent(
             max_model_calls=max_model_calls,
             settings=request_settings,
             usage_limits=usage_limits,
+            on_usage_limit=on_usage_limit,
         ),
         store,
     )

@@ -238,7 +238,13 @@ async def _model_turn(
                 return _paused(state, hooks[i], "before_model", i, None, pause)
             if jump is not None:
                 return jump  # the model is not called
-        retry = await _call_model(ctx, deps)
+        try:
+            retry = await _call_model(ctx, deps)
+        except UsageLimitError as exc:
+            if spec.on_usage_limit == "raise":
+                raise
+            state.usage_limit = exc.limit  # the run ends here, with what it has
+            return "end"
         after_from = 0
     hooks = spec.after_model
     for i in range(after_from, len(hooks)):

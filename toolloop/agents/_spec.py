@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 
@@ -64,6 +64,7 @@ class AgentSpec:
     call_tool: ToolHandler
     openai_tools: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     usage_limits: UsageLimits | None = None
+    on_usage_limit: Literal["raise", "finish"] = "raise"
 
 
 def _wrap_model(middleware: AgentMiddleware, inner: ModelHandler) -> ModelHandler:
@@ -149,6 +150,7 @@ def build_spec(
     max_model_calls: int | None,
     settings: dict[str, Any],
     usage_limits: UsageLimits | None = None,
+    on_usage_limit: Literal["raise", "finish"] = "raise",
 ) -> AgentSpec:
     """Check the arguments of ``create_agent`` and compile them (see the module docs)."""
     if not callable(getattr(model, "stream", None)):
@@ -243,6 +245,7 @@ def build_spec(
         call_model=call_model,
         call_tool=call_tool,
         usage_limits=usage_limits,
+        on_usage_limit=on_usage_limit,
     )
     spec.openai_tools[id(offered)] = [t.openai_tool() for t in offered]
     return spec

@@ -68,6 +68,8 @@ class AgentState(BaseModel):
             ``None`` while the run is not paused.
         usage: the run's model usage so far (across pauses and resumes; a new run starts
             at nothing), held to the agent's ``usage_limits``.
+        usage_limit: the limit that ended the run (``"max_requests"``, ...) when the agent
+            finishes at its ``usage_limits`` (``on_usage_limit="finish"``).
 
     Everything a run changes is here, so a snapshot or a checkpoint carries it and the
     limits hold across any number of pauses and resumes.
@@ -81,6 +83,7 @@ class AgentState(BaseModel):
     structured_failures: int = 0
     paused_at: dict[str, Any] | None = None
     usage: Usage = Field(default_factory=Usage)
+    usage_limit: str | None = None
 
 
 @dataclass(frozen=True)
