@@ -11,7 +11,8 @@ Definition mistakes (how something was built) are kept apart from failures while
         │   ├── StepFailedError         a step raised; the cause is chained
         │   ├── ExecutionTimeoutError   the whole execution or one step ran out of time
         │   ├── ExecutionStalledError   nothing left to run, but no end was reached
-        │   └── PlannerError            the planner raised or timed out (keeps done_plans)
+        │   ├── PlannerError            the planner raised or timed out (keeps done_plans)
+        │   └── UsageLimitError         a run's usage passed its UsageLimits (keeps done_plans)
         ├── ResumeError                 a snapshot or an event that does not fit a paused run
         ├── ToolCallError               one tool call failed (becomes a record's error)
         │   ├── ToolNotFoundError
@@ -59,6 +60,7 @@ __all__ = [
     "ToolNotFoundError",
     "ToolTimeoutError",
     "ToolloopError",
+    "UsageLimitError",
 ]
 
 
@@ -135,17 +137,47 @@ class ExecutionStalledError(ExecutionError):
 
 
 class PlannerError(ExecutionError):
-    """The planner raised or timed out. ``done_plans`` keeps every record made so far."""
+    """The planner raised or timed out. ``done_plans`` keeps every record made so far;
+    ``round_index`` is the round whose planner call failed (when known)."""
 
     def __init__(
         self,
         message: str,
         *,
         done_plans: Sequence[Any] = (),
+        round_index: int | None = None,
         trace: Sequence[TraceEntry] = (),
         state: Any = None,
     ) -> None:
         super().__init__(message, trace=trace, state=state)
+        self.done_plans: list[Any] = list(done_plans)
+        self.round_index = round_index
+
+
+class UsageLimitError(ExecutionError):
+    """A run's model usage passed its :class:`~toolloop.models.UsageLimits`: before a model
+    call (none was made) or while a stream ran (it was closed).
+
+    Attributes:
+        usage: the run's usage when the limit was found passed.
+        limit: which limit: ``"max_requests"``, ``"max_input_tokens"``,
+            ``"max_output_tokens"`` or ``"max_total_tokens"``.
+        done_plans: the records made so far (set by the loop).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        usage: Any = None,
+        limit: str = "",
+        done_plans: Sequence[Any] = (),
+        trace: Sequence[TraceEntry] = (),
+        state: Any = None,
+    ) -> None:
+        super().__init__(message, trace=trace, state=state)
+        self.usage: Any = usage
+        self.limit = limit
         self.done_plans: list[Any] = list(done_plans)
 
 

@@ -24,6 +24,7 @@ from ._errors import ToolDefinitionError as ToolDefinitionError
 from ._errors import ToolloopError as ToolloopError
 from ._errors import ToolNotFoundError as ToolNotFoundError
 from ._errors import ToolTimeoutError as ToolTimeoutError
+from ._errors import UsageLimitError as UsageLimitError
 
 __all__ = [
     "DefinitionError",
@@ -43,4 +44,5 @@ __all__ = [
     "ToolNotFoundError",
     "ToolTimeoutError",
     "ToolloopError",
+    "UsageLimitError",
 ]

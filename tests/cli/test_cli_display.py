@@ -13,7 +13,7 @@ from toolloop.cli import LiveDisplay, PlainDisplay, main
 from toolloop.cli._session import make_display
 from toolloop.flow import ExecutionFailed, FlowEvent, StepStarted
 from toolloop.loop import LoopFinished, PlanDecided, RoundFinished, RoundStarted
-from toolloop.runner import ToolCallFinished, ToolCallStarted
+from toolloop.runner import ToolCallFinished, ToolCallStarted, ToolProgress
 from toolloop.tracing import read_trace
 
 E = "run"
@@ -153,6 +153,31 @@ async def test_the_live_display() -> None:
     # once closed, output is plain
     display.message("after")
     assert out.getvalue().endswith("\x1b[?25hafter\n")
+
+
+def test_the_live_display_shows_a_tool_s_progress_on_its_running_line() -> None:
+    out = Terminal()
+    display = LiveDisplay(out, color=False, width=200)
+    for event in events()[:5]:  # both commands running
+        display(event)
+    display(
+        ToolProgress(
+            execution_id=E,
+            at=0.3,
+            round_index=0,
+            tool_name="get_weather",
+            purpose="weather",
+            message="asking\nthe station with sk-proj-0123456789abcdefghijkl",
+        )
+    )
+    display._frame += 1
+    display._render([])
+    running = out.getvalue().rsplit("\x1b[J", 1)[-1]
+    assert re.search(
+        r'#0 get_weather city="Lisbon" asking the station with \[redacted\] \d+ ms\n', running
+    )
+    assert "#1 find_fare" in running and "asking" not in running.split("#1 find_fare")[1]
+    display.close()
 
 
 def test_live_lines_are_cut_to_the_terminal_width() -> None:

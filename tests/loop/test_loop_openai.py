@@ -325,7 +325,7 @@ async def test_a_plan_cut_at_the_token_limit_is_a_planner_error() -> None:
             await run(planner, Tools())
     cause = info.value.__cause__
     assert isinstance(cause, ModelOutputError)
-    assert "the model hit its token limit: raise max_tokens" in str(cause)
+    assert "the model hit its token limit, max_tokens=1024: raise max_tokens" in str(cause)
 
 
 async def test_no_server_is_a_planner_error() -> None:

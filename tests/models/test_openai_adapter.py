@@ -137,8 +137,14 @@ async def test_content_deltas_and_the_finish_reason() -> None:
         deltas = await read_all(model)
     assert content(deltas) == BODY
     assert [d.content for d in deltas if d.content][:2] == ['{"a', "nsw"]
-    assert deltas[-1].finish_reason == "length"
-    assert [d.finish_reason for d in deltas[:-1]] == [None] * (len(deltas) - 1)
+    # the finish delta, then the usage the adapter asked for (include_usage) in one of its own
+    assert deltas[-2].finish_reason == "length"
+    assert [d.finish_reason for d in deltas[:-2]] == [None] * (len(deltas) - 2)
+    usage = deltas[-1].usage
+    assert usage is not None and deltas[-1].content == "" and deltas[-1].finish_reason is None
+    assert (usage.requests, usage.output_tokens) == (1, 4)  # the fake counts 4 chars a token
+    assert usage.total_tokens == (usage.input_tokens or 0) + 4
+    assert server.requests[0].body["stream_options"] == {"include_usage": True}
     assert server.streams[0].completed
 
 
@@ -159,7 +165,7 @@ async def test_tool_call_deltas() -> None:
     assert all(c.name is None for c in first[1:])
     second = [c for c in calls if c.index == 1]
     assert second[0].name == "noop" and second[0].id
-    assert deltas[-1].finish_reason == "tool_calls"
+    assert deltas[-2].finish_reason == "tool_calls"
 
 
 # -- falling back when a server refuses a structured-output mode ---------------------------

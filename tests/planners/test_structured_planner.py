@@ -346,7 +346,9 @@ async def test_a_plan_cut_at_the_token_limit_says_so() -> None:
         planner = StructuredPlanner(model)
         with pytest.raises(ModelOutputError, match="ended early") as info:
             await planner.plan(context())
-        assert "(the model hit its token limit: raise max_tokens)" in str(info.value)
+        assert "(the model hit its token limit, max_tokens=1024: raise max_tokens)" in str(
+            info.value
+        )
         with pytest.raises(ModelOutputError, match="ended early") as info:
             await planner.plan(context())
         assert "hit its token limit" not in str(info.value)

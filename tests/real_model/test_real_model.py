@@ -55,6 +55,7 @@ from toolloop.models import (
     OpenAIChatModel,
     StructuredOutput,
     StructuredOutputMode,
+    UsageLimits,
 )
 from toolloop.planners import (
     PlannerContext,
@@ -643,3 +644,102 @@ async def test_tool_calling_planner_sends_the_history_back(server: Server) -> No
     assert plans[0].next_action == "execute"
     assert result.stop_reason in ("response", "max_rounds")
     toolbox.check(result.done_plans)
+
+
+# --- usage and the command line ------------------------------------------------------------
+
+
+async def test_usage_totals_from_the_real_stream(server: Server) -> None:
+    """Every request is counted; what the server reports (``include_usage``) is summed, what
+    it does not is unknown, never zero; a budget of one request makes no second one."""
+    toolbox = Toolbox()
+    async with openai_model(server) as inner:
+        model = RecordingModel(inner)
+        planner = StructuredPlanner(model, max_tokens=MAX_TOKENS)
+        result = await async_plan_and_execute(
+            "What is 2 + 3?",
+            tools=toolbox.registry,
+            planner=planner,
+            max_rounds=2,
+            timeout=RUN_TIMEOUT,
+            usage_limits=UsageLimits(max_requests=1),
+            on_usage_limit="finish",
+        )
+    model.report("usage totals, at most one request")
+    usage = result.usage
+    print(f"  usage: {usage!r}")
+    assert len(model.exchanges) == 1 == usage.requests
+    reported = usage.requests - usage.unreported_requests
+    if reported:
+        assert usage.input_tokens is not None and usage.input_tokens > 0
+        assert usage.output_tokens is not None and usage.output_tokens > 0
+        assert usage.total_tokens == usage.input_tokens + usage.output_tokens
+    else:  # this server does not report usage, or the short-circuit hung up first
+        assert usage.total_tokens is None
+    assert result.stop_reason in ("usage_limit", "response", "no_commands", "invalid_plan")
+
+
+CLI_TOOLS = '''
+def add(a: int, b: int) -> int:
+    """Add two whole numbers.
+
+    Args:
+        a: the first.
+        b: the second.
+    """
+    return a + b
+
+
+TOOLS = [add]
+'''
+
+
+def test_the_cli_finishes_a_run_with_max_tokens_and_a_required_tool(
+    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Against this server the CLI could not finish a run: the planner was fixed at 1,024
+    tokens, and with ``tool_choice="auto"`` no tool ever ran. With ``--max-tokens`` and
+    ``--tool-choice required`` it runs the tool and ends, its answer bounded (and said to be
+    cut off when it is)."""
+    import io
+
+    from toolloop.cli import main
+
+    (tmp_path / "real_cli_tools.py").write_text(CLI_TOOLS, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out, err = io.StringIO(), io.StringIO()
+    started = perf_counter()
+    code = main(
+        [
+            "run",
+            "What is 2 + 3?",
+            "--tools",
+            "real_cli_tools:TOOLS",
+            "--base-url",
+            server.url,
+            "--model",
+            server.model,
+            "--planner",
+            "tool-calling",
+            "--tool-choice",
+            "required",
+            "--max-tokens",
+            "64",
+            "--max-rounds",
+            "1",
+            "--timeout",
+            str(RUN_TIMEOUT),
+            "--answer",
+            "--plain",
+        ],
+        stdout=out,
+        stderr=err,
+    )
+    text = out.getvalue()
+    print(text, err.getvalue(), f"({perf_counter() - started:.1f} s)")
+    assert code == 0, err.getvalue()
+    assert "stop: max_rounds · 1 round" in text
+    assert "ok    #0 add" in text or "FAIL  #0 add" in text  # the forced call became a record
+    assert "\nanswer:\n" in text
+    cut = "note: the answer was cut off by the token limit (64 tokens)" in text
+    print(f"  answer cut off: {cut}")

@@ -19,7 +19,8 @@ from toolloop.status_agent._agent import StatusAgent
 from toolloop.status_agent._llm import LLMStatusSteps
 from toolloop.status_agent._state import StatusAgentState
 from toolloop.status_agent._steps import StatusView
-from toolloop.testing import FakeOpenAIServer, ScriptedChatModel
+from toolloop.testing import FakeOpenAIServer, ScriptedChatModel, ScriptedChatReply
+from toolloop.tools import RunContext
 
 pytestmark = [
     pytest.mark.anyio,
@@ -311,3 +312,26 @@ async def test_over_http_through_the_openai_adapter_with_a_pause_in_sqlite(tmp_p
         assert isinstance(body, dict)
         assert body["response_format"]["type"] == "json_schema"
     assert weather.calls == [("Paris", "main"), ("Paris", "backup")]
+
+
+async def test_the_status_agent_counts_usage_and_hands_tools_their_deps() -> None:
+    seen: list[tuple[str, int, str]] = []
+
+    async def get_weather(city: str, ctx: RunContext[str]) -> dict[str, Any]:
+        """The weather.
+
+        Args:
+            city: the city.
+        """
+        seen.append((ctx.deps, ctx.round_index, ctx.run_id))
+        return {"city": city, "temperature": 21 if city == "Paris" else 25}
+
+    tokens = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    script = [ScriptedChatReply(content=text, usage=tokens) for text in llm_script()]
+    script[0] = ScriptedChatReply(content=script[0].content)  # this one reports nothing
+    agent = StatusAgent(tools=[get_weather], model=ScriptedChatModel(script))
+    result = await agent.run("Is it warmer in Paris or in Rome?", deps="the-db")
+    assert result.answer == "Rome is warmer (25°C)."
+    assert (result.usage.requests, result.usage.unreported_requests) == (6, 1)
+    assert result.usage.total_tokens == 75
+    assert seen == [("the-db", 0, result.run_id), ("the-db", 1, result.run_id)]

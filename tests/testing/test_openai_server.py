@@ -109,6 +109,28 @@ async def test_explicit_chunks_and_usage_chunk() -> None:
     assert others[-1].choices[0].finish_reason == "stop"
 
 
+async def test_a_reply_may_script_its_usage_or_report_none() -> None:
+    usage = {"prompt_tokens": 100, "completion_tokens": 7, "total_tokens": 107}
+    async with serving() as (server, client):
+        server.add_reply("hi", usage=usage)
+        server.add_reply("hi", usage=False)
+        scripted = await stream_chunks(client, stream_options={"include_usage": True})
+        omitted = await stream_chunks(client, stream_options={"include_usage": True})
+    assert scripted[-1].usage is not None and scripted[-1].usage.total_tokens == 107
+    assert all(chunk.usage is None and chunk.choices for chunk in omitted)
+    assert server.streams[1].completed
+
+
+async def test_a_server_that_never_reports_usage() -> None:
+    async with serving(FakeOpenAIServer(report_usage=False)) as (server, client):
+        server.add_reply("hi")
+        server.add_reply("hi", usage={"prompt_tokens": 1, "completion_tokens": 1})
+        none = await stream_chunks(client, stream_options={"include_usage": True})
+        given = await stream_chunks(client, stream_options={"include_usage": True})
+    assert all(chunk.usage is None for chunk in none)
+    assert given[-1].usage is not None and given[-1].usage.completion_tokens == 1
+
+
 async def test_tool_call_deltas_reassemble() -> None:
     calls = [
         {"name": "search", "arguments": '{"q": "x", "limit": 10}'},

@@ -305,3 +305,40 @@ def test_the_page_draws_a_plan_still_streaming_usage_and_a_failed_run(
     ]
     _, errors = chromium.drain()
     assert not errors, errors
+
+
+def test_the_run_s_usage_is_counted_once(chromium: Browser) -> None:
+    """Each plan carries its calls' usage and the end of the run the total again: the page
+    sums the plans, and does not add the total on top."""
+    model = ScriptedChatModel()
+    for _ in range(2):
+        model.add_reply(
+            '{"next_action": "execute", "execution_commands": [{"purpose": "e", '
+            '"tool_name": "echo", "tool_kwargs": {"text": "x"}, "todo_suggestion": ""}]}',
+            usage={"prompt_tokens": 100, "completion_tokens": 20},
+        )
+    gate = threading.Event()
+    gate.set()
+    with ViewerSink() as sink:
+        chromium.open(sink.url)
+        assert sink.server is not None and sink.server.wait_for_pages(1, timeout=30)
+        result = anyio.run(
+            functools.partial(
+                async_plan_and_execute,
+                "Say it",
+                tools=_tools(gate),
+                planner=StructuredPlanner(model),
+                max_rounds=2,
+                on_event=sink,
+            )
+        )
+        chromium.wait_for(
+            "return (document.querySelector('article.run') || {}).dataset?.state === 'finished'",
+            what="the run finished",
+        )
+        shown = chromium.js("return document.querySelector('.usage').textContent")
+    assert result.usage.total_tokens == 240
+    assert shown == (
+        "usage: requests 2 · input_tokens 200 · output_tokens 40 · total_tokens 240 · "
+        "unreported_requests 0"
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import ExitStack
 from typing import Any, Literal
 
 import anyio
@@ -13,9 +14,9 @@ from pydantic import ValidationError
 from .._errors import ResumeError
 from ..checkpoints import CheckpointedRun, CheckpointStore, HumanRequest
 from ..flow import Execution, Flow, FlowEvent, FlowResult, FlowSnapshot, TraceEntry
-from ..models import ChatModel
-from ..runner import ToolCommand, ToolExecutionRecord
-from ..tools import Tool, ToolRegistry
+from ..models import ChatModel, ModelSettings, Usage, UsageLimits, UsageMeter, check_settings
+from ..runner import ToolCommand, ToolExecutionRecord, ToolProgress
+from ..tools import Progress, RunScope, Tool, ToolRegistry
 from ._durable import RECOVERY, check_recovery_answer
 from ._flow import ANSWERED, AgentDeps, agent_flow
 from ._messages import AssistantMessage, Message, MessageLike, ToolCall, ToolMessage, as_messages
@@ -91,10 +92,13 @@ class AgentResult:
     def stop_reason(self) -> str | None:
         """Why a completed run stopped: ``structured_response`` (the answer fits the
         ``response_format``), ``answered`` (the model answered without a tool call),
-        ``tools`` (it ended after its tools: ``return_direct``, or a tool's jump) or
-        ``middleware`` (a hook ended it); ``None`` while paused."""
+        ``tools`` (it ended after its tools: ``return_direct``, or a tool's jump),
+        ``middleware`` (a hook ended it) or ``usage_limit`` (its budget, with
+        ``on_usage_limit="finish"``); ``None`` while paused."""
         if self.paused:
             return None
+        if self.state.usage_limit is not None:
+            return "usage_limit"
         if self.state.structured_response is not None:
             return "structured_response"
         last = self.state.messages[-1] if self.state.messages else None
@@ -126,6 +130,11 @@ class AgentResult:
     @property
     def messages(self) -> list[Message]:
         return self.state.messages
+
+    @property
+    def usage(self) -> Usage:
+        """The run's model usage (across pauses and resumes): requests and tokens."""
+        return self.state.usage
 
     @property
     def todos(self) -> list[Todo]:
@@ -186,8 +195,9 @@ class Agent:
         """The agent's flow as a Mermaid flowchart."""
         return agent_flow.to_mermaid()
 
-    def _deps(self, context: Any) -> AgentDeps:
-        return AgentDeps(self._spec, context)
+    def _deps(self, context: Any, deps: Any = None) -> AgentDeps:
+        scope = RunScope("", deps) if self._spec.registry.takes_context else None
+        return AgentDeps(self._spec, context if context is not None else deps, scope=scope)
 
     async def _finish(
         self,
@@ -198,12 +208,21 @@ class Agent:
     ) -> AgentResult:
         if on_event is not None:
             execution.subscribe(on_event)
-        if run is None:
-            return AgentResult(await started())
         deps = execution.deps
         assert isinstance(deps, AgentDeps)
-        deps.run = run  # progress checkpoints and the tool journal
-        return AgentResult(await drive(run, started()))
+        meter = UsageMeter(self._spec.usage_limits)
+        meter.usage = execution.state.usage  # the limits hold across pauses and resumes
+        with ExitStack() as stack:
+            stack.enter_context(meter.active())
+            if deps.scope is not None:
+                deps.scope.run_id = execution.id
+                deps.scope.report = _reporter(execution)
+                stack.enter_context(deps.scope.active())
+            if run is None:
+                return AgentResult(await started())
+            deps.run = run  # progress checkpoints and the tool journal
+            return AgentResult(await drive(run, started()))
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def run(
         self,
@@ -211,6 +230,7 @@ class Agent:
         *,
         state: AgentState | None = None,
         context: Any = None,
+        deps: Any = None,
         run_id: str | None = None,
         metadata: dict[str, Any] | None = None,
         timeout: float | None = None,
@@ -224,6 +244,9 @@ class Agent:
             state: a previous run's state, to continue its conversation (a thread): it is
                 copied, and the new messages are added to it.
             context: anything the hooks should see as ``runtime.context`` (not saved).
+            deps: your dependencies (a DB pool, an HTTP client...), given to every tool that
+                declares a :class:`~toolloop.tools.RunContext` parameter as ``ctx.deps``
+                (and to the hooks as ``runtime.context`` when ``context`` is not given).
             run_id: the run's id (a new one by default); with a store it must be new there.
             metadata: kept with the run's checkpoints when the agent has a store (JSON).
             timeout: seconds for the whole run; everything running is cancelled when it
@@ -237,15 +260,23 @@ class Agent:
             StepFailedError: a hook raised (the cause is chained).
             ExecutionTimeoutError: the run (or an async hook) ran out of time.
             CheckpointConflictError: the store already has a run with this ``run_id``.
+            UsageLimitError: the run passed the agent's ``usage_limits``.
         """
         new = as_messages(messages)
         if state is None:
             start = AgentState()
         else:  # a new run: the counters of the one that made this state do not carry over
             start = state.model_copy(
-                deep=True, update={"model_calls": 0, "structured_failures": 0, "paused_at": None}
+                deep=True,
+                update={
+                    "model_calls": 0,
+                    "structured_failures": 0,
+                    "paused_at": None,
+                    "usage": Usage(),
+                    "usage_limit": None,
+                },
             )
-        execution = Execution(agent_flow, start, self._deps(context), id=run_id)
+        execution = Execution(agent_flow, start, self._deps(context, deps), id=run_id)
         run = None
         if self.store is not None:
             run = await begin_run(self.store, execution, new, metadata)
@@ -259,6 +290,7 @@ class Agent:
         answer: Any = None,
         *,
         context: Any = None,
+        deps: Any = None,
         timeout: float | None = None,
         on_event: Callable[[FlowEvent], None] | None = None,
     ) -> AgentResult:
@@ -280,7 +312,7 @@ class Agent:
 
         With a store, each of these errors is raised before anything is written.
         """
-        deps = self._deps(context)
+        agent_deps = self._deps(context, deps)
         checkpoint = None
         if isinstance(paused, str) and not paused.lstrip().startswith("{"):
             if self.store is None:
@@ -288,15 +320,15 @@ class Agent:
                     f"{paused!r} is a run id, but this agent has no store to find it in; "
                     "build it with create_agent(..., store=...), or resume the snapshot"
                 )
-            checkpoint, execution = await load_paused(self.store, paused, deps)
+            checkpoint, execution = await load_paused(self.store, paused, agent_deps)
         else:
-            execution = agent_flow.restore(paused, deps=deps)
+            execution = agent_flow.restore(paused, deps=agent_deps)
             if self.store is not None:
                 # A run the store keeps resumes through the store, whatever form the
                 # caller hands it in: once, as by its id (never once per copy of a snapshot).
                 stored = await self.store.get(execution.id)
                 if stored is not None:
-                    checkpoint, execution = await load_paused(self.store, execution.id, deps)
+                    checkpoint, execution = await load_paused(self.store, execution.id, agent_deps)
         where, middleware = self._paused_by(execution)
         if middleware is None:  # recovery asked about interrupted calls
             checked: Any = check_recovery_answer(answer, where["request"])
@@ -319,6 +351,7 @@ class Agent:
         *,
         force: bool = False,
         context: Any = None,
+        deps: Any = None,
         timeout: float | None = None,
         on_event: Callable[[FlowEvent], None] | None = None,
     ) -> AgentResult:
@@ -343,8 +376,8 @@ class Agent:
         """
         if self.store is None:
             raise ResumeError("recover() needs a store: build the agent with store=...")
-        deps = self._deps(context)
-        checkpoint, execution, event, value = await load_interrupted(self.store, run_id, deps)
+        agent_deps = self._deps(context, deps)
+        checkpoint, execution, event, value = await load_interrupted(self.store, run_id, agent_deps)
         if event == ANSWERED:
             where, middleware = self._paused_by(execution)
             if middleware is None:
@@ -421,6 +454,9 @@ def create_agent(
     temperature: float | None = None,
     extra: Mapping[str, Any] | None = None,
     store: CheckpointStore | None = None,
+    settings: ModelSettings | None = None,
+    usage_limits: UsageLimits | None = None,
+    on_usage_limit: Literal["raise", "finish"] = "raise",
 ) -> Agent:
     """Build an agent: the model answers or calls tools, the tools run, the model sees their
     results, until it answers without a tool call.
@@ -452,17 +488,33 @@ def create_agent(
         store: a :class:`~toolloop.checkpoints.CheckpointStore` to keep every run in
             (running, paused with its snapshot and request, completed, failed); a paused
             run is then resumed by its ``run_id``, once, in any process.
+        settings: more model settings for every call
+            (:class:`~toolloop.models.ModelSettings`: ``seed``, ``top_p``, ...).
+        usage_limits: each run's budget of model calls and tokens
+            (:class:`~toolloop.models.UsageLimits`, across pauses and resumes), checked
+            before each model call and while its answer streams.
+        on_usage_limit: at the budget, ``"raise"``
+            :class:`~toolloop.errors.UsageLimitError` (``.state`` keeps the conversation),
+            or ``"finish"``: the run completes with what it has, its ``stop_reason``
+            ``"usage_limit"``.
 
     Raises:
         AgentDefinitionError: middleware with one name, a response format that is no schema,
             an output tool named like a tool.
         ToolDefinitionError: two tools with one name, a function that cannot be a tool.
     """
-    settings: dict[str, Any] = {
+    request_settings: dict[str, Any] = {
         "max_tokens": max_tokens,
         "temperature": temperature,
         "extra": dict(extra or {}),
+        "model_settings": check_settings(settings, "create_agent"),
     }
+    if on_usage_limit not in ("raise", "finish"):
+        raise ValueError(f"on_usage_limit must be 'raise' or 'finish', got {on_usage_limit!r}")
+    if usage_limits is not None and not isinstance(usage_limits, UsageLimits):
+        raise TypeError(
+            f"usage_limits must be a toolloop.models.UsageLimits, got {type(usage_limits).__name__}"
+        )
     return Agent(
         build_spec(
             model,
@@ -477,7 +529,30 @@ def create_agent(
             model_timeout=model_timeout,
             hook_timeout=hook_timeout,
             max_model_calls=max_model_calls,
-            settings=settings,
+            settings=request_settings,
+            usage_limits=usage_limits,
+            on_usage_limit=on_usage_limit,
         ),
         store,
     )
+
+
+def _reporter(execution: Execution[AgentState]) -> Callable[[Progress], None]:
+    """A tool's progress as a :class:`~toolloop.runner.ToolProgress` event of the run."""
+    ctx = execution.context_for("tools")
+
+    def report(progress: Progress) -> None:
+        if ctx.observed:
+            ctx.publish(
+                ToolProgress(
+                    execution_id=ctx.execution_id,
+                    at=ctx.elapsed(),
+                    round_index=progress.round_index,
+                    tool_name=progress.tool_name,
+                    purpose=progress.purpose,
+                    message=progress.message,
+                    data=progress.data,
+                )
+            )
+
+    return report

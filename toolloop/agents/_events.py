@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Literal
 
 from ..flow import FlowEvent
+from ..models import Usage
 from ._messages import AssistantMessage
 
 __all__ = [
@@ -36,6 +37,9 @@ class ModelCallFinished(AgentEvent):
     call_index: int
     message: AssistantMessage
     duration: float
+    usage: Usage | None = None
+    """This call's usage (``None``: no model call was counted, e.g. a middleware
+    answered)."""
 
 
 class AgentFinished(AgentEvent):
@@ -43,3 +47,5 @@ class AgentFinished(AgentEvent):
     model_calls: int
     """Model calls this run made in all (across pauses and resumes)."""
     messages: int
+    usage: Usage | None = None
+    """The run's model usage in all (across pauses and resumes)."""

@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from time import perf_counter
 from typing import Any, Literal
 
-from .._errors import DefinitionError, ExecutionError
+from .._errors import DefinitionError, ExecutionError, UsageLimitError
 from ..checkpoints import CheckpointedRun
 from ..flow import Context, Flow, Step, Target
+from ..models import current_meter
 from ..runner import (
     ToolBatch,
     ToolCallFinished,
@@ -39,6 +40,7 @@ from ..runner import (
     ToolCommand,
     ToolExecutionRecord,
 )
+from ..tools import RunScope
 from ._durable import (
     INTERRUPTED,
     RECOVER,
@@ -75,6 +77,8 @@ class AgentDeps:
     runtime: Runtime | None = None
     run: CheckpointedRun | None = None
     """With a store: the run's checkpoint (progress after each step, the tool journal)."""
+    scope: RunScope | None = None
+    """What the tools that take a run context are told (``None``: no tool takes one)."""
 
 
 AgentContext = Context[AgentState, AgentDeps]
@@ -176,8 +180,13 @@ async def _call_model(ctx: AgentContext, deps: AgentDeps) -> JumpTo | None:
             ModelCallStarted(execution_id=ctx.execution_id, at=ctx.elapsed(), call_index=index)
         )
     started = perf_counter()
+    meter = current_meter()
+    mark = meter.calls if meter is not None else 0
     try:
         response = await spec.call_model(request)
+    except UsageLimitError as exc:
+        exc.state = state
+        raise
     except (ExecutionError, DefinitionError):
         raise
     except Exception as exc:
@@ -186,6 +195,9 @@ async def _call_model(ctx: AgentContext, deps: AgentDeps) -> JumpTo | None:
             "is in .state.messages",
             state=state,
         ) from exc
+    finally:
+        if meter is not None:
+            state.usage = meter.usage  # kept in the state: the limits hold across pauses
     message = response.message
     if message.id is None:
         message = message.model_copy(update={"id": new_id()})
@@ -199,6 +211,7 @@ async def _call_model(ctx: AgentContext, deps: AgentDeps) -> JumpTo | None:
                 call_index=index,
                 message=message,
                 duration=perf_counter() - started,
+                usage=meter.since(mark) if meter is not None else None,
             )
         )
     if spec.strategy is None:
@@ -225,7 +238,13 @@ async def _model_turn(
                 return _paused(state, hooks[i], "before_model", i, None, pause)
             if jump is not None:
                 return jump  # the model is not called
-        retry = await _call_model(ctx, deps)
+        try:
+            retry = await _call_model(ctx, deps)
+        except UsageLimitError as exc:
+            if spec.on_usage_limit == "raise":
+                raise
+            state.usage_limit = exc.limit  # the run ends here, with what it has
+            return "end"
         after_from = 0
     hooks = spec.after_model
     for i in range(after_from, len(hooks)):
@@ -316,6 +335,8 @@ async def tools_step(_: Any, ctx: AgentContext) -> Route:
     calls = pending_tool_calls(state.messages)
     observed = ctx.observed
     turn = state.model_calls - 1
+    if deps.scope is not None:
+        deps.scope.round_index = turn
 
     run = deps.run
     journal = await run.journal() if run is not None else {}
@@ -437,6 +458,7 @@ async def finish(_: Any, ctx: AgentContext) -> None:
                 at=ctx.elapsed(),
                 model_calls=state.model_calls,
                 messages=len(state.messages),
+                usage=state.usage if state.usage.requests else None,
             )
         )
 

@@ -13,7 +13,13 @@ from typing import Any
 import anyio
 
 from .._errors import ModelCallError
-from ..models import ChatRequest, StructuredOutput, ToolCallReader, parse_tool_arguments
+from ..models import (
+    ChatRequest,
+    StructuredOutput,
+    ToolCallReader,
+    parse_tool_arguments,
+    stream_chat,
+)
 from ..tools import Tool
 from ._messages import AssistantMessage, ToolCall, new_id, to_openai
 from ._middleware import ModelRequest, ModelResponse
@@ -56,6 +62,7 @@ def chat_request(
         max_tokens=settings.get("max_tokens"),
         temperature=settings.get("temperature"),
         extra=settings.get("extra") or {},
+        settings=settings.get("model_settings") or None,
     )
 
 
@@ -99,7 +106,7 @@ async def stream_model(
     reader = ToolCallReader()
     content: list[str] = []
     with anyio.move_on_after(timeout) as scope:
-        async with request.model.stream(chat) as deltas:
+        async with stream_chat(request.model, chat) as deltas:
             async for delta in deltas:
                 if delta.content:
                     content.append(delta.content)

@@ -9,11 +9,11 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 
-from ..models import ChatModel
+from ..models import ChatModel, UsageLimits
 from ..runner import Executor
 from ..tools import Tool, ToolRegistry
 from ._errors import AgentDefinitionError
@@ -63,6 +63,8 @@ class AgentSpec:
     call_model: ModelHandler
     call_tool: ToolHandler
     openai_tools: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    usage_limits: UsageLimits | None = None
+    on_usage_limit: Literal["raise", "finish"] = "raise"
 
 
 def _wrap_model(middleware: AgentMiddleware, inner: ModelHandler) -> ModelHandler:
@@ -147,6 +149,8 @@ def build_spec(
     hook_timeout: float | None,
     max_model_calls: int | None,
     settings: dict[str, Any],
+    usage_limits: UsageLimits | None = None,
+    on_usage_limit: Literal["raise", "finish"] = "raise",
 ) -> AgentSpec:
     """Check the arguments of ``create_agent`` and compile them (see the module docs)."""
     if not callable(getattr(model, "stream", None)):
@@ -240,6 +244,8 @@ def build_spec(
         after_agent=having("after_agent")[::-1],
         call_model=call_model,
         call_tool=call_tool,
+        usage_limits=usage_limits,
+        on_usage_limit=on_usage_limit,
     )
     spec.openai_tools[id(offered)] = [t.openai_tool() for t in offered]
     return spec

@@ -20,6 +20,7 @@ from typing import Any, Literal, TypeAlias
 
 from pydantic import BaseModel, Field
 
+from ..models import Usage
 from ._messages import Message, add_messages, as_messages
 
 __all__ = [
@@ -65,6 +66,10 @@ class AgentState(BaseModel):
         structured_failures: final answers that failed the ``response_format`` so far.
         paused_at: where a paused run stopped (which middleware, which hook, what it asks);
             ``None`` while the run is not paused.
+        usage: the run's model usage so far (across pauses and resumes; a new run starts
+            at nothing), held to the agent's ``usage_limits``.
+        usage_limit: the limit that ended the run (``"max_requests"``, ...) when the agent
+            finishes at its ``usage_limits`` (``on_usage_limit="finish"``).
 
     Everything a run changes is here, so a snapshot or a checkpoint carries it and the
     limits hold across any number of pauses and resumes.
@@ -77,6 +82,8 @@ class AgentState(BaseModel):
     model_calls: int = 0
     structured_failures: int = 0
     paused_at: dict[str, Any] | None = None
+    usage: Usage = Field(default_factory=Usage)
+    usage_limit: str | None = None
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,23 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _temperature(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 <= value <= 2:
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to 2, got {text}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
 def _add_outputs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--trace", type=Path, metavar="FILE.jsonl", help="write the run's events as JSON lines"
@@ -202,6 +219,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="how the server is asked for JSON; auto tries each in turn (default: %(default)s)",
     )
     run.add_argument(
+        "--max-tokens",
+        type=_positive_int,
+        metavar="N",
+        help="the model's token limit for each plan and for the answer (default: 1024 a "
+        "plan, the server's for the answer); a reply it cuts off is said so",
+    )
+    run.add_argument(
+        "--tool-choice",
+        metavar="CHOICE",
+        help="with --planner tool-calling: auto, required (a tool call every round, until "
+        "--max-rounds), none, or a tool's name (default: auto; some servers, e.g. "
+        "llama.cpp's, call tools only when required)",
+    )
+    run.add_argument(
+        "--temperature", type=_temperature, metavar="T", help="0 to 2 (default: 0 to plan)"
+    )
+    run.add_argument("--seed", type=_seed, metavar="N", help="for servers that sample with one")
+    run.add_argument(
         "--max-rounds", type=_count, default=5, metavar="N", help="default: %(default)s"
     )
     run.add_argument(
@@ -312,7 +347,9 @@ def describe_error(exc: BaseException) -> str:
         cause = exc.__cause__
         where = ""
         state = exc.state
-        if state is not None and hasattr(state, "round_index"):
+        if exc.round_index is not None:  # the state moves on once a streamed round is kept
+            where = f" (round {exc.round_index})"
+        elif state is not None and hasattr(state, "round_index"):
             where = f" (round {state.round_index})"
         if isinstance(cause, (ModelCallError, ModelOutputError)):
             text = f"{cause}{where}"
@@ -417,6 +454,10 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         api_key=args.api_key,
         planner=args.planner,
         structured_output=args.structured_output,
+        max_tokens=args.max_tokens,
+        tool_choice=args.tool_choice,
+        temperature=args.temperature,
+        seed=args.seed,
         max_rounds=args.max_rounds,
         concurrency=args.concurrency,
         timeout=args.timeout,

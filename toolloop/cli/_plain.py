@@ -27,10 +27,37 @@ from ..loop import (
     RoundFinished,
     RoundStarted,
 )
-from ..runner import ToolCallFinished, ToolCallStarted, json_safe
+from ..models import Usage
+from ..runner import ToolCallFinished, ToolCallStarted, ToolProgress, json_safe
 from ..tracing import redact
 
-__all__ = ["PlainDisplay", "describe", "format_kwargs", "ms", "preview", "round_took"]
+__all__ = [
+    "PlainDisplay",
+    "describe",
+    "format_kwargs",
+    "ms",
+    "preview",
+    "round_took",
+    "usage_summary",
+]
+
+
+def usage_summary(usage: Usage | None) -> str:
+    """``1,240 tokens (1,100 in, 140 out) in 3 model calls``; what is unknown said so;
+    ``""`` when no model call was counted."""
+    if usage is None or not usage.requests:
+        return ""
+    n = usage.requests
+    calls = f"{n} model call{'s' * (n != 1)}"
+    if usage.total_tokens is None:
+        return f"{calls}, usage not reported"
+    text = f"{usage.total_tokens:,} tokens"
+    if usage.input_tokens is not None and usage.output_tokens is not None:
+        text += f" ({usage.input_tokens:,} in, {usage.output_tokens:,} out)"
+    text += f" in {calls}"
+    if usage.unreported_requests:
+        text += f", {usage.unreported_requests} not reported (at least that many)"
+    return text
 
 
 def ms(seconds: float) -> str:
@@ -108,6 +135,11 @@ def describe(event: FlowEvent, round_started: Mapping[int, float] | None = None)
         if r.success:
             return f"{head}ok    #{event.index} {r.tool_name} {took} -> {preview(r.result)}"
         return f"{head}FAIL  #{event.index} {r.tool_name} {took}: {_one_line(r.error or '')}"
+    if isinstance(event, ToolProgress):
+        data = f" {format_kwargs(event.data)}" if event.data else ""
+        return (
+            f"round {event.round_index}  ...   {event.tool_name}: {_one_line(event.message)}{data}"
+        )
     if isinstance(event, RoundFinished):
         ok = sum(1 for r in event.records if r.success)
         failed = len(event.records) - ok

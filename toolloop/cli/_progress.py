@@ -24,7 +24,8 @@ from ..loop import (
     RoundFinished,
     RoundStarted,
 )
-from ..runner import ToolCallFinished, ToolCallStarted
+from ..runner import ToolCallFinished, ToolCallStarted, ToolProgress
+from ..tracing import redact_text
 from ._plain import format_kwargs, ms, plan_summary, preview, round_took
 
 __all__ = ["LiveDisplay"]
@@ -40,6 +41,9 @@ class _Running:
     index: int
     text: str
     since: float
+    purpose: str = ""
+    progress: str = ""
+    """What the tool last reported (``ctx.report``)."""
 
 
 class _Style:
@@ -146,7 +150,8 @@ class LiveDisplay:
         height = shutil.get_terminal_size((100, 24)).lines
         room = max(height - 4, 3)
         for item in running[:room]:
-            lines.append(f"    {s.cyan(spin)} {item.text} {s.dim(ms(now - item.since))}")
+            said = f" {s.cyan(item.progress)}" if item.progress else ""
+            lines.append(f"    {s.cyan(spin)} {item.text}{said} {s.dim(ms(now - item.since))}")
         if len(running) > room:
             lines.append(s.dim(f"    ... and {len(running) - room} more running"))
         return lines
@@ -193,7 +198,7 @@ class LiveDisplay:
             c = event.command
             text = f"#{event.index} {c.tool_name} {s.dim(format_kwargs(c.tool_kwargs, 80))}"
             self._running[(event.round_index, event.index)] = _Running(
-                event.round_index, event.index, text, now
+                event.round_index, event.index, text, now, c.purpose
             )
         elif isinstance(event, ToolCallFinished):
             self._running.pop((event.round_index, event.index), None)
@@ -210,6 +215,13 @@ class LiveDisplay:
                     f"{t}    {s.red(self._fail)} #{event.index} {r.tool_name} {s.dim(took)}"
                     f"  {s.red(error)}"
                 )
+        elif isinstance(event, ToolProgress):
+            for running in self._running.values():
+                if running.round_index == event.round_index and running.purpose == event.purpose:
+                    said = " ".join(redact_text(event.message[:240]).split())
+                    running.progress = said if len(said) <= 60 else said[:57] + "..."
+                    break
+            return  # shown on the running line, redrawn by the refresh
         elif isinstance(event, RoundFinished):
             ok = sum(1 for r in event.records if r.success)
             failed = len(event.records) - ok

@@ -8,16 +8,20 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter
-from typing import Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from .._errors import ToolloopError
 from ..loop import LoopResult, async_plan_and_execute
+from ..models import ModelSettings
 from ..planners import StructuredPlanner, ToolCallingPlanner
 from ..tools import ToolRegistry
 from ..tracing import otel_available, redact_text
 from ._load import CLIError, load_tools
 from ._mcp import open_mcp_tools
 from ._session import Display, make_display, observe, print_result, stream_answer
+
+if TYPE_CHECKING:
+    from ..models import OpenAIChatModel
 
 __all__ = ["RunOptions", "async_run"]
 
@@ -41,6 +45,12 @@ class RunOptions:
     """``None``: ``$OPENAI_API_KEY``, else a placeholder (local servers want none)."""
     planner: PlannerKind = "structured"
     structured_output: str = "auto"
+    max_tokens: int | None = None
+    """For each plan and the answer; ``None``: the planner's default, the server's."""
+    tool_choice: str | None = None
+    """For the tool-calling planner: auto, required, none or a tool's name."""
+    temperature: float | None = None
+    seed: int | None = None
     max_rounds: int = 5
     concurrency: int = 4
     timeout: float | None = None
@@ -67,7 +77,46 @@ def _meta(options: RunOptions, tools: list[str], base_url: str) -> dict[str, Any
         "max_rounds": options.max_rounds,
         "concurrency": options.concurrency,
         "streaming_dispatch": options.streaming_dispatch,
+        **{
+            key: value
+            for key, value in (
+                ("max_tokens", options.max_tokens),
+                ("tool_choice", options.tool_choice),
+                ("temperature", options.temperature),
+                ("seed", options.seed),
+            )
+            if value is not None
+        },
     }
+
+
+def _planner(
+    options: RunOptions, model: OpenAIChatModel, names: list[str]
+) -> StructuredPlanner | ToolCallingPlanner:
+    settings: ModelSettings = {}
+    if options.seed is not None:
+        settings["seed"] = options.seed
+    common: dict[str, Any] = {"settings": settings}
+    if options.max_tokens is not None:
+        common["max_tokens"] = options.max_tokens
+    if options.temperature is not None:
+        common["temperature"] = options.temperature
+    if options.planner == "structured":
+        if options.tool_choice is not None:
+            raise CLIError(
+                f"--tool-choice {options.tool_choice} works with --planner tool-calling; the "
+                "structured planner asks for a plan, not for tool calls",
+                code=2,
+            )
+        return StructuredPlanner(model, **common)
+    choice = options.tool_choice or "auto"
+    if choice not in ("auto", "required", "none") and choice not in names:
+        raise CLIError(
+            f"--tool-choice {choice!r} is neither auto, required, none nor a tool's name "
+            f"({', '.join(names) or 'no tools loaded'})",
+            code=2,
+        )
+    return ToolCallingPlanner(model, tool_choice=choice, **common)
 
 
 async def async_run(
@@ -115,11 +164,9 @@ async def _async_run(
         structured_output=options.structured_output,
         max_retries=options.max_retries,
     )
-    planner: StructuredPlanner | ToolCallingPlanner = (
-        StructuredPlanner(model) if options.planner == "structured" else ToolCallingPlanner(model)
-    )
-    display = display if display is not None else make_display(out, plain=options.plain)
     names = registry.names
+    planner = _planner(options, model, names)
+    display = display if display is not None else make_display(out, plain=options.plain)
     base_url = redact_text(model.base_url)
     display.message(f"request: {options.request}")
     display.message(
@@ -157,5 +204,15 @@ async def _async_run(
         )
         print_result(out, result, elapsed=perf_counter() - started, written=written)
         if options.answer:
-            await stream_answer(out, model, result)
+            settings: ModelSettings = {}
+            if options.seed is not None:
+                settings["seed"] = options.seed
+            await stream_answer(
+                out,
+                model,
+                result,
+                max_tokens=options.max_tokens,
+                temperature=options.temperature,
+                settings=settings,
+            )
     return result

@@ -14,10 +14,10 @@ import anyio
 
 from ..flow import FlowEvent
 from ..loop import LoopResult, stream_final_answer
-from ..models import ChatModel
+from ..models import ChatModel, ModelSettings
 from ..tracing import OpenTelemetrySpans, TraceRecorder, TraceWriter, write_timeline
 from ._load import CLIError
-from ._plain import PlainDisplay, ms, preview
+from ._plain import PlainDisplay, ms, preview, usage_summary
 from ._progress import LiveDisplay
 
 __all__ = [
@@ -202,6 +202,9 @@ def print_result(
         f"{result.rounds} round{'s' * (result.rounds != 1)}",
         f"{n} record{'s' * (n != 1)}" + (f" ({failed} failed)" if failed else ""),
     ]
+    used = usage_summary(result.usage)
+    if used:
+        parts.append(used)
     if elapsed is not None:
         parts.append(ms(elapsed))
     out.write("\n" + " · ".join(parts) + "\n")
@@ -222,16 +225,30 @@ def print_result(
     out.flush()
 
 
-async def stream_answer(out: TextIO, model: ChatModel, result: LoopResult) -> str:
-    """Stream the final answer to ``out`` as it comes; return it whole."""
+async def stream_answer(
+    out: TextIO,
+    model: ChatModel,
+    result: LoopResult,
+    *,
+    max_tokens: int | None = None,
+    temperature: float | None = None,
+    settings: ModelSettings | None = None,
+) -> str:
+    """Stream the final answer to ``out`` as it comes; return it whole. An answer cut off
+    by the token limit is followed by a one-line notice."""
     out.write("\nanswer:\n")
     out.flush()
     pieces: list[str] = []
-    async with stream_final_answer(model, result) as text:
+    async with stream_final_answer(
+        model, result, max_tokens=max_tokens, temperature=temperature, settings=settings
+    ) as text:
         async for piece in text:
             pieces.append(piece)
             out.write(piece)
             out.flush()
     out.write("\n")
+    if text.cut_off:
+        limit = f" ({max_tokens} tokens)" if max_tokens is not None else ""
+        out.write(f"note: the answer was cut off by the token limit{limit}; raise --max-tokens\n")
     out.flush()
     return "".join(pieces)

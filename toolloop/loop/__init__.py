@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from ._answer import FINAL_ANSWER_RESULT_CHARS as FINAL_ANSWER_RESULT_CHARS
+from ._answer import AnswerStream as AnswerStream
+from ._answer import FinalAnswer as FinalAnswer
 from ._answer import final_answer as final_answer
 from ._answer import final_answer_messages as final_answer_messages
 from ._answer import stream_final_answer as stream_final_answer
@@ -30,6 +32,8 @@ from ._results import to_action_results as to_action_results
 __all__ = [
     "EXTRA_INSTRUCTION",
     "FINAL_ANSWER_RESULT_CHARS",
+    "AnswerStream",
+    "FinalAnswer",
     "LoopEvent",
     "LoopFinished",
     "LoopResult",

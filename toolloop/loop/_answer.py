@@ -14,12 +14,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from ..models import ChatDelta, ChatModel, ChatRequest
+from ..models import ChatDelta, ChatModel, ChatRequest, ModelSettings, Usage, stream_chat
 from ..runner import json_safe
 from ._results import LoopResult
 
 __all__ = [
     "FINAL_ANSWER_RESULT_CHARS",
+    "AnswerStream",
+    "FinalAnswer",
     "final_answer",
     "final_answer_messages",
     "stream_final_answer",
@@ -77,23 +79,61 @@ def final_answer_messages(
     return messages
 
 
-class _TextDeltas:
-    """The text of a stream of :class:`ChatDelta` (no async generator, so leaving early
-    leaves nothing to finalize)."""
+class AnswerStream:
+    """The text of the final answer, delta by delta, and how it ended.
 
-    __slots__ = ("_deltas",)
+    ``finish_reason`` and ``usage`` are known once the text was read to its end
+    (``None`` before, or when the server said nothing). An answer whose ``finish_reason``
+    is ``"length"`` was cut off by ``max_tokens``: ``cut_off`` is then true.
+    """
+
+    __slots__ = ("_deltas", "finish_reason", "usage")
 
     def __init__(self, deltas: AsyncIterator[ChatDelta]) -> None:
         self._deltas = deltas
+        self.finish_reason: str | None = None
+        """Why the answer ended: ``"stop"``, ``"length"`` (the token limit), ..."""
+        self.usage: Usage | None = None
+        """The call's usage, when the server reported it."""
 
-    def __aiter__(self) -> _TextDeltas:
+    @property
+    def cut_off(self) -> bool:
+        """The token limit ended the answer (``finish_reason == "length"``)."""
+        return self.finish_reason == "length"
+
+    def __aiter__(self) -> AnswerStream:
         return self
 
     async def __anext__(self) -> str:
         while True:
             delta = await self._deltas.__anext__()
+            if delta.finish_reason is not None:
+                self.finish_reason = delta.finish_reason
+            if delta.usage is not None:
+                self.usage = delta.usage
             if delta.content:
                 return delta.content
+
+
+class FinalAnswer(str):
+    """The final answer's text (a ``str``), with how it ended: ``finish_reason`` (``"length"``:
+    cut off by ``max_tokens``, see ``cut_off``) and the call's ``usage`` when reported."""
+
+    finish_reason: str | None
+    usage: Usage | None
+
+    def __new__(
+        cls, text: str, *, finish_reason: str | None = None, usage: Usage | None = None
+    ) -> FinalAnswer:
+        self = super().__new__(cls, text)
+        self.finish_reason = finish_reason
+        self.usage = usage
+        return self
+
+    @property
+    def cut_off(self) -> bool:
+        """The token limit ended the answer (``finish_reason == "length"``)."""
+        return self.finish_reason == "length"
 
 
 @asynccontextmanager
@@ -105,7 +145,8 @@ async def stream_final_answer(
     max_tokens: int | None = None,
     temperature: float | None = None,
     max_result_chars: int = FINAL_ANSWER_RESULT_CHARS,
-) -> AsyncIterator[AsyncIterator[str]]:
+    settings: ModelSettings | None = None,
+) -> AsyncIterator[AnswerStream]:
     """Stream the final answer to the user's request, with the loop's results::
 
         async with stream_final_answer(model, result) as text:
@@ -119,9 +160,13 @@ async def stream_final_answer(
         max_tokens: the answer's length limit (the server's default when ``None``).
         temperature: passed to the model.
         max_result_chars: each action result is cut to this many characters in the prompt.
+        settings: more model settings for this call
+            (:class:`~toolloop.models.ModelSettings`).
 
     Yields:
-        The answer's text, delta by delta. Leaving the block closes the stream.
+        The answer's text, delta by delta (an :class:`AnswerStream`: once read, its
+        ``finish_reason`` says whether ``max_tokens`` cut it off). Leaving the block closes
+        the stream.
 
     Raises:
         ModelCallError: the model could not be reached or answered an error.
@@ -132,9 +177,10 @@ async def stream_final_answer(
         ),
         max_tokens=max_tokens,
         temperature=temperature,
+        settings=settings,
     )
-    async with model.stream(request) as deltas:
-        yield _TextDeltas(deltas)
+    async with stream_chat(model, request) as deltas:
+        yield AnswerStream(deltas)
 
 
 async def final_answer(
@@ -145,8 +191,10 @@ async def final_answer(
     max_tokens: int | None = None,
     temperature: float | None = None,
     max_result_chars: int = FINAL_ANSWER_RESULT_CHARS,
-) -> str:
-    """The whole final answer as text (see :func:`stream_final_answer`)."""
+    settings: ModelSettings | None = None,
+) -> FinalAnswer:
+    """The whole final answer (see :func:`stream_final_answer`): its text, a ``str``, with
+    its ``finish_reason`` (``cut_off`` when ``max_tokens`` ended it) and ``usage``."""
     async with stream_final_answer(
         model,
         result,
@@ -154,5 +202,7 @@ async def final_answer(
         max_tokens=max_tokens,
         temperature=temperature,
         max_result_chars=max_result_chars,
+        settings=settings,
     ) as text:
-        return "".join([piece async for piece in text])
+        whole = "".join([piece async for piece in text])
+        return FinalAnswer(whole, finish_reason=text.finish_reason, usage=text.usage)

@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 import sniffio
 
-from .._errors import ExecutionTimeoutError, PlannerError
+from .._errors import ExecutionTimeoutError, PlannerError, UsageLimitError
 from ..flow import EventStream, Execution, FlowEvent
+from ..models import UsageLimits, UsageMeter
 from ..planners import PlannerLike
-from ..runner import Executor, ToolCallEvent
-from ..tools import Tool, ToolRegistry
+from ..runner import Executor, ToolCallEvent, ToolProgress
+from ..tools import Progress, RunScope, Tool, ToolRegistry
 from ._events import LoopEvent
 from ._flow import LoopDeps, RoundState, loop_flow
 from ._results import LoopResult, StopReason
@@ -53,6 +54,8 @@ def _prepare(
     on_event: Callable[[FlowEvent], None] | None = None,
     run_id: str | None = None,
     state: RoundState | None = None,
+    usage_limits: UsageLimits | None = None,
+    deps: Any = None,
 ) -> Execution[RoundState]:
     if not isinstance(user_input, str):
         raise TypeError(f"user_input must be a str, got {type(user_input).__name__}")
@@ -60,11 +63,15 @@ def _prepare(
         raise ValueError(f"max_rounds must be 0 or more, got {max_rounds}")
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+    if usage_limits is not None and not isinstance(usage_limits, UsageLimits):
+        raise TypeError(
+            f"usage_limits must be a toolloop.models.UsageLimits, got {type(usage_limits).__name__}"
+        )
     registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
     executor = Executor(
         registry, concurrency=concurrency, limiter=limiter, tool_timeout=tool_timeout
     )
-    deps = LoopDeps(
+    loop_deps = LoopDeps(
         user_input=user_input,
         planner=planner,
         registry=registry,
@@ -75,38 +82,92 @@ def _prepare(
         max_commands=max_commands,
         streaming_dispatch=streaming_dispatch,
         available_tools=registry.specs(),
+        usage_limits=usage_limits,
+        deps=deps,
+        scope=RunScope("", deps) if registry.takes_context else None,
     )
     if run_id is None:
-        execution = loop_flow.execution(deps=deps)
+        execution = loop_flow.execution(deps=loop_deps)
     else:
-        execution = Execution(loop_flow, RoundState() if state is None else state, deps, id=run_id)
+        execution = Execution(
+            loop_flow, RoundState() if state is None else state, loop_deps, id=run_id
+        )
     if on_event is not None:
         execution.subscribe(on_event)
+    scope = loop_deps.scope
+    if scope is not None:
+        scope.run_id = execution.id
+        scope.report = _reporter(execution)
     return execution
+
+
+def _reporter(execution: Execution[RoundState]) -> Callable[[Progress], None]:
+    """A tool's progress as a :class:`ToolProgress` event of the run."""
+    ctx = execution.context_for("execute")
+
+    def report(progress: Progress) -> None:
+        if ctx.observed:
+            ctx.publish(
+                ToolProgress(
+                    execution_id=ctx.execution_id,
+                    at=ctx.elapsed(),
+                    round_index=progress.round_index,
+                    tool_name=progress.tool_name,
+                    purpose=progress.purpose,
+                    message=progress.message,
+                    data=progress.data,
+                )
+            )
+
+    return report
 
 
 async def _run(
     execution: Execution[RoundState],
     timeout: float | None,
     on_timeout: Literal["raise", "finish"],
+    on_usage_limit: Literal["raise", "finish"] = "raise",
 ) -> LoopResult:
+    meter = UsageMeter(execution.deps.usage_limits)
+    if execution.state.usage is not None:  # a resumed run: its budget counts what came before
+        meter.usage = execution.state.usage
+    scope = execution.deps.scope
     try:
-        done = await execution.run(timeout=timeout)
+        with meter.active():
+            if scope is None:
+                done = await execution.run(timeout=timeout)
+            else:
+                with scope.active():
+                    done = await execution.run(timeout=timeout)
     except Exception as exc:
-        return _ended(execution, _stop_of(execution, exc, on_timeout))
+        return _ended(execution, _stop_of(execution, exc, on_timeout, on_usage_limit, meter))
     return _ended(execution, done.value)
 
 
 def _stop_of(
-    execution: Execution[RoundState], exc: Exception, on_timeout: Literal["raise", "finish"]
+    execution: Execution[RoundState],
+    exc: Exception,
+    on_timeout: Literal["raise", "finish"],
+    on_usage_limit: Literal["raise", "finish"],
+    meter: UsageMeter,
 ) -> StopReason:
     """The stop reason of a run that raised ``exc``, or ``exc`` raised again."""
+    state = execution.state
+    if meter.calls:
+        state.usage = meter.usage
     if isinstance(exc, ExecutionTimeoutError):
         if on_timeout == "raise" or exc.step is not None:
             raise exc
         return "timeout"
     if isinstance(exc, PlannerError):
-        exc.done_plans = list(execution.state.done_plans)  # a streamed round cut short too
+        exc.done_plans = list(state.done_plans)  # a streamed round cut short too
+    elif isinstance(exc, UsageLimitError):
+        state.stop_reason = "usage_limit"
+        exc.done_plans = list(state.done_plans)
+        exc.state = state
+        exc.usage = meter.usage
+        if on_usage_limit == "finish":
+            return "usage_limit"
     raise exc
 
 
@@ -121,6 +182,7 @@ def _ended(execution: Execution[RoundState], stop: StopReason) -> LoopResult:
         notes=state.notes,
         planner_text=state.planner_text,
         run_id=execution.id,
+        usage=state.usage,
     )
 
 
@@ -143,6 +205,9 @@ async def async_plan_and_execute(
     store: CheckpointStore | None = None,
     run_id: str | None = None,
     needs_approval: Collection[str] = (),
+    usage_limits: UsageLimits | None = None,
+    on_usage_limit: Literal["raise", "finish"] = "raise",
+    deps: Any = None,
 ) -> LoopResult:
     """Plan, execute tools, and plan again, round after round; return the results.
 
@@ -179,6 +244,14 @@ async def async_plan_and_execute(
             result with ``paused`` true and ``result.request`` (a
             :class:`~toolloop.checkpoints.HumanRequest`'s data); resume it with
             :func:`async_resume_plan_and_execute` and ``decision=``, in any process.
+        usage_limits: the run's budget of model calls and tokens
+            (:class:`~toolloop.models.UsageLimits`), checked before each model call and
+            while a stream runs (a stream that passes it is closed).
+        on_usage_limit: ``"raise"`` :class:`~toolloop.errors.UsageLimitError` (its
+            ``.done_plans`` keeps the records), or ``"finish"``: return the result so far
+            with ``stop_reason="usage_limit"``.
+        deps: your dependencies (a DB pool, an HTTP client...), handed to every tool that
+            declares a :class:`~toolloop.tools.RunContext` parameter as ``ctx.deps``.
 
     Returns:
         The records, folded into ``prompt`` (``action_results``, ``extra_instruction``) and
@@ -188,6 +261,7 @@ async def async_plan_and_execute(
         PlannerError: the planner raised or timed out (``.done_plans`` keeps the records).
         ExecutionTimeoutError: the run outlived ``timeout`` (with ``on_timeout="raise"``).
         CheckpointConflictError: the store already has a run ``run_id``.
+        UsageLimitError: the run passed ``usage_limits`` (with ``on_usage_limit="raise"``).
     """
     if store is None and (run_id is not None or needs_approval):
         what = f"run_id={run_id!r} names" if run_id is not None else "needs_approval= pauses"
@@ -207,20 +281,31 @@ async def async_plan_and_execute(
         max_commands=max_commands,
         streaming_dispatch=streaming_dispatch,
         on_event=on_event,
+        usage_limits=usage_limits,
+        deps=deps,
         run_id=run_id,
     )
     if store is None:
+        meter = UsageMeter(usage_limits)
+        scope = execution.deps.scope
         try:  # _run's body, inline: one frame less under every tool call
-            done = await execution.run(timeout=timeout)
+            with meter.active():
+                if scope is None:
+                    done = await execution.run(timeout=timeout)
+                else:
+                    with scope.active():
+                        done = await execution.run(timeout=timeout)
         except Exception as exc:
-            return _ended(execution, _stop_of(execution, exc, on_timeout))
+            return _ended(execution, _stop_of(execution, exc, on_timeout, on_usage_limit, meter))
         return _ended(execution, done.value)
     from ._durable import run_durable
 
     return await run_durable(
         execution,
         store,
-        functools.partial(_run, timeout=timeout, on_timeout=on_timeout),
+        functools.partial(
+            _run, timeout=timeout, on_timeout=on_timeout, on_usage_limit=on_usage_limit
+        ),
         needs_approval=needs_approval,
     )
 
@@ -242,6 +327,9 @@ async def async_resume_plan_and_execute(
     idempotent_tools: Collection[str] = (),
     decision: object = None,
     force: bool = False,
+    usage_limits: UsageLimits | None = None,
+    on_usage_limit: Literal["raise", "finish"] = "raise",
+    deps: Any = None,
 ) -> LoopResult:
     """Continue the durable run ``run_id`` (begun with ``store=``) whose process died, or
     that failed, or that paused for a human: from its last round, without running a
@@ -251,8 +339,9 @@ async def async_resume_plan_and_execute(
     run; the tools and the planner are given again (they are code). A run that completed
     returns its stored result and runs nothing. The arguments not listed below (``store``,
     ``tools``, ``planner``, ``concurrency``, ``limiter``, ``timeout``, ``tool_timeout``,
-    ``planner_timeout``, ``on_timeout``, ``on_event``) are those of
-    :func:`async_plan_and_execute`.
+    ``planner_timeout``, ``on_timeout``, ``on_event``, ``usage_limits``, ``on_usage_limit``,
+    ``deps``) are those of :func:`async_plan_and_execute`; a budget counts the model calls
+    the run made before it was resumed too.
 
     Args:
         unknown_outcome: what to do with a tool call that started and has no recorded
@@ -303,6 +392,8 @@ async def async_resume_plan_and_execute(
         on_event=on_event,
         run_id=run_id,
         state=state,
+        usage_limits=usage_limits,
+        deps=deps,
     )
     paused = checkpoint.status == "paused"
     if paused != (decision is not None):
@@ -317,7 +408,9 @@ async def async_resume_plan_and_execute(
     return await run_durable(
         execution,
         store,
-        functools.partial(_run, timeout=timeout, on_timeout=on_timeout),
+        functools.partial(
+            _run, timeout=timeout, on_timeout=on_timeout, on_usage_limit=on_usage_limit
+        ),
         resume_from=checkpoint,
         unknown_outcome=unknown_outcome,
         idempotent_tools=idempotent_tools,
@@ -343,6 +436,9 @@ def resume_plan_and_execute(
     idempotent_tools: Collection[str] = (),
     decision: object = None,
     force: bool = False,
+    usage_limits: UsageLimits | None = None,
+    on_usage_limit: Literal["raise", "finish"] = "raise",
+    deps: Any = None,
     backend: Literal["asyncio", "trio"] = "asyncio",
 ) -> LoopResult:
     """The sync twin of :func:`async_resume_plan_and_execute` (the same arguments, and
@@ -365,6 +461,9 @@ def resume_plan_and_execute(
         idempotent_tools=idempotent_tools,
         decision=decision,
         force=force,
+        usage_limits=usage_limits,
+        on_usage_limit=on_usage_limit,
+        deps=deps,
     )
     return anyio.run(run, backend=backend)
 
@@ -400,6 +499,9 @@ def plan_and_execute(
     store: CheckpointStore | None = None,
     run_id: str | None = None,
     needs_approval: Collection[str] = (),
+    usage_limits: UsageLimits | None = None,
+    on_usage_limit: Literal["raise", "finish"] = "raise",
+    deps: Any = None,
     backend: Literal["asyncio", "trio"] = "asyncio",
 ) -> LoopResult:
     """The sync twin of :func:`async_plan_and_execute`, for scripts (the same arguments,
@@ -435,11 +537,14 @@ def plan_and_execute(
         store=store,
         run_id=run_id,
         needs_approval=needs_approval,
+        usage_limits=usage_limits,
+        on_usage_limit=on_usage_limit,
+        deps=deps,
     )
     return anyio.run(run, backend=backend)
 
 
-_LOOP_EVENTS = (LoopEvent, ToolCallEvent)
+_LOOP_EVENTS = (LoopEvent, ToolCallEvent, ToolProgress)
 
 
 class LoopStream:
@@ -489,6 +594,9 @@ async def stream_plan_and_execute(
     streaming_dispatch: bool = False,
     on_timeout: Literal["raise", "finish"] = "raise",
     on_event: Callable[[FlowEvent], None] | None = None,
+    usage_limits: UsageLimits | None = None,
+    on_usage_limit: Literal["raise", "finish"] = "raise",
+    deps: Any = None,
     loop_events_only: bool = False,
 ) -> AsyncIterator[LoopStream]:
     """Run the loop in the background and read its typed events as they happen::
@@ -517,6 +625,8 @@ async def stream_plan_and_execute(
         max_commands=max_commands,
         streaming_dispatch=streaming_dispatch,
         on_event=on_event,
+        usage_limits=usage_limits,
+        deps=deps,
     )
     events = execution.events()
     stream = LoopStream(events, loop_only=loop_events_only)
@@ -524,7 +634,7 @@ async def stream_plan_and_execute(
 
     async def drive() -> None:
         try:
-            stream._result = await _run(execution, timeout, on_timeout)
+            stream._result = await _run(execution, timeout, on_timeout, on_usage_limit)
         except Exception as exc:
             failure.append(exc)
 

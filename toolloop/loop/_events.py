@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import Field
 
 from ..flow import FlowEvent
+from ..models import Usage
 from ..runner import ToolCommand, ToolExecutionRecord
 from ._results import StopReason
 
@@ -48,6 +49,9 @@ class PlanDecided(LoopEvent):
     """Seconds the planner took."""
     short_circuited: bool = False
     """The planner stopped reading its output once ``next_action`` was settled."""
+    usage: Usage | None = None
+    """The model calls the planner made for this plan (``None``: it made none that
+    toolloop counts, e.g. a scripted planner)."""
 
 
 class RoundFinished(LoopEvent):
@@ -61,3 +65,5 @@ class LoopFinished(LoopEvent):
     stop_reason: StopReason
     rounds: int
     records: int
+    usage: Usage | None = None
+    """The run's model calls, summed (``None``: none was counted)."""

@@ -27,8 +27,9 @@ from typing import Any
 import anyio
 from pydantic import BaseModel, Field
 
-from .._errors import PlannerError
+from .._errors import PlannerError, UsageLimitError
 from ..flow import Context, Flow
+from ..models import Usage, UsageLimits, UsageMeter, current_meter
 from ..planners import (
     PlannerContext,
     PlannerLike,
@@ -44,7 +45,7 @@ from ..runner import (
     ToolExecutionRecord,
     construct,
 )
-from ..tools import ToolRegistry
+from ..tools import RunScope, ToolRegistry
 from ._events import LoopFinished, PlanDecided, RoundFinished, RoundStarted
 from ._normalize import NormalizedPlan, PlanItem, normalize_command, normalize_plan, over_limit
 from ._results import StopReason
@@ -68,6 +69,8 @@ class RoundState(BaseModel):
     """Why the loop stopped, once it did."""
     planner_text: str | None = None
     """The text the planner's model wrote beside its last plan, if any."""
+    usage: Usage | None = None
+    """The run's model calls so far, summed (``None`` until one is counted)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +88,11 @@ class LoopDeps:
     max_kwargs_bytes: int = 256 * 1024
     streaming_dispatch: bool = False
     available_tools: list[dict[str, Any]] = field(default_factory=list)
+    usage_limits: UsageLimits | None = None
+    deps: Any = None
+    """The caller's dependencies, for the tools' :class:`~toolloop.tools.RunContext`."""
+    scope: RunScope | None = None
+    """What the tools that take a run context are told (``None``: no tool takes one)."""
 
 
 LoopContext = Context[RoundState, LoopDeps]
@@ -117,6 +125,7 @@ def _planner_error(exc: Exception, index: int, deps: LoopDeps, state: RoundState
     error = PlannerError(
         f"the planner {what} in round {index}; the records made so far are kept in .done_plans",
         done_plans=state.done_plans,
+        round_index=index,
         state=state,
     )
     error.__cause__ = exc
@@ -156,6 +165,8 @@ async def plan(_: Any, ctx: LoopContext) -> Planned:
     if state.round_index >= deps.max_rounds:
         return Planned(NormalizedPlan.of("response", stop_reason="max_rounds"))
     index = state.round_index
+    if deps.scope is not None:
+        deps.scope.round_index = index
     if ctx.observed:
         ctx.publish(
             RoundStarted(execution_id=ctx.execution_id, at=ctx.elapsed(), round_index=index)
@@ -174,28 +185,47 @@ async def plan(_: Any, ctx: LoopContext) -> Planned:
     )
     planner = deps.planner
     started = perf_counter()
+    meter = current_meter()
+    mark = meter.calls if meter is not None else 0
     if deps.streaming_dispatch and isinstance(planner, StreamingPlanner):
-        return await _plan_streaming(ctx, planner, context, started)
+        return await _plan_streaming(ctx, planner, context, started, meter, mark)
     try:
         if deps.planner_timeout is None:  # no cancel scope where no timeout is set
             raw = await call_planner(planner, context)
         else:
             with anyio.fail_after(deps.planner_timeout):
                 raw = await call_planner(planner, context)
+    except UsageLimitError:
+        raise  # the run ends as its caller chose (raise, or finish with what it has)
     except Exception as exc:
         raise _planner_error(exc, index, deps, state) from exc
     decided = normalize_plan(
         raw, max_commands=deps.max_commands, max_kwargs_bytes=deps.max_kwargs_bytes
     )
-    _decided(ctx, raw, decided, started)
+    _decided(ctx, raw, decided, started, meter, mark)
     return Planned(decided)
 
 
-def _decided(ctx: LoopContext, raw: Any, decided: NormalizedPlan, started: float) -> None:
-    """Note what the planner decided (notes, its text) and tell the observers."""
+def _decided(
+    ctx: LoopContext,
+    raw: Any,
+    decided: NormalizedPlan,
+    started: float,
+    meter: UsageMeter | None,
+    mark: int,
+) -> None:
+    """Note what the planner decided (notes, its text, the usage of its model calls) and
+    tell the observers."""
     state = ctx.state
     index = state.round_index
-    state.notes.extend(f"round {index}: {note}" for note in decided.notes)
+    used: Usage | None = None
+    if meter is not None and meter.calls > mark:  # the planner called a model
+        state.usage = meter.usage
+        used = meter.since(mark)
+    notes = decided.notes
+    if isinstance(raw, PlannerReply) and raw.notes:  # e.g. a reply cut off by max_tokens
+        notes = [*notes, *raw.notes]
+    state.notes.extend(f"round {index}: {note}" for note in notes)
     output = raw.output if isinstance(raw, PlannerReply) else raw
     text = output.get("content") if isinstance(output, dict) else None
     state.planner_text = text if isinstance(text, str) and text.strip() else None
@@ -208,15 +238,21 @@ def _decided(ctx: LoopContext, raw: Any, decided: NormalizedPlan, started: float
                 next_action=decided.next_action,
                 commands=decided.commands,
                 stop_reason=decided.stop_reason,
-                notes=decided.notes,
+                notes=notes,
                 duration=perf_counter() - started,
                 short_circuited=isinstance(raw, PlannerReply) and raw.short_circuited,
+                usage=used,
             )
         )
 
 
 async def _plan_streaming(
-    ctx: LoopContext, planner: StreamingPlanner, context: PlannerContext, started: float
+    ctx: LoopContext,
+    planner: StreamingPlanner,
+    context: PlannerContext,
+    started: float,
+    meter: UsageMeter | None,
+    mark: int,
 ) -> Planned:
     """A streamed round: the batch is open while the plan streams; each command runs as
     soon as it is complete. Returns once every dispatched command has its record."""
@@ -268,6 +304,8 @@ async def _plan_streaming(
             try:
                 with anyio.fail_after(deps.planner_timeout):
                     raw = await planner.plan_streaming(context, dispatch)
+            except UsageLimitError:
+                raise  # the tools already dispatched run to their records, kept below
             except Exception as exc:
                 raise _planner_error(exc, index, deps, state) from exc
             decided = normalize_plan(
@@ -293,7 +331,7 @@ async def _plan_streaming(
                         "stop_reason": None,
                     }
                 )
-            _decided(ctx, raw, decided, started)
+            _decided(ctx, raw, decided, started, meter, mark)
     finally:
         if items:  # the round ran (maybe cut short): its records are kept, whatever happened
             ran = dict(zip(positions, batch.results, strict=True))
@@ -404,9 +442,17 @@ def finish(planned: Planned, ctx: LoopContext) -> StopReason:
                 stop_reason=reason,
                 rounds=state.round_index,
                 records=len(state.done_plans),
+                usage=_run_usage(state),
             )
         )
     return reason
+
+
+def _run_usage(state: RoundState) -> Usage | None:
+    meter = current_meter()
+    if meter is not None and meter.calls:
+        state.usage = meter.usage
+    return state.usage
 
 
 def _build() -> Flow[RoundState]:

@@ -9,12 +9,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
+from ..models import NO_USAGE, Usage
 from ..runner import EXTRA_INSTRUCTION, ToolExecutionRecord, json_safe
 
 __all__ = ["EXTRA_INSTRUCTION", "LoopResult", "StopReason", "to_action_results"]
 
 StopReason = Literal[
-    "response", "use_tool_false", "no_commands", "max_rounds", "timeout", "invalid_plan"
+    "response",
+    "use_tool_false",
+    "no_commands",
+    "max_rounds",
+    "timeout",
+    "invalid_plan",
+    "usage_limit",
 ]
 
 
@@ -64,6 +71,9 @@ class LoopResult(BaseModel):
     """When a durable run paused (``paused``): what it asks a human, the data
     of a :class:`~toolloop.checkpoints.HumanRequest`; answer it with
     :func:`~toolloop.loop.async_resume_plan_and_execute` (``decision=``)."""
+    usage: Usage = Field(default_factory=Usage)
+    """The model calls of the run (its planners'), summed: requests and tokens (a call
+    whose usage the server did not report is counted in ``usage.unreported_requests``)."""
 
     @computed_field  # type: ignore[prop-decorator]
     @cached_property
@@ -131,6 +141,7 @@ class LoopResult(BaseModel):
         planner_text: str | None = None,
         run_id: str = "",
         request: dict[str, Any] | None = None,
+        usage: Usage | None = None,
     ) -> LoopResult:
         """Fold the records in (when read); with none, nothing is injected."""
         return cls.model_construct(
@@ -142,4 +153,5 @@ class LoopResult(BaseModel):
             notes=list(notes),
             planner_text=planner_text,
             request=request,
+            usage=usage if usage is not None else NO_USAGE,
         )

@@ -25,15 +25,24 @@ from ._json_events import remaining_choices as remaining_choices
 from ._json_events import settle_choice as settle_choice
 from ._json_reader import MAX_DEPTH as MAX_STREAM_DEPTH
 from ._json_reader import JSONStreamReader as JSONStreamReader
+from ._settings import ModelSettings as ModelSettings
+from ._settings import check_settings as check_settings
 from ._tool_calls import StreamedToolCall as StreamedToolCall
 from ._tool_calls import ToolCallReader as ToolCallReader
 from ._tool_calls import parse_tool_arguments as parse_tool_arguments
+from ._usage import NO_USAGE as NO_USAGE
+from ._usage import Usage as Usage
+from ._usage import UsageLimits as UsageLimits
+from ._usage import UsageMeter as UsageMeter
+from ._usage import current_meter as current_meter
+from ._usage import stream_chat as stream_chat
 
 if TYPE_CHECKING:
     from ._openai import OpenAIChatModel as OpenAIChatModel
 
 __all__ = [
     "MAX_STREAM_DEPTH",
+    "NO_USAGE",
     "ChatDelta",
     "ChatModel",
     "ChatRequest",
@@ -41,6 +50,7 @@ __all__ = [
     "JSONEvent",
     "JSONPath",
     "JSONStreamReader",
+    "ModelSettings",
     "OpenAIChatModel",
     "StreamedToolCall",
     "StringDelta",
@@ -48,11 +58,17 @@ __all__ = [
     "StructuredOutputMode",
     "ToolCallDelta",
     "ToolCallReader",
+    "Usage",
+    "UsageLimits",
+    "UsageMeter",
     "ValueDone",
+    "check_settings",
+    "current_meter",
     "format_json_path",
     "parse_tool_arguments",
     "remaining_choices",
     "settle_choice",
+    "stream_chat",
 ]
 
 

@@ -10,7 +10,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+from ._settings import ModelSettings
+
+if TYPE_CHECKING:
+    from ._usage import Usage
 
 __all__ = [
     "ChatDelta",
@@ -55,6 +60,9 @@ class ChatRequest:
     temperature: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     """Provider-specific parameters, passed through as they are."""
+    settings: ModelSettings | None = None
+    """This call's settings: they override the model's own and ``max_tokens`` /
+    ``temperature`` above, key by key."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +82,9 @@ class ChatDelta:
     content: str = ""
     tool_calls: tuple[ToolCallDelta, ...] = ()
     finish_reason: str | None = None
+    usage: Usage | None = None
+    """The call's usage so far, when the server reports it (usually in a last delta of its
+    own); the last one of a stream is the call's."""
 
 
 @runtime_checkable

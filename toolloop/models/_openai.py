@@ -19,6 +19,8 @@ from openai import AsyncOpenAI
 from .._errors import ModelCallError, ModelOutputError
 from .._secrets import MIN_SECRET_CHARS, REDACTED, register_secret, scrub
 from ._chat import ChatDelta, ChatRequest, StructuredOutputMode, ToolCallDelta
+from ._settings import ModelSettings, check_settings, merge_settings
+from ._usage import Usage
 
 __all__ = ["OpenAIChatModel"]
 
@@ -40,9 +42,17 @@ def _is_refusal(exc: openai.APIStatusError) -> bool:
     error, an outage, a wrong key or model is none: those must not downgrade the mode)."""
     if exc.status_code in (415, 501):
         return True
-    if exc.status_code not in _FALLBACK_STATUSES:
-        return False
+    if exc.status_code not in _FALLBACK_STATUSES or _refuses_stream_options(exc):
+        return False  # refusing stream_options is no verdict on the mode
     return bool(_REFUSAL_WORDS.search(f"{exc.message} {exc.body}"))
+
+
+def _refuses_stream_options(exc: BaseException | None) -> bool:
+    """Whether a server refused the request for its ``stream_options`` (older servers)."""
+    if not isinstance(exc, openai.APIStatusError) or exc.status_code not in (400, 422):
+        return False
+    said = f"{exc.message} {exc.body}".lower()
+    return "stream_options" in said or "include_usage" in said
 
 
 _ORDER: tuple[StructuredOutputMode, ...] = ("json_schema", "json_object_schema", "json_object")
@@ -152,8 +162,12 @@ class _Deltas:
                     f"JSON ({scrub(str(exc))[:200]}); the stream was dropped: try again, or "
                     "check what stands between toolloop and the server (a proxy?)"
                 ) from exc
+            reported = getattr(chunk, "usage", None)
+            usage = Usage.from_openai(reported) if reported is not None else None
             if not chunk.choices:  # e.g. the usage chunk
-                continue
+                if usage is None:
+                    continue
+                return ChatDelta(usage=usage)
             choice = chunk.choices[0]
             delta = choice.delta
             calls: tuple[ToolCallDelta, ...] = ()
@@ -168,7 +182,10 @@ class _Deltas:
                     for c in delta.tool_calls
                 )
             return ChatDelta(
-                content=delta.content or "", tool_calls=calls, finish_reason=choice.finish_reason
+                content=delta.content or "",
+                tool_calls=calls,
+                finish_reason=choice.finish_reason,
+                usage=usage,
             )
 
 
@@ -187,6 +204,17 @@ class OpenAIChatModel:
             415, 422, 500 or 501), and keeps the first that works.
         max_retries: the client's own retries of 429/5xx and connection errors.
         timeout: seconds for a request (the client's timeout).
+        settings: settings for every call (:class:`~toolloop.models.ModelSettings`:
+            ``top_p``, ``seed``, ``stop``, ``reasoning_effort``, ``extra_body``, ...); a
+            request's own settings override them key by key.
+        stream_usage: ask for the usage in a last chunk of every stream
+            (``stream_options={"include_usage": true}``). A server that refuses the
+            request for it (HTTP 400 or 422 naming ``stream_options``) is asked again
+            without, and from then on; ``False`` never asks. Without it a call's usage is
+            unknown.
+
+    Raises:
+        ValueError: an unknown ``structured_output`` mode or model setting.
     """
 
     def __init__(
@@ -199,8 +227,12 @@ class OpenAIChatModel:
         structured_output: StructuredOutputMode | Sequence[StructuredOutputMode] | str = "auto",
         max_retries: int | None = None,
         timeout: float | None = None,
+        settings: ModelSettings | None = None,
+        stream_usage: bool = True,
     ) -> None:
         self.model = model
+        self.settings: ModelSettings = check_settings(settings, "OpenAIChatModel")
+        self.stream_usage = stream_usage
         options: dict[str, Any] = {}
         if max_retries is not None:
             options["max_retries"] = max_retries
@@ -256,18 +288,39 @@ class OpenAIChatModel:
             "messages": request.messages,
             "stream": True,
         }
+        if self.stream_usage:
+            params["stream_options"] = {"include_usage": True}
         if request.tools:
             params["tools"] = request.tools
             if request.tool_choice is not None:
                 params["tool_choice"] = request.tool_choice
+        own: dict[str, Any] = {}
         if request.max_tokens is not None:
-            params["max_tokens"] = request.max_tokens
+            own["max_tokens"] = request.max_tokens
         if request.temperature is not None:
-            params["temperature"] = request.temperature
+            own["temperature"] = request.temperature
+        settings = merge_settings(self.settings, own, request.settings)
+        extra_body = settings.pop("extra_body", None)
+        if not request.tools:
+            settings.pop("parallel_tool_calls", None)  # servers refuse it without tools
+        params.update(settings)
         params.update(request.extra)
+        if extra_body:
+            params["extra_body"] = dict(extra_body)
         return params
 
     async def _open(self, request: ChatRequest) -> openai.AsyncStream[Any]:
+        try:
+            return await self._open_once(request)
+        except ModelCallError as exc:
+            if not (self.stream_usage and _refuses_stream_options(exc.__cause__)):
+                raise
+        # a server that does not take stream_options: ask without, from now on (the usage
+        # of its calls is unknown)
+        self.stream_usage = False
+        return await self._open_once(request)
+
+    async def _open_once(self, request: ChatRequest) -> openai.AsyncStream[Any]:
         params = self._params(request)
         if request.structured_output is None:
             try:

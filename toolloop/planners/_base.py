@@ -51,6 +51,12 @@ class PlannerReply(BaseModel):
     """Seconds from the request to the moment the decision was known."""
     chars_read: int = 0
     """How much of the model's output was read."""
+    finish_reason: str | None = None
+    """Why the model's reply ended (``"stop"``, ``"tool_calls"``, ``"length"``: cut off by
+    its token limit), when it was read to its end."""
+    notes: tuple[str, ...] = ()
+    """What the planner has to say about the reply (e.g. that it was cut off); the loop
+    adds them to the run's notes."""
 
 
 Dispatch = Callable[[int, Any], None]

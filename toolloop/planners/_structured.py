@@ -21,9 +21,12 @@ from ..models import (
     ChatModel,
     ChatRequest,
     JSONStreamReader,
+    ModelSettings,
     StructuredOutput,
+    check_settings,
     remaining_choices,
     settle_choice,
+    stream_chat,
 )
 from ._base import Dispatch, PlannerContext, PlannerReply
 from ._prompt import PLANNER_SYSTEM_PROMPT, PlannerSchema, planner_messages
@@ -44,11 +47,17 @@ class StructuredPlanner:
         short_circuit: stop reading (and close the stream) as soon as ``next_action`` is
             known to be ``response``.
         strict: ask for a strict per-tool schema when every tool's parameters allow it.
-        max_tokens: the model's output limit; a plan cut off by it is a
+        max_tokens: the model's output limit per round; a plan cut off by it is a
             :class:`~toolloop.ModelOutputError`.
         temperature: passed to the model.
         system_prompt: replaces the built-in instructions (the schema is appended).
         max_result_chars: tool results longer than this (as JSON) are cut in the prompt.
+        settings: more model settings for each request
+            (:class:`~toolloop.models.ModelSettings`: ``seed``, ``top_p``, ...); they
+            override ``max_tokens`` and ``temperature`` when they set them too.
+
+    Raises:
+        ValueError: an unknown model setting.
     """
 
     def __init__(
@@ -61,8 +70,10 @@ class StructuredPlanner:
         temperature: float | None = 0.0,
         system_prompt: str = PLANNER_SYSTEM_PROMPT,
         max_result_chars: int = 2000,
+        settings: ModelSettings | None = None,
     ) -> None:
         self.model = model
+        self.settings: ModelSettings = check_settings(settings, "StructuredPlanner")
         self.short_circuit = short_circuit
         self.strict = strict
         self.max_tokens = max_tokens
@@ -93,7 +104,11 @@ class StructuredPlanner:
             ),
             max_tokens=self.max_tokens,
             temperature=self.temperature,
+            settings=self.settings or None,
         )
+
+    def _token_limit(self) -> int | None:
+        return self.settings.get("max_tokens", self.max_tokens)
 
     async def plan(self, context: PlannerContext) -> PlannerReply:
         """Plan one round (see the class docs)."""
@@ -115,7 +130,7 @@ class StructuredPlanner:
         decided_after: float | None = None
         finish: str | None = None
         after_done = 0
-        async with self.model.stream(request) as deltas:
+        async with stream_chat(self.model, request) as deltas:
             async for delta in deltas:
                 if delta.finish_reason is not None:
                     finish = delta.finish_reason
@@ -158,7 +173,12 @@ class StructuredPlanner:
                     ):
                         dispatch(event.path[1], self._clean(schema, event.value))
         if not reader.done:
-            cut = " (the model hit its token limit: raise max_tokens)" if finish == "length" else ""
+            cut = (
+                f" (the model hit its token limit, max_tokens={self._token_limit()}: raise "
+                "max_tokens)"
+                if finish == "length"
+                else ""
+            )
             try:
                 reader.close()
             except ModelOutputError as exc:
@@ -172,6 +192,7 @@ class StructuredPlanner:
             output=output,
             decided_after=decided_after,
             chars_read=reader.offset,
+            finish_reason=finish,
         )
 
     @staticmethod

@@ -20,10 +20,18 @@ import json
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from time import perf_counter
-from typing import Any, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from .._errors import ModelOutputError
-from ..models import ChatModel, ChatRequest, ToolCallReader, parse_tool_arguments
+from ..models import (
+    ChatModel,
+    ChatRequest,
+    ModelSettings,
+    ToolCallReader,
+    check_settings,
+    parse_tool_arguments,
+    stream_chat,
+)
 from ..runner import ToolExecutionRecord, json_safe
 from ._base import Dispatch, PlannerContext, PlannerReply
 
@@ -171,6 +179,17 @@ class ToolCallingPlanner:
         temperature: passed to the model.
         system_prompt: replaces the built-in instructions.
         max_result_chars: tool results longer than this (as JSON) are cut in the history.
+        settings: more model settings for each request
+            (:class:`~toolloop.models.ModelSettings`: ``seed``, ``top_p``, ...); they
+            override ``max_tokens``, ``temperature`` and ``parallel_tool_calls`` when they
+            set them too.
+        on_cutoff: what to do with a reply the token limit cut off (``finish_reason`` is
+            ``"length"``): ``"note"`` keeps it and says so in the run's notes (a cut text is
+            taken as the response, a cut tool call whose arguments are not whole JSON is a
+            failed record); ``"error"`` raises :class:`~toolloop.ModelOutputError`.
+
+    Raises:
+        ValueError: an unknown model setting or ``on_cutoff``.
     """
 
     def __init__(
@@ -183,8 +202,14 @@ class ToolCallingPlanner:
         temperature: float | None = 0.0,
         system_prompt: str = TOOL_CALLING_SYSTEM_PROMPT,
         max_result_chars: int = 2000,
+        settings: ModelSettings | None = None,
+        on_cutoff: Literal["note", "error"] = "note",
     ) -> None:
+        if on_cutoff not in ("note", "error"):
+            raise ValueError(f"on_cutoff must be 'note' or 'error', got {on_cutoff!r}")
         self.model = model
+        self.settings: ModelSettings = check_settings(settings, "ToolCallingPlanner")
+        self.on_cutoff = on_cutoff
         self.tool_choice = tool_choice
         self.parallel_tool_calls = parallel_tool_calls
         self.max_tokens = max_tokens
@@ -220,6 +245,7 @@ class ToolCallingPlanner:
             max_tokens=self.max_tokens,
             temperature=self.temperature,
             extra=extra,
+            settings=self.settings or None,
         )
 
     async def plan(self, context: PlannerContext) -> PlannerReply:
@@ -241,6 +267,7 @@ class ToolCallingPlanner:
         started = perf_counter()
         decided_after: float | None = None
         after_finish = -1
+        finish: str | None = None
 
         def complete(upto: int) -> None:
             while len(commands) < upto:
@@ -256,7 +283,7 @@ class ToolCallingPlanner:
                 if dispatch is not None:
                     dispatch(len(commands) - 1, command)
 
-        async with self.model.stream(request) as deltas:
+        async with stream_chat(self.model, request) as deltas:
             async for delta in deltas:
                 if after_finish >= 0:
                     # only the end of the stream should follow: reading it lets the
@@ -275,6 +302,7 @@ class ToolCallingPlanner:
                     reader.feed(delta.tool_calls)
                     complete(len(reader.calls) - 1)  # every call before the newest is whole
                 if delta.finish_reason is not None:
+                    finish = delta.finish_reason
                     complete(len(reader.calls))
                     after_finish = 0
         if after_finish < 0:
@@ -291,4 +319,32 @@ class ToolCallingPlanner:
             "execution_commands": commands,
             "content": text,
         }
-        return PlannerReply(output=output, decided_after=decided_after, chars_read=chars)
+        notes: tuple[str, ...] = ()
+        if finish == "length":
+            notes = (self._cut_off(commands, chars),)
+        return PlannerReply(
+            output=output,
+            decided_after=decided_after,
+            chars_read=chars,
+            finish_reason=finish,
+            notes=notes,
+        )
+
+    def _cut_off(self, commands: list[dict[str, Any]], chars: int) -> str:
+        """The note on a reply cut off by the token limit; raises with ``on_cutoff="error"``."""
+        limit = self.settings.get("max_tokens", self.max_tokens)
+        if commands:
+            last = commands[-1]
+            whole = isinstance(last["tool_kwargs"], dict)
+            what = f"its last tool call ({last['tool_name']!r}) " + (
+                "is complete JSON but may lack what came after" if whole else "is cut"
+            )
+        else:
+            what = "its text is incomplete and was taken as the response"
+        said = (
+            f"the model's reply was cut off by its token limit (max_tokens={limit}) after "
+            f"{chars} characters: {what}; raise max_tokens"
+        )
+        if self.on_cutoff == "error":
+            raise ModelOutputError(said)
+        return said

@@ -14,6 +14,7 @@ from ._events import CallSource as CallSource
 from ._events import ToolCallEvent as ToolCallEvent
 from ._events import ToolCallFinished as ToolCallFinished
 from ._events import ToolCallStarted as ToolCallStarted
+from ._events import ToolProgress as ToolProgress
 from ._executor import Executor as Executor
 from ._executor import OnFinish as OnFinish
 from ._executor import OnStart as OnStart
@@ -47,6 +48,7 @@ __all__ = [
     "ToolCallStarted",
     "ToolCommand",
     "ToolExecutionRecord",
+    "ToolProgress",
     "cancelled_error",
     "cancelled_record",
     "construct",

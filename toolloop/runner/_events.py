@@ -8,12 +8,14 @@ product's own events.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
+
+from pydantic import Field
 
 from ..flow import FlowEvent
 from ._records import ToolCommand, ToolExecutionRecord
 
-__all__ = ["CallSource", "ToolCallEvent", "ToolCallFinished", "ToolCallStarted"]
+__all__ = ["CallSource", "ToolCallEvent", "ToolCallFinished", "ToolCallStarted", "ToolProgress"]
 
 CallSource = Literal["ran", "replayed", "interrupted"]
 """How a call's record came about: the tool ran now; its outcome was read from a journal (a
@@ -51,3 +53,15 @@ class ToolCallFinished(ToolCallEvent):
     duration: float
     """Seconds from the call's start to its record (0 when it never started)."""
     source: CallSource = "ran"
+
+
+class ToolProgress(FlowEvent):
+    """A tool told how its call is going (:meth:`toolloop.tools.RunContext.report`)."""
+
+    kind: Literal["tool_progress"] = "tool_progress"
+    round_index: int
+    tool_name: str
+    purpose: str
+    """The command's purpose (the agent's tool-call id)."""
+    message: str
+    data: dict[str, Any] = Field(default_factory=dict)

@@ -214,6 +214,8 @@ class Executor:
             return ToolExecutionRecord.failed(command, str(exc)), None
         except Exception as exc:  # a validator that broke: still a record, never a crash
             return _raised(command, tool_error_text(name, exc), exc), None
+        if tool.context_parameter is not None:  # decided when the tool was built
+            arguments = tool.with_context(arguments, command.purpose)
         try:
             return None, self.execute(tool, arguments)
         except Exception as exc:  # the function refused its arguments before it ran

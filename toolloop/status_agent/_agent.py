@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Sequence
+from contextlib import ExitStack
 from typing import Any, Literal
 
 import anyio
@@ -44,9 +45,9 @@ from ..checkpoints import (
     restore,
 )
 from ..flow import Execution, FlowEvent, FlowResult
-from ..models import ChatModel
+from ..models import ChatModel, Usage, UsageMeter
 from ..runner import Executor, ToolExecutionRecord
-from ..tools import Tool, ToolRegistry
+from ..tools import RunScope, Tool, ToolRegistry
 from ._flow import status_agent_flow
 from ._human import HUMAN_EVENT
 from ._llm import LLMStatusSteps
@@ -88,6 +89,11 @@ class StatusAgentResult(BaseModel):
     def records(self) -> list[ToolExecutionRecord]:
         """The record of every call, in order (rejected and interrupted ones included)."""
         return [r.record for r in self.state.records]
+
+    @property
+    def usage(self) -> Usage:
+        """The run's model usage (across pauses and resumes)."""
+        return self.state.usage
 
 
 def _approval(policy: RequireApproval) -> Callable[[StatusToolCall], str | None]:
@@ -189,11 +195,15 @@ class StatusAgent:
         metadata: dict[str, Any] | None = None,
         timeout: float | None = None,
         on_event: OnEvent | None = None,
+        deps: Any = None,
     ) -> StatusAgentResult:
         """Run a new request until it completes or pauses for a human.
 
         Args:
             run_id: the run's id in the store (a new one by default); it must be new.
+            deps: your dependencies, given to every tool that declares a
+                :class:`~toolloop.tools.RunContext` parameter as ``ctx.deps`` (not saved:
+                give them again to ``resume`` and ``recover``).
             metadata: kept with the run's checkpoints (JSON data).
             timeout: seconds for this call; past it the run fails (recover it to retry).
             on_event: called with every event of the run (flow and status events).
@@ -206,18 +216,20 @@ class StatusAgent:
             raise TypeError(f"user_input must be a str, got {type(user_input).__name__}")
         run_id = run_id or uuid.uuid4().hex
         state = StatusAgentState(run_id=run_id, user_input=user_input)
-        deps = self._deps()
-        deps.run = await CheckpointedRun.begin(
+        agent_deps = self._deps(deps)
+        agent_deps.run = await CheckpointedRun.begin(
             self.store,
             run_id=run_id,
             flow=FLOW_NAME,
             snapshot=recover_snapshot(state, run_id, "start"),
             metadata={"agent": "status", **(metadata or {})},
         )
-        execution = Execution(self.flow, state, deps, id=run_id)
+        execution = Execution(self.flow, state, agent_deps, id=run_id)
         if on_event is not None:
             execution.subscribe(on_event)
-        return await self._drive(deps.run, execution.run(user_input, timeout=timeout))
+        return await self._drive(
+            agent_deps.run, execution, lambda: execution.run(user_input, timeout=timeout)
+        )
 
     async def resume(
         self,
@@ -226,6 +238,7 @@ class StatusAgent:
         *,
         timeout: float | None = None,
         on_event: OnEvent | None = None,
+        deps: Any = None,
     ) -> StatusAgentResult:
         """Continue a run paused for a human with their decision (in any process that has
         this agent's tools and steps and the run's store).
@@ -245,7 +258,7 @@ class StatusAgent:
         """
         checkpoint = await CheckpointedRun.load(self.store, run_id)
         expect_status(checkpoint, _PAUSED)
-        deps = self._deps()
+        deps = self._deps(deps)
         execution = self._restore(checkpoint, deps)
         question = execution.state.question
         waits = [w.event for w in execution.waiting]
@@ -261,7 +274,9 @@ class StatusAgent:
         deps.run = run
         if on_event is not None:
             execution.subscribe(on_event)
-        return await self._drive(run, execution.resume(HUMAN_EVENT, checked, timeout=timeout))
+        return await self._drive(
+            run, execution, lambda: execution.resume(HUMAN_EVENT, checked, timeout=timeout)
+        )
 
     async def recover(
         self,
@@ -270,6 +285,7 @@ class StatusAgent:
         force: bool = False,
         timeout: float | None = None,
         on_event: OnEvent | None = None,
+        deps: Any = None,
     ) -> StatusAgentResult:
         """Continue a run whose process died (or whose step failed) from its last checkpoint.
 
@@ -287,7 +303,7 @@ class StatusAgent:
         """
         checkpoint = await CheckpointedRun.load(self.store, run_id)
         expect_status(checkpoint, _INTERRUPTED)
-        deps = self._deps()
+        deps = self._deps(deps)
         execution = self._restore(checkpoint, deps)
         waits = [w.event for w in execution.waiting]
         value: Any = None
@@ -318,7 +334,9 @@ class StatusAgent:
         deps.run = run
         if on_event is not None:
             execution.subscribe(on_event)
-        return await self._drive(run, execution.resume(event, value, timeout=timeout))
+        return await self._drive(
+            run, execution, lambda: execution.resume(event, value, timeout=timeout)
+        )
 
     async def request(self, run_id: str) -> HumanRequest | None:
         """What the run asks a human, if it is paused; ``None`` otherwise."""
@@ -334,8 +352,9 @@ class StatusAgent:
 
     # -- internals ------------------------------------------------------------------------
 
-    def _deps(self) -> StatusDeps:
+    def _deps(self, deps: Any = None) -> StatusDeps:
         return StatusDeps(
+            scope=RunScope("", deps) if self.registry.takes_context else None,
             steps=self.steps,
             executor=self.executor,
             tools=self.registry.specs(),
@@ -358,10 +377,25 @@ class StatusAgent:
         return arguments
 
     async def _drive(
-        self, run: CheckpointedRun, started: Awaitable[FlowResult[StatusAgentState]]
+        self,
+        run: CheckpointedRun,
+        execution: Execution[StatusAgentState],
+        start: Callable[[], Awaitable[FlowResult[StatusAgentState]]],
     ) -> StatusAgentResult:
+        meter = UsageMeter()
+        meter.usage = execution.state.usage  # a resumed run goes on counting
+        deps = execution.deps
+        assert isinstance(deps, StatusDeps)
         try:
-            result = await started
+            with ExitStack() as stack:
+                stack.enter_context(meter.active())
+                if deps.scope is not None:
+                    deps.scope.run_id = execution.id
+                    stack.enter_context(deps.scope.active())
+                try:
+                    result = await start()
+                finally:
+                    execution.state.usage = meter.usage
         except Exception as exc:
             try:
                 await run.fail(f"{type(exc).__name__}: {exc}")

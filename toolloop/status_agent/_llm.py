@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from .._errors import ModelOutputError
-from ..models import ChatModel, ChatRequest, StructuredOutput
+from ..models import ChatModel, ChatRequest, StructuredOutput, stream_chat
 from ..runner import EXTRA_INSTRUCTION, json_safe
 from ._steps import StatusDecision, StatusPlan, StatusReflection, StatusView, as_output
 
@@ -203,7 +203,7 @@ class LLMStatusSteps:
 
     async def _text(self, request: ChatRequest) -> str:
         parts: list[str] = []
-        async with self.model.stream(request) as deltas:
+        async with stream_chat(self.model, request) as deltas:
             async for delta in deltas:
                 if delta.content:
                     parts.append(delta.content)

@@ -35,6 +35,7 @@ from ..runner import (
     ToolExecutionRecord,
     cancelled_record,
 )
+from ..tools import RunScope
 from ._events import (
     CheckpointSaved,
     HumanInputRequested,
@@ -106,6 +107,8 @@ class StatusDeps:
     max_idle_visits: int
     concurrency: int
     run: CheckpointedRun | None = None
+    scope: RunScope | None = None
+    """What the tools that take a run context are told (``None``: no tool takes one)."""
 
     @property
     def checkpoint(self) -> CheckpointedRun:
@@ -253,6 +256,8 @@ async def tool_execution(value: Any, state: State, deps: StatusDeps, ctx: Contex
     todo = [c for c in calls if state.record_of(c.call_id) is None]  # never twice in the state
     observed = ctx.observed
     turn = sum(t.node == "tool_execution" for t in state.history)
+    if deps.scope is not None:
+        deps.scope.round_index = turn
 
     async def one(
         call: StatusToolCall, started: Callable[[], None]

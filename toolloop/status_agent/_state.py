@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..checkpoints import HumanAnswer, HumanRequest
+from ..models import Usage
 from ..runner import ToolCommand, ToolExecutionRecord
 
 __all__ = [
@@ -158,6 +159,8 @@ class StatusAgentState(BaseModel):
     visits: dict[str, int] = Field(default_factory=dict)
     """Entries per node since the last progress (the loop guard's memory)."""
     history: list[Transition] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    """The run's model usage so far (across pauses and resumes)."""
 
     def new_call_id(self) -> str:
         """The next call id of the run: ``call-1``, ``call-2``, ..."""

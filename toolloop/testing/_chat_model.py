@@ -20,7 +20,7 @@ import anyio
 import anyio.lowlevel
 
 from .._errors import ModelCallError
-from ..models import ChatDelta, ChatRequest, ToolCallDelta
+from ..models import ChatDelta, ChatRequest, ToolCallDelta, Usage
 from ._openai_replies import FakeToolCall
 
 __all__ = ["ScriptedChatModel", "ScriptedChatReply", "ScriptedChatStream"]
@@ -41,6 +41,10 @@ class ScriptedChatReply:
     ``error``: raised when the stream is opened (``error_after`` is ``None``), or after
     ``error_after`` deltas were handed over, instead of the rest (a stream cut mid-way;
     without ``error``, a :class:`~toolloop.ModelCallError` saying so).
+
+    ``usage``: reported in a last delta of its own, after the finish delta, as OpenAI's
+    ``include_usage`` does (``None``: no usage is reported, it is unknown). A dict takes
+    OpenAI's names (``prompt_tokens``, ``completion_tokens``, ``total_tokens``).
     """
 
     content: str = ""
@@ -52,8 +56,11 @@ class ScriptedChatReply:
     first_delay: float = 0.0
     error: BaseException | None = None
     error_after: int | None = None
+    usage: Usage | Mapping[str, int] | None = None
 
     def __post_init__(self) -> None:
+        if self.usage is not None and not isinstance(self.usage, Usage):
+            object.__setattr__(self, "usage", Usage.from_openai(dict(self.usage)))
         if self.chunks is not None:
             joined = "".join(self.chunks)
             if self.content and self.content != joined:
@@ -93,6 +100,8 @@ class ScriptedChatReply:
             )
         finish = self.finish_reason or ("tool_calls" if self.tool_calls else "stop")
         out.append(ChatDelta(finish_reason=finish))
+        if isinstance(self.usage, Usage):
+            out.append(ChatDelta(usage=self.usage))
         return out
 
 
@@ -179,6 +188,7 @@ class ScriptedChatModel:
         first_delay: float = 0.0,
         error: BaseException | None = None,
         error_after: int | None = None,
+        usage: Usage | Mapping[str, int] | None = None,
     ) -> ScriptedChatReply:
         """Queue a reply (see :class:`ScriptedChatReply`); tool calls may be dicts with
         ``name``, ``arguments`` and optionally ``id``."""
@@ -195,6 +205,7 @@ class ScriptedChatModel:
             first_delay=first_delay,
             error=error,
             error_after=error_after,
+            usage=usage,
         )
         self._queue.append(reply)
         return reply

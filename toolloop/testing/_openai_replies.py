@@ -60,6 +60,11 @@ class FakeReply:
 
     `garbled_event=n`: the `n`-th SSE event (counted from 0) is sent as a `data:` line that
     is not JSON, as a broken proxy or server might.
+
+    `usage`: what the reply reports as its usage when asked (`stream_options.include_usage`
+    on a stream; always on a completion): `None` counts about four characters a token,
+    a dict is sent as it is, `False` reports none (as servers that do not support
+    `include_usage`).
     """
 
     content: str | None = None
@@ -73,6 +78,7 @@ class FakeReply:
     """None: `"tool_calls"` when the reply has tool calls, else `"stop"`."""
     disconnect_after: int | None = None
     garbled_event: int | None = None
+    usage: Mapping[str, Any] | Literal[False] | None = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
         if self.chunks is not None:
@@ -201,8 +207,10 @@ def stream_events(reply: FakeReply, request: Mapping[str, Any], model: str) -> l
     """Every SSE event of the streamed reply, `data: [DONE]` included."""
     meta = new_meta(model)
     stream_options = request.get("stream_options")
-    include_usage = isinstance(stream_options, Mapping) and bool(
-        stream_options.get("include_usage")
+    include_usage = (
+        isinstance(stream_options, Mapping)
+        and bool(stream_options.get("include_usage"))
+        and reply.usage is not False
     )
     usage_field: dict[str, Any] = {"usage": None} if include_usage else {}
 
@@ -301,14 +309,16 @@ def completion(reply: FakeReply, request: Mapping[str, Any], model: str) -> dict
                 "finish_reason": reply.effective_finish_reason,
             }
         ],
-        "usage": usage(reply, request),
+        "usage": usage(reply, request) if reply.usage is not False else None,
         "service_tier": "default",
         "system_fingerprint": meta.fingerprint,
     }
 
 
-def usage(reply: FakeReply, request: Mapping[str, Any]) -> dict[str, int]:
-    """A rough token count: about four characters a token."""
+def usage(reply: FakeReply, request: Mapping[str, Any]) -> dict[str, Any]:
+    """The reply's scripted usage, or a rough token count: about four characters a token."""
+    if isinstance(reply.usage, Mapping):
+        return dict(reply.usage)
     prompt_chars = len(json.dumps(request.get("messages", []), ensure_ascii=False))
     completion_chars = len(reply.content or "") + sum(
         len(call.name) + len(call.arguments) for call in reply.tool_calls

@@ -13,6 +13,7 @@ asyncio and trio. Nothing is left running after `async with` exits.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import time
 from collections import deque
@@ -20,7 +21,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 from anyio import CancelScope
@@ -125,6 +126,11 @@ class FakeOpenAIServer:
     (one `StreamRecord` per streamed reply); `wait_stream_ended` and `wait_disconnected`
     wait for a stream to end. Leaving `async with` closes every connection and cancels
     every task of the server.
+
+    Usage is reported as the OpenAI API does: in a last chunk of its own (no `choices`)
+    when a stream asks with `stream_options={"include_usage": true}`, and on every
+    completion; `report_usage=False` makes the server one that never reports it (a
+    reply's own `usage=` still wins).
     """
 
     def __init__(
@@ -136,8 +142,10 @@ class FakeOpenAIServer:
         models: Sequence[str] = ("fake-model",),
         host: str = "127.0.0.1",
         port: int = 0,
+        report_usage: bool = True,
     ) -> None:
         self.requests: list[RecordedRequest] = []
+        self._report_usage = report_usage
         self.streams: list[StreamRecord] = []
         self._responder = responder
         self._reject_formats = frozenset(reject_response_formats)
@@ -206,6 +214,7 @@ class FakeOpenAIServer:
         finish_reason: FinishReason | None = None,
         disconnect_after: int | None = None,
         garbled_event: int | None = None,
+        usage: Mapping[str, Any] | Literal[False] | None = None,
     ) -> FakeReply:
         """Queue a completion (see `FakeReply`); tool calls may be dicts with `name`,
         `arguments` and optionally `id`."""
@@ -223,6 +232,7 @@ class FakeOpenAIServer:
             finish_reason=finish_reason,
             disconnect_after=disconnect_after,
             garbled_event=garbled_event,
+            usage=usage,
         )
         self._queue.append(reply)
         return reply
@@ -374,6 +384,8 @@ class FakeOpenAIServer:
                 await send_json(connection, status, error_body(status, message))
                 return True
         reply = await self._next_reply(request, index)
+        if isinstance(reply, FakeReply) and reply.usage is None and not self._report_usage:
+            reply = dataclasses.replace(reply, usage=False)
         if isinstance(reply, FakeErrorReply):
             await send_response(
                 connection,

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from ._context import Progress as Progress
+from ._context import RunContext as RunContext
+from ._context import RunScope as RunScope
+from ._context import run_context as run_context
 from ._function import describe_pydantic_error as describe_pydantic_error
 from ._registry import ToolRegistry as ToolRegistry
 from ._schema import ArgumentsSchema as ArgumentsSchema
@@ -11,9 +15,13 @@ from ._tool import tool as tool
 
 __all__ = [
     "ArgumentsSchema",
+    "Progress",
+    "RunContext",
+    "RunScope",
     "Tool",
     "ToolRegistry",
     "async_call_tool",
     "describe_pydantic_error",
+    "run_context",
     "tool",
 ]

@@ -21,9 +21,16 @@ import pydantic
 from pydantic.fields import FieldInfo
 
 from .._errors import ToolArgumentsError, ToolDefinitionError
+from ._context import is_run_context
 from ._schema import describe_value, format_path
 
-__all__ = ["FunctionSignature", "describe_pydantic_error", "inspect_function", "parse_docstring"]
+__all__ = [
+    "FunctionSignature",
+    "context_parameter_of",
+    "describe_pydantic_error",
+    "inspect_function",
+    "parse_docstring",
+]
 
 _SECTION = re.compile(r"^([A-Z][A-Za-z ]*):\s*$")
 _ARGS_SECTIONS = frozenset(
@@ -43,6 +50,9 @@ class FunctionSignature:
     """JSON arguments (already schema-checked) → Python keyword arguments; ``None`` when
     the function takes no parameters."""
     is_async: bool
+    context_parameter: str | None = None
+    """The parameter annotated :class:`~toolloop.tools.RunContext`, filled in by the run
+    (not in ``parameters``)."""
 
 
 def _indent(line: str) -> int:
@@ -143,7 +153,21 @@ def inspect_function(
     fields: dict[str, Any] = {}
     aliases: dict[str, str] = {}
     unchanged: dict[str, Callable[[Any], bool] | None] = {}
+    context: str | None = None
     for index, param in enumerate(signature.parameters.values()):
+        if param.kind is not param.VAR_KEYWORD and is_run_context(param.annotation):
+            if context is not None:
+                raise ToolDefinitionError(
+                    f"{label} has two RunContext parameters ({context!r} and "
+                    f"{param.name!r}); a tool receives one: drop one of them"
+                )
+            if param.kind is param.POSITIONAL_ONLY:
+                raise ToolDefinitionError(
+                    f"{label}: the RunContext parameter {param.name!r} is positional-only; "
+                    "the run passes it by name: remove the '/' from its signature"
+                )
+            context = param.name
+            continue
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             stars = "*" if param.kind is param.VAR_POSITIONAL else "**"
             raise ToolDefinitionError(
@@ -181,7 +205,21 @@ def inspect_function(
         parameters=parameters,
         convert=convert,
         is_async=is_async_callable(function),
+        context_parameter=context,
     )
+
+
+def context_parameter_of(function: Callable[..., Any]) -> str | None:
+    """The name of ``function``'s parameter annotated :class:`~toolloop.tools.RunContext`,
+    if it has one (``None`` too when its signature cannot be read)."""
+    try:
+        signature = inspect.signature(function, eval_str=True)
+    except Exception:  # no signature, or hints that cannot be resolved: no context
+        return None
+    for param in signature.parameters.values():
+        if param.kind is not param.POSITIONAL_ONLY and is_run_context(param.annotation):
+            return param.name
+    return None
 
 
 def _build_model(

@@ -27,7 +27,7 @@ class ToolRegistry:
         ToolDefinitionError: two tools share a name, or a function cannot be a tool.
     """
 
-    __slots__ = ("_specs", "_tools")
+    __slots__ = ("_specs", "_tools", "takes_context")
 
     def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = ()) -> None:
         self._tools: dict[str, Tool] = {}
@@ -40,6 +40,8 @@ class ToolRegistry:
                 )
             self._tools[tool.name] = tool
         self._specs = [tool.spec() for tool in self._tools.values()]
+        self.takes_context = any(t.context_parameter is not None for t in self._tools.values())
+        """Whether a tool here asks for the run's :class:`~toolloop.tools.RunContext`."""
 
     def get(self, name: str) -> Tool:
         """The tool called ``name``.

@@ -18,7 +18,8 @@ import anyio
 import anyio.to_thread
 
 from .._errors import ToolArgumentsError, ToolDefinitionError, ToolTimeoutError
-from ._function import inspect_function, is_async_callable
+from ._context import run_context
+from ._function import context_parameter_of, inspect_function, is_async_callable
 from ._schema import ArgumentsSchema, describe_value
 
 __all__ = ["Tool", "async_call_tool", "tool"]
@@ -86,6 +87,10 @@ class Tool:
             function.
 
     Calling the tool object calls the function directly (``tool(...)`` is ``function(...)``).
+
+    A parameter annotated :class:`~toolloop.tools.RunContext` (``RunContext[MyDeps]``) is
+    not an argument for the model: it is left out of the schema and filled in by the run
+    with the call's context (``context_parameter`` names it).
     """
 
     name: str
@@ -100,6 +105,8 @@ class Tool:
     _schema: ArgumentsSchema
     _convert: Callable[[dict[str, Any]], dict[str, Any]] | None
     _is_async: bool
+    context_parameter: str | None
+    """The parameter the run fills in with a :class:`~toolloop.tools.RunContext`, if any."""
 
     def __init__(
         self,
@@ -123,6 +130,7 @@ class Tool:
             convert=None,
             is_async=is_async_callable(function),
             trusted=False,
+            context_parameter=context_parameter_of(function) if callable(function) else None,
         )
 
     @classmethod
@@ -161,6 +169,7 @@ class Tool:
             convert=signature.convert,
             is_async=signature.is_async,
             trusted=True,
+            context_parameter=signature.context_parameter,
         )
         return self
 
@@ -177,6 +186,7 @@ class Tool:
         convert: Callable[[dict[str, Any]], dict[str, Any]] | None,
         is_async: bool,
         trusted: bool,
+        context_parameter: str | None = None,
     ) -> None:
         if not isinstance(name, str) or not _NAME.match(name):
             raise ToolDefinitionError(
@@ -218,6 +228,7 @@ class Tool:
         self._schema = schema
         self._convert = convert
         self._is_async = is_async
+        self.context_parameter = context_parameter
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the function directly, without validation or timeout."""
@@ -233,6 +244,19 @@ class Tool:
     def openai_tool(self) -> dict[str, Any]:
         """The tool in the OpenAI Chat Completions ``tools`` format."""
         return {"type": "function", "function": self.spec()}
+
+    def with_context(self, arguments: dict[str, Any], purpose: str) -> dict[str, Any]:
+        """``arguments`` (from :meth:`validate`) with the run's context added for the
+        parameter that asks for it (a new dict; the same one if the tool asks for none).
+
+        Args:
+            arguments: the checked arguments.
+            purpose: why the tool is called (the command's ``purpose``).
+        """
+        name = self.context_parameter
+        if name is None:
+            return arguments
+        return {**arguments, name: run_context(self.name, purpose)}
 
     def validate(self, kwargs: object) -> dict[str, Any]:
         """Check ``kwargs`` against the schema and return the arguments to call with.
@@ -320,7 +344,10 @@ async def async_call_tool(tool: Tool, kwargs: object, *, timeout: float | None =
         ToolTimeoutError: the call ran out of time and was cancelled.
         Exception: whatever the tool raised, unchanged.
     """
-    return await tool.execute(tool.validate(kwargs), timeout=timeout)
+    arguments = tool.validate(kwargs)
+    if tool.context_parameter is not None:
+        arguments = tool.with_context(arguments, tool.name)
+    return await tool.execute(arguments, timeout=timeout)
 
 
 @overload

@@ -30,7 +30,8 @@ from ..loop import (
     RoundFinished,
     RoundStarted,
 )
-from ..runner import ToolCallFinished, ToolCallStarted, json_safe
+from ..models import Usage
+from ..runner import ToolCallFinished, ToolCallStarted, ToolProgress, json_safe
 from ._jsonl import EventTrace
 from ._redact import redact, redact_text
 
@@ -51,6 +52,23 @@ _INSTALL = (
 )
 
 AttributeValue = str | bool | int | float
+_AGENT_KINDS = frozenset({"model_call_started", "model_call_finished", "agent_finished"})
+
+
+def _set_usage(span: Span, usage: Usage) -> None:
+    """The usage on a span, with the OpenTelemetry GenAI semantic-convention names where
+    they exist (``gen_ai.usage.input_tokens``, ``gen_ai.usage.output_tokens``)."""
+    for name, value in (
+        ("gen_ai.usage.input_tokens", usage.input_tokens),
+        ("gen_ai.usage.output_tokens", usage.output_tokens),
+        ("gen_ai.usage.cache_read.input_tokens", usage.cached_tokens),
+        ("toolloop.usage.reasoning_tokens", usage.reasoning_tokens),
+        ("toolloop.usage.total_tokens", usage.total_tokens),
+        ("toolloop.usage.requests", usage.requests),
+        ("toolloop.usage.unreported_requests", usage.unreported_requests),
+    ):
+        if value is not None:
+            span.set_attribute(name, value)
 
 
 def otel_available() -> bool:
@@ -82,7 +100,15 @@ class OpenTelemetrySpans:
     - ``toolloop.plan``: the planner call of a round, under the round (``short_circuit``
       event where the planner hung up);
     - ``execute_tool {name}``: one tool call, under its round (status ERROR if it failed;
-      a command refused before running is a span of no length).
+      a command refused before running is a span of no length); what the tool reports
+      (``ctx.report``) are ``progress`` events of it;
+    - ``chat``: one model call of the middleware agent, under the run.
+
+    The plan and run spans carry the model usage with the OpenTelemetry GenAI
+    semantic-convention names (``gen_ai.usage.input_tokens``,
+    ``gen_ai.usage.output_tokens``, ``gen_ai.usage.cache_read.input_tokens``) and
+    ``toolloop.usage.*`` for the rest (requests, total, reasoning tokens, unreported
+    requests).
 
     Args:
         tracer: where spans go; the global provider's ``toolloop`` tracer by default.
@@ -114,6 +140,8 @@ class OpenTelemetrySpans:
         self._rounds: dict[int, Span] = {}
         self._plans: dict[int, Span] = {}
         self._calls: dict[tuple[int, int], Span] = {}
+        self._purposes: dict[tuple[int, int], str] = {}
+        self._chats: dict[int, Span] = {}
         self._last = 0
 
     def start_at(self, unix_ns: int) -> None:
@@ -176,8 +204,13 @@ class OpenTelemetrySpans:
             span.set_attribute("gen_ai.operation.name", "execute_tool")
             span.set_attribute("gen_ai.tool.name", _text(command.tool_name))
             self._calls[(event.round_index, event.index)] = span
+            self._purposes[(event.round_index, event.index)] = command.purpose
         elif isinstance(event, ToolCallFinished):
             self._command_finished(event, run)
+        elif isinstance(event, ToolProgress):
+            self._progress(event)
+        elif event.kind in _AGENT_KINDS:  # the agent's, by kind: tracing never loads agents
+            self._agent_event(event, run)
         elif isinstance(event, RoundFinished):
             finished = self._rounds.pop(event.round_index, None)
             if finished is not None:
@@ -187,6 +220,8 @@ class OpenTelemetrySpans:
             run.set_attribute("toolloop.stop_reason", event.stop_reason)
             run.set_attribute("toolloop.rounds", event.rounds)
             run.set_attribute("toolloop.records", event.records)
+            if event.usage is not None:
+                _set_usage(run, event.usage)
             self._end_children(self._ns(event.at))
         elif isinstance(event, (ExecutionFinished, ExecutionPaused)):
             if isinstance(event, ExecutionPaused):
@@ -214,10 +249,47 @@ class OpenTelemetrySpans:
             span.set_attribute("toolloop.stop_reason", event.stop_reason)
         if event.notes:
             span.set_attribute("toolloop.notes", _text(" | ".join(event.notes)))
+        if event.usage is not None:
+            _set_usage(span, event.usage)
         end = self._ns(event.at)
         if event.short_circuited:
             span.add_event("short_circuit", timestamp=end)
         span.end(end_time=end)
+
+    def _agent_event(self, event: FlowEvent, run: Span) -> None:
+        """The middleware agent's model calls as ``chat`` spans under the run, with their
+        usage; its end puts the run's usage on the run span."""
+        index = getattr(event, "call_index", None)
+        if event.kind == "model_call_started" and isinstance(index, int):
+            span = self._start("chat", run, event.at, call_index=index)
+            span.set_attribute("gen_ai.operation.name", "chat")
+            self._chats[index] = span
+        elif event.kind == "model_call_finished" and isinstance(index, int):
+            if index in self._chats:
+                span = self._chats.pop(index)
+                usage = getattr(event, "usage", None)
+                if isinstance(usage, Usage):
+                    _set_usage(span, usage)
+                span.end(end_time=self._ns(event.at))
+        elif event.kind == "agent_finished":
+            usage = getattr(event, "usage", None)
+            if isinstance(usage, Usage):
+                _set_usage(run, usage)
+
+    def _progress(self, event: ToolProgress) -> None:
+        """A tool's report, as an event of its call's span (the first open call of that
+        tool and purpose in the round)."""
+        for key, span in self._calls.items():
+            if key[0] == event.round_index and self._purposes.get(key) == event.purpose:
+                span.add_event(
+                    "progress",
+                    timestamp=self._ns(event.at),
+                    attributes={
+                        "toolloop.message": _text(event.message),
+                        "toolloop.data": _text(event.data),
+                    },
+                )
+                return
 
     def _command_finished(self, event: ToolCallFinished, run: Span) -> None:
         record = event.record
@@ -247,7 +319,7 @@ class OpenTelemetrySpans:
         span.end(end_time=self._ns(event.at))
 
     def _end_children(self, end: int) -> None:
-        for spans in (self._calls, self._plans, self._rounds):
+        for spans in (self._calls, self._plans, self._rounds, self._chats):
             for span in spans.values():
                 span.end(end_time=end)
             spans.clear()

@@ -83,7 +83,9 @@ function apply(event) {
     run.lastAt = event.at;
     run.receivedAt = performance.now() / 1000;
   }
-  addUsage(run, event.usage);
+  // each plan and model call carries its own usage; the end of a run carries the run's
+  // total again, which would count it twice
+  if (kind !== "loop_finished" && kind !== "agent_finished") addUsage(run, event.usage);
   if (kind === "run_meta") {
     run.meta = event.meta;
   } else if (kind === "execution_started") {

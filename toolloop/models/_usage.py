@@ -1,0 +1,346 @@
+"""Token usage and budgets: what model calls cost, summed, and limits checked as they run.
+
+A stream reports its usage in a last chunk (``stream_options={"include_usage": true}``);
+a server that does not (or a stream closed before its end, e.g. by the short-circuit)
+leaves that call's usage *unknown*: it counts as a request in ``unreported_requests``, never
+as zero tokens, so a total with unreported requests is a lower bound.
+
+A run counts its model calls with a :class:`UsageMeter` made active for the run (a context
+variable, so every call made in the run's tasks is counted); :func:`stream_chat` is how
+toolloop's planners, final answer and agents open a stream: it checks the meter's
+:class:`UsageLimits` before the call, watches the stream as it runs (closing it once it
+passes a token budget) and adds the call's usage when it ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AbstractContextManager, asynccontextmanager
+from contextvars import ContextVar
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from .._errors import UsageLimitError
+from ._chat import ChatDelta, ChatModel, ChatRequest
+
+__all__ = [
+    "NO_USAGE",
+    "Usage",
+    "UsageLimits",
+    "UsageMeter",
+    "current_meter",
+    "stream_chat",
+]
+
+
+def _plus(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a + b
+
+
+class Usage(BaseModel):
+    """Tokens and requests of one model call, or summed over many.
+
+    A token count is ``None`` when no request in the sum reported it (unknown, not zero).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    requests: int = 0
+    """Model calls made (streams opened)."""
+    input_tokens: int | None = None
+    """Prompt tokens."""
+    output_tokens: int | None = None
+    """Completion tokens."""
+    total_tokens: int | None = None
+    cached_tokens: int | None = None
+    """Prompt tokens served from the server's cache, where it says so."""
+    reasoning_tokens: int | None = None
+    """Completion tokens spent reasoning, where the server says so."""
+    unreported_requests: int = 0
+    """Requests whose usage is unknown (the server sent none, or the stream was closed
+    before its end): the token counts are then a lower bound."""
+
+    @property
+    def complete(self) -> bool:
+        """Every request reported its usage."""
+        return self.unreported_requests == 0
+
+    def __add__(self, other: Usage) -> Usage:
+        if not isinstance(other, Usage):
+            return NotImplemented
+        return Usage(
+            requests=self.requests + other.requests,
+            input_tokens=_plus(self.input_tokens, other.input_tokens),
+            output_tokens=_plus(self.output_tokens, other.output_tokens),
+            total_tokens=_plus(self.total_tokens, other.total_tokens),
+            cached_tokens=_plus(self.cached_tokens, other.cached_tokens),
+            reasoning_tokens=_plus(self.reasoning_tokens, other.reasoning_tokens),
+            unreported_requests=self.unreported_requests + other.unreported_requests,
+        )
+
+    @classmethod
+    def unknown(cls) -> Usage:
+        """One request whose usage was not reported."""
+        return cls(requests=1, unreported_requests=1)
+
+    @classmethod
+    def from_openai(cls, usage: Any) -> Usage:
+        """One request's usage from an OpenAI ``usage`` object or dict (``prompt_tokens``,
+        ``completion_tokens``, ``total_tokens``, ``prompt_tokens_details.cached_tokens``,
+        ``completion_tokens_details.reasoning_tokens``); fields that are missing or not
+        whole numbers of 0 or more stay unknown."""
+
+        def get(source: Any, name: str) -> Any:
+            if isinstance(source, dict):
+                return source.get(name)
+            return getattr(source, name, None)
+
+        def count(value: Any) -> int | None:
+            whole = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+            return value if whole else None
+
+        prompt = count(get(usage, "prompt_tokens"))
+        completion = count(get(usage, "completion_tokens"))
+        total = count(get(usage, "total_tokens"))
+        if total is None and prompt is not None and completion is not None:
+            total = prompt + completion
+        return cls(
+            requests=1,
+            input_tokens=prompt,
+            output_tokens=completion,
+            total_tokens=total,
+            cached_tokens=count(get(get(usage, "prompt_tokens_details"), "cached_tokens")),
+            reasoning_tokens=count(
+                get(get(usage, "completion_tokens_details"), "reasoning_tokens")
+            ),
+        )
+
+
+class UsageLimits(BaseModel):
+    """A run's budget: checked before each model call and while a stream runs.
+
+    ``None`` is no limit. A stream whose reply passes a token budget is closed; its tokens
+    so far are estimated from its deltas (one a delta, as servers stream) unless the server
+    reports counts as it goes. A reply that ends within its estimate but whose reported
+    usage passes the budget is kept: the next call is refused.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    max_requests: int | None = None
+    max_input_tokens: int | None = None
+    max_output_tokens: int | None = None
+    max_total_tokens: int | None = None
+
+    def model_post_init(self, __context: Any) -> None:
+        for name in ("max_requests", "max_input_tokens", "max_output_tokens", "max_total_tokens"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"UsageLimits.{name} must be 0 or more, or None; got {value}")
+
+    @property
+    def limits_tokens(self) -> bool:
+        return (
+            self.max_input_tokens is not None
+            or self.max_output_tokens is not None
+            or self.max_total_tokens is not None
+        )
+
+
+_METER: ContextVar[UsageMeter | None] = ContextVar("toolloop_usage_meter", default=None)
+
+NO_USAGE = Usage()
+"""No request at all (shared: a :class:`Usage` is immutable)."""
+
+
+class _Active:
+    """``with meter.active():`` (a class, not a generator: a run pays a few hundred ns)."""
+
+    __slots__ = ("_meter", "_token")
+
+    def __init__(self, meter: UsageMeter) -> None:
+        self._meter = meter
+
+    def __enter__(self) -> UsageMeter:
+        self._token = _METER.set(self._meter)
+        return self._meter
+
+    def __exit__(self, *exc: object) -> None:
+        _METER.reset(self._token)
+
+
+def current_meter() -> UsageMeter | None:
+    """The usage meter of the run in progress in this task, if any."""
+    return _METER.get()
+
+
+class UsageMeter:
+    """Counts the model calls of one run and holds them to its limits.
+
+    Args:
+        limits: the run's budget (``None``: count only).
+    """
+
+    __slots__ = ("_calls", "calls", "limits", "usage")
+
+    def __init__(self, limits: UsageLimits | None = None) -> None:
+        self.limits = limits
+        self.usage = NO_USAGE
+        """Everything counted so far (set it to go on from an earlier total)."""
+        self.calls = 0
+        """How many calls this meter counted (a mark for :meth:`since`)."""
+        self._calls: list[Usage] = []
+
+    def since(self, mark: int) -> Usage | None:
+        """The usage of the calls counted after ``mark`` (:attr:`calls` then); ``None`` when
+        there were none."""
+        if mark >= len(self._calls):
+            return None
+        total = Usage()
+        for call in self._calls[mark:]:
+            total = total + call
+        return total
+
+    def active(self) -> AbstractContextManager[UsageMeter]:
+        """Count the model calls made in this block (and the tasks it starts)."""
+        return _Active(self)
+
+    def _exceeded(self, what: str, limit: int, used: str, *, closed: bool) -> UsageLimitError:
+        action = "the stream was closed" if closed else "no more model calls are made"
+        verb = "passed" if closed else "reached"
+        return UsageLimitError(
+            f"the run's usage {verb} its limit {what}={limit} ({used}); {action}. Raise the "
+            "limit in usage_limits=UsageLimits(...), or pass on_usage_limit='finish' to end "
+            "the run with the results so far",
+            usage=self.usage,
+            limit=what,
+        )
+
+    def check_before_call(self) -> None:
+        """Raise :class:`~toolloop.errors.UsageLimitError` if the next call has no room left."""
+        limits = self.limits
+        if limits is None:
+            return
+        used = self.usage
+        if limits.max_requests is not None and used.requests >= limits.max_requests:
+            raise self._exceeded(
+                "max_requests", limits.max_requests, f"{used.requests} made", closed=False
+            )
+        for name, count in (
+            ("max_input_tokens", used.input_tokens),
+            ("max_output_tokens", used.output_tokens),
+            ("max_total_tokens", used.total_tokens),
+        ):
+            limit = getattr(limits, name)
+            if limit is not None and count is not None and count >= limit:
+                raise self._exceeded(name, limit, f"{count} used", closed=False)
+
+    def check_stream(self, reported: Usage | None, pieces: int) -> None:
+        """Raise if the call in progress (``reported`` by the server so far, else
+        ``pieces`` deltas, about a token each) passes a token budget."""
+        limits = self.limits
+        if limits is None:
+            return
+        used = self.usage
+        output = reported.output_tokens if reported and reported.output_tokens else pieces
+        if limits.max_output_tokens is not None:
+            total_out = (used.output_tokens or 0) + output
+            if total_out > limits.max_output_tokens:
+                raise self._exceeded(
+                    "max_output_tokens",
+                    limits.max_output_tokens,
+                    f"about {total_out} with the reply in progress",
+                    closed=True,
+                )
+        if limits.max_total_tokens is not None:
+            call_total = (
+                reported.total_tokens
+                if reported is not None and reported.total_tokens is not None
+                else output + (reported.input_tokens or 0 if reported else 0)
+            )
+            total = (used.total_tokens or 0) + call_total
+            if total > limits.max_total_tokens:
+                raise self._exceeded(
+                    "max_total_tokens",
+                    limits.max_total_tokens,
+                    f"about {total} with the reply in progress",
+                    closed=True,
+                )
+        if (
+            limits.max_input_tokens is not None
+            and reported is not None
+            and reported.input_tokens is not None
+        ):
+            total_in = (used.input_tokens or 0) + reported.input_tokens
+            if total_in > limits.max_input_tokens:
+                raise self._exceeded(
+                    "max_input_tokens", limits.max_input_tokens, f"{total_in} used", closed=True
+                )
+
+    def add(self, usage: Usage) -> None:
+        """Count one call's usage."""
+        self._calls.append(usage)
+        self.calls += 1
+        self.usage = self.usage + usage
+
+
+class _MeteredDeltas:
+    """A stream's deltas, watched: the last usage reported, and the budget while it runs."""
+
+    __slots__ = ("_deltas", "_meter", "_watch", "pieces", "reported")
+
+    def __init__(self, deltas: AsyncIterator[ChatDelta], meter: UsageMeter) -> None:
+        self._deltas = deltas
+        self._meter = meter
+        self._watch = meter.limits is not None and meter.limits.limits_tokens
+        self.reported: Usage | None = None
+        self.pieces = 0
+
+    def __aiter__(self) -> _MeteredDeltas:
+        return self
+
+    async def __anext__(self) -> ChatDelta:
+        delta = await self._deltas.__anext__()
+        if delta.usage is not None:
+            self.reported = delta.usage  # cumulative: the last one counts
+        if delta.content or delta.tool_calls:
+            self.pieces += 1
+            if self._watch:  # the reply grows: is it still within the budget?
+                self._meter.check_stream(self.reported, self.pieces)
+        # a delta with usage alone ends the stream: what it cost is counted, and the next
+        # call is checked against it
+        return delta
+
+
+@asynccontextmanager
+async def stream_chat(
+    model: ChatModel, request: ChatRequest
+) -> AsyncIterator[AsyncIterator[ChatDelta]]:
+    """``model.stream(request)``, counted by the run's :class:`UsageMeter` if one is active.
+
+    Before the call the run's limits are checked; while the stream runs a token budget
+    that is passed closes it; when it ends its usage is added (unknown when the server
+    reported none).
+
+    Raises:
+        UsageLimitError: a limit of the run was reached before the call, or passed during
+            it (the stream is closed).
+    """
+    meter = _METER.get()
+    if meter is None:
+        async with model.stream(request) as deltas:
+            yield deltas
+        return
+    meter.check_before_call()
+    async with model.stream(request) as deltas:
+        metered = _MeteredDeltas(deltas, meter)
+        try:
+            yield metered
+        finally:
+            reported = metered.reported
+            meter.add(Usage.unknown() if reported is None else reported)

@@ -1,0 +1,167 @@
+"""The run context a tool may ask for: the run's id, round, the call's purpose, the caller's
+deps, and a way to report progress.
+
+A typed function declares a parameter annotated :class:`RunContext` (or
+``RunContext[MyDeps]``); it is left out of the tool's JSON schema (the model never sees it,
+nor can it pass one: the schema forbids unknown arguments) and filled in when the tool is
+called in a run. Whether a tool takes one is decided once, when the tool is built: a tool
+that does not pays nothing per call.
+
+The run (the loop, an agent) makes a :class:`RunScope` active for its tasks; the call's
+context is made from it, and from the command, when the tool is called.
+"""
+
+from __future__ import annotations
+
+import threading
+import types
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar, Union, get_args, get_origin
+
+import anyio.from_thread
+
+__all__ = ["Progress", "RunContext", "RunScope", "is_run_context", "run_context"]
+
+DepsT = TypeVar("DepsT")
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """What a tool reported with :meth:`RunContext.report`, handed to the run's ``report``."""
+
+    run_id: str
+    round_index: int
+    tool_name: str
+    purpose: str
+    message: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RunContext(Generic[DepsT]):
+    """What a tool learns of the run that calls it (declare a parameter of this type).
+
+    ::
+
+        async def search(query: str, ctx: RunContext[MyDeps]) -> list[str]:
+            ctx.report("searching", query=query)
+            return await ctx.deps.index.search(query)
+
+    Attributes:
+        deps: the caller's ``deps=`` object (``None`` when none was given).
+        run_id: the run's id.
+        round_index: the loop's round (the agent's model turn).
+        purpose: why the planner called the tool (the command's ``purpose``; the agent's
+            tool-call id).
+        tool_name: the tool's name.
+    """
+
+    deps: DepsT
+    run_id: str
+    round_index: int
+    purpose: str
+    tool_name: str
+    _report: Callable[[Progress], None] | None = field(default=None, repr=False, compare=False)
+
+    def report(self, message: str, **data: Any) -> None:
+        """Tell the run's observers how the call is going (a
+        :class:`~toolloop.runner.ToolProgress` event); from the tool's task or, for a sync
+        tool, from its worker thread. Nothing happens outside a run that listens.
+
+        Args:
+            message: a short line, e.g. ``"3 of 10 pages read"``.
+            **data: JSON-like details.
+        """
+        if self._report is not None:
+            text = message if isinstance(message, str) else str(message)
+            self._report(
+                Progress(self.run_id, self.round_index, self.tool_name, self.purpose, text, data)
+            )
+
+
+class RunScope:
+    """What a run tells the tools it calls: made active for the run's tasks by the run.
+
+    Args:
+        run_id: the run's id.
+        deps: the caller's ``deps=`` object.
+        report: called with each :class:`Progress` a tool reports, on the run's event loop
+            (a report from a worker thread is carried over to it).
+    """
+
+    __slots__ = ("_thread", "deps", "report", "round_index", "run_id")
+
+    def __init__(
+        self,
+        run_id: str,
+        deps: Any = None,
+        report: Callable[[Progress], None] | None = None,
+    ) -> None:
+        self.run_id = run_id
+        self.deps = deps
+        self.report = report
+        self.round_index = 0
+        """The round in progress; the run moves it on."""
+        self._thread = threading.get_ident()
+
+    @contextmanager
+    def active(self) -> Iterator[RunScope]:
+        """Make this the scope of the tools called in this block (and the tasks it starts)."""
+        token = _SCOPE.set(self)
+        try:
+            yield self
+        finally:
+            _SCOPE.reset(token)
+
+    def _deliver(self, progress: Progress) -> None:
+        report = self.report
+        if report is None:
+            return
+        if threading.get_ident() == self._thread:
+            report(progress)
+            return
+        try:  # a sync tool in a worker thread: over to the event loop
+            anyio.from_thread.run_sync(report, progress)
+        except RuntimeError:  # the run is over (a thread abandoned at its timeout)
+            pass
+
+    def context(self, tool_name: str, purpose: str) -> RunContext[Any]:
+        """The context of one call of ``tool_name``."""
+        return RunContext(
+            self.deps,
+            self.run_id,
+            self.round_index,
+            purpose,
+            tool_name,
+            self._deliver if self.report is not None else None,
+        )
+
+
+_SCOPE: ContextVar[RunScope | None] = ContextVar("toolloop_run_scope", default=None)
+
+
+def run_context(tool_name: str, purpose: str) -> RunContext[Any]:
+    """The context of a call of ``tool_name`` in the run in progress (outside any run: no
+    deps, run id ``""``, round 0, and reports go nowhere)."""
+    scope = _SCOPE.get()
+    if scope is None:
+        return RunContext(None, "", 0, purpose, tool_name)
+    return scope.context(tool_name, purpose)
+
+
+def is_run_context(annotation: Any) -> bool:
+    """Whether ``annotation`` is :class:`RunContext`, ``RunContext[...]``, or an optional one
+    (``RunContext[...] | None``: a tool also called outside runs by hand)."""
+    if annotation is RunContext:
+        return True
+    origin = get_origin(annotation)
+    if origin is RunContext:
+        return True
+    if origin is Union or origin is types.UnionType:
+        return any(
+            arg is RunContext or get_origin(arg) is RunContext for arg in get_args(annotation)
+        )
+    return False
