@@ -33,6 +33,7 @@ from toolloop.loop import (
 )
 from toolloop.planners import PlannerContext
 from toolloop.testing import ScriptedPlanner
+from toolloop.tools import RunContext
 
 SUPPORT = Path(__file__).with_name("durable_support.py")
 
@@ -473,3 +474,41 @@ async def test_an_approved_call_cut_off_is_not_run_again_on_recovery() -> None:
 def test_approval_needs_a_store() -> None:
     with pytest.raises(ValueError, match="needs_approval= pauses a durable run, which needs"):
         plan_and_execute("go", planner=ScriptedPlanner([]), needs_approval=["send"])
+
+
+@pytest.mark.anyio
+async def test_a_resumed_run_hands_its_tools_the_deps_and_keeps_its_run_id() -> None:
+    """RunContext tools of a resumed durable run get the deps given to the resume, and the
+    run's own id (not a new one)."""
+    store = MemoryCheckpointStore()
+    seen: list[tuple[str, str, int]] = []
+
+    async def lookup(key: str, ctx: RunContext[dict[str, str]]) -> str:
+        """Look a key up.
+
+        Args:
+            key: the key.
+        """
+        assert ctx.deps is not None
+        seen.append((ctx.deps[key], ctx.run_id, ctx.round_index))
+        return ctx.deps[key]
+
+    script = [
+        execute(cmd("lookup", "first", key="a")),
+        execute(cmd("lookup", "second", key="b")),
+        {"next_action": "response"},
+    ]
+    broken = ScriptedPlanner([script[0], RuntimeError("model down")])
+    with pytest.raises(PlannerError, match="model down"):
+        await async_plan_and_execute(
+            "go", tools=[lookup], planner=broken, store=store, run_id="r", deps={"a": "A"}
+        )
+
+    async def planner(context: PlannerContext) -> Any:
+        return script[context.round_index]
+
+    result = await async_resume_plan_and_execute(
+        "r", store=store, tools=[lookup], planner=planner, deps={"a": "A2", "b": "B"}
+    )
+    assert seen == [("A", "r", 0), ("B", "r", 1)]
+    assert [r.result for r in result.done_plans] == ["A", "B"]

@@ -12,10 +12,16 @@ from typing import Any
 
 import pytest
 
-from toolloop import StructuredPlanner, ToolCallingPlanner, async_plan_and_execute
+from toolloop import PlannerError, StructuredPlanner, ToolCallingPlanner, async_plan_and_execute
+from toolloop.checkpoints import MemoryCheckpointStore
 from toolloop.errors import UsageLimitError
 from toolloop.flow import FlowEvent
-from toolloop.loop import LoopFinished, PlanDecided, stream_plan_and_execute
+from toolloop.loop import (
+    LoopFinished,
+    PlanDecided,
+    async_resume_plan_and_execute,
+    stream_plan_and_execute,
+)
 from toolloop.models import OpenAIChatModel, UsageLimits
 from toolloop.testing import FakeOpenAIServer, ScriptedPlanner
 from toolloop.tracing import TraceRecorder, read_trace
@@ -220,3 +226,35 @@ async def test_usage_goes_into_the_trace_and_back(tmp_path: Path) -> None:
     finished = [e for e in trace.events if isinstance(e, LoopFinished)]
     assert finished[0].usage == run.result.usage
     assert finished[0].usage is not None and finished[0].usage.total_tokens == 244
+
+
+async def test_a_resumed_durable_run_counts_its_earlier_model_calls_in_its_budget() -> None:
+    store = MemoryCheckpointStore()
+    async with serving() as (server, model):
+        server.add_reply(plan("Lisbon"), usage=used(10, 10))
+        server.add_error(500, "the model is down")
+        with pytest.raises(PlannerError):
+            await async_plan_and_execute(
+                "Weather?",
+                tools=[get_weather],
+                planner=StructuredPlanner(model),
+                store=store,
+                run_id="budget",
+            )
+        server.add_reply(plan("Porto"), usage=used(10, 10))
+        server.add_reply(RESPONSE, usage=used(10, 1))
+        result = await async_resume_plan_and_execute(
+            "budget",
+            store=store,
+            tools=[get_weather],
+            planner=StructuredPlanner(model),
+            usage_limits=UsageLimits(max_requests=2),
+            on_usage_limit="finish",
+        )
+        asked = len(server.requests)
+    # one request before the resume and one after: the budget of two is spent, so the
+    # answer round is never asked for (without the earlier call it would have been)
+    assert asked == 3
+    assert result.stop_reason == "usage_limit"
+    assert [r.kwargs["city"] for r in result.done_plans] == ["Lisbon", "Porto"]
+    assert result.usage.requests == 2
