@@ -220,7 +220,7 @@ class RayClusters:
         paths = [str(RAY_SUPPORT), str(ROOT), os.environ.get("PYTHONPATH", "")]
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private test cluster
-        quiet = {"log_to_driver": False, "configure_logging": False}
+        quiet = {"log_to_driver": False, "configure_logging": False, "namespace": "toolloop"}
         if kind == "local":
             ray.init(
                 num_cpus=2,

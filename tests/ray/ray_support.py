@@ -8,6 +8,7 @@ with these marks and gates, never with clocks.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any
@@ -16,8 +17,10 @@ import anyio
 import ray
 
 from toolloop import ToolCommand
+from toolloop.agents import create_agent
+from toolloop.models import ChatRequest
 from toolloop.ray import Host
-from toolloop.testing import ScriptedPlanner
+from toolloop.testing import FakeToolCall, ScriptedChatModel, ScriptedChatReply, ScriptedPlanner
 
 PROBE = "toolloop-test-probe"
 
@@ -62,7 +65,8 @@ def probe() -> Any:
 
 
 def new_probe() -> Any:
-    """A fresh probe, replacing the previous one."""
+    """A fresh probe, replacing the previous one (keep the handle: an actor whose last
+    handle goes away is destroyed)."""
     try:
         ray.kill(ray.get_actor(PROBE))
     except ValueError:
@@ -101,6 +105,18 @@ def stubborn(seconds: float) -> str:
         ray.get(handle.mark.remote("interrupted", os.getpid()))
         raise
     return "finished"
+
+
+def meet(count: int) -> str:
+    """Waits until ``count`` calls run at once; the node it ran on.
+
+    Args:
+        count: how many calls to wait for.
+    """
+    handle = probe()
+    ray.get(handle.mark.remote("met"))
+    ray.get(handle.until.remote("met", count))
+    return str(ray.get_runtime_context().get_node_id())
 
 
 def fails(reason: str) -> str:
@@ -194,6 +210,22 @@ class NodeJob:
             "tokens": None if host.limiter is None else host.limiter.total_tokens,
             "actor": host.actor_index,
         }
+
+
+def _respond(request: ChatRequest) -> ScriptedChatReply | str:
+    """Looks the user's topic up, then answers with what the tool said."""
+    last = request.messages[-1]
+    if last.get("role") == "tool":
+        data = json.loads(last["content"])
+        return f"About {data['topic']}: {data['fact']}"
+    topic = next(m["content"] for m in request.messages if m.get("role") == "user")
+    call = FakeToolCall(name="lookup", arguments=json.dumps({"topic": topic}))
+    return ScriptedChatReply(tool_calls=(call,))
+
+
+def make_agent(limiter: Any) -> Any:
+    """An agent on a scripted model, made in the actor with the actor's limiter."""
+    return create_agent(ScriptedChatModel(responder=_respond), [lookup], limiter=limiter)
 
 
 def command(tool_name: str, **kwargs: Any) -> ToolCommand:

@@ -35,10 +35,12 @@ def _task_options(
     resources: Mapping[str, float] | None,
     runtime_env: Mapping[str, Any] | None,
     max_retries: int,
+    options: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
     if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
         raise ToolDefinitionError(f"{owner}: max_retries must be an int >= 0, got {max_retries!r}")
-    options: dict[str, Any] = {"max_retries": max_retries, "retry_exceptions": False}
+    chosen: dict[str, Any] = {**(options or {}), "max_retries": max_retries}
+    chosen.setdefault("retry_exceptions", False)
     for key, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus), ("memory", memory)):
         if value is None:
             continue
@@ -46,12 +48,12 @@ def _task_options(
             raise ToolDefinitionError(
                 f"{owner}: {key} must be a number >= 0 or None, got {value!r}"
             )
-        options[key] = value
+        chosen[key] = value
     if resources:
-        options["resources"] = dict(resources)
+        chosen["resources"] = dict(resources)
     if runtime_env:
-        options["runtime_env"] = dict(runtime_env)
-    return options
+        chosen["runtime_env"] = dict(runtime_env)
+    return chosen
 
 
 @overload
@@ -70,6 +72,7 @@ def ray_tool(
     resources: Mapping[str, float] | None = None,
     runtime_env: Mapping[str, Any] | None = None,
     max_retries: int = 0,
+    options: Mapping[str, Any] | None = None,
     poll: float = POLL_SECONDS,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
@@ -87,6 +90,7 @@ def ray_tool(
     resources: Mapping[str, float] | None = None,
     runtime_env: Mapping[str, Any] | None = None,
     max_retries: int = 0,
+    options: Mapping[str, Any] | None = None,
     poll: float = POLL_SECONDS,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a tool of a typed sync function that runs as a Ray task: ``@ray_tool`` or
@@ -112,6 +116,8 @@ def ray_tool(
         max_retries: how many times Ray runs the task again when its worker dies. ``0``
             (the default): a dead worker is a failed record, and the tool never runs twice;
             more only for tools that are safe to repeat.
+        options: more Ray task options, as ``.options(...)`` takes them (e.g.
+            ``scheduling_strategy``, ``label_selector``).
         poll: on trio, seconds a waiting thread blocks in ``ray.get`` before checking back.
 
     Raises:
@@ -126,7 +132,7 @@ def ray_tool(
                 f"{label}: the function is async; a Ray task runs a sync function (CPU or GPU "
                 "work). Run async I/O as a plain tool on the loop, or make it sync"
             )
-        options = _task_options(
+        chosen = _task_options(
             label,
             num_cpus=num_cpus,
             num_gpus=num_gpus,
@@ -134,8 +140,9 @@ def ray_tool(
             resources=resources,
             runtime_env=runtime_env,
             max_retries=max_retries,
+            options=options,
         )
-        remote = ray.remote(fn).options(**options)
+        remote = ray.remote(fn).options(**chosen)
 
         @functools.wraps(fn)
         async def submit(**arguments: Any) -> Any:
