@@ -85,7 +85,7 @@ def square(x: int) -> dict[str, int]:
     Args:
         x: the number.
     """
-    probe().mark.remote("square", x)
+    ray.get(probe().mark.remote("square", x))  # marked before the result is returned
     return {"square": x * x, "pid": os.getpid()}
 
 

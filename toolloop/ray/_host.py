@@ -2,7 +2,9 @@
 
 Ray runs an actor with async methods on an asyncio loop of its own; :meth:`RunHost.run_chunk`
 starts every item of a chunk at once and streams back, as each happens, the run's events
-(when asked) and its outcome, as small tuples (a Ray streaming generator):
+(when asked) and its outcome, as small tuples (a Ray streaming generator that yields, each
+time, a list of every message ready at that moment: under load, one Ray object carries
+many outcomes):
 
 - ``("event", index, event)``: an event of the run (only when the driver listens);
 - ``("ok", index, result)``: the run ended and returned ``result``;
@@ -78,7 +80,9 @@ class RunHost:
             else:
                 send.send_nowait(("ok", index, result))
 
-    async def run_chunk(self, items: list[tuple[int, Any]], events: bool) -> AsyncIterator[Message]:
+    async def run_chunk(
+        self, items: list[tuple[int, Any]], events: bool
+    ) -> AsyncIterator[list[Message]]:
         """Run every item at once; stream back events and outcomes as they happen."""
         send, receive = anyio.create_memory_object_stream[Message](math.inf)
         async with anyio.create_task_group() as group, receive:
@@ -86,4 +90,10 @@ class RunHost:
                 for index, item in items:
                     group.start_soon(self._one, index, item, events, send.clone())
             async for message in receive:
-                yield message
+                ready = [message]
+                while True:
+                    try:
+                        ready.append(receive.receive_nowait())
+                    except (anyio.WouldBlock, anyio.EndOfStream):
+                        break
+                yield ready

@@ -79,7 +79,7 @@ def _drain(stream: Any, out: _Collected) -> None:
             except StopIteration:
                 out.finished = True
                 return
-            out.messages.append(ray.get(ref))
+            out.messages.extend(ray.get(ref))
     except Exception as exc:  # the actor died, or the chunk itself failed
         out.error = exc
 
