@@ -17,8 +17,9 @@ SCRIPTS = [
     "bench_loop.py",
     "bench_planner.py",
     "bench_agent.py",
+    "bench_ray.py",  # starts and stops a local Ray cluster of its own
 ]
-TAKES_QUICK = {"bench_loop.py", "bench_planner.py", "bench_agent.py"}
+TAKES_QUICK = {"bench_loop.py", "bench_planner.py", "bench_agent.py", "bench_ray.py"}
 
 
 def main(argv: list[str]) -> int:
