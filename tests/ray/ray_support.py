@@ -55,8 +55,13 @@ class Probe:
     def open(self, key: str) -> None:
         self._gate(key).set()
 
-    async def wait_open(self, key: str) -> None:
-        await self._gate(key).wait()
+    async def wait_open(self, key: str, who: Any = None) -> None:
+        """Wait for the gate; marks ``stopped waiting`` however the wait ends (a cancelled
+        caller's wait is cancelled too: Ray cancels what a cancelled task submitted)."""
+        try:
+            await self._gate(key).wait()
+        finally:
+            self.mark("stopped waiting", who)
 
 
 def probe() -> Any:
@@ -72,7 +77,7 @@ def new_probe() -> Any:
     except ValueError:
         pass
     handle: Any = ray.remote(Probe).options(name=PROBE, num_cpus=0).remote()
-    ray.get(handle.get.remote("ready"))
+    ray.get(handle.get.remote("ready"), timeout=60)
     return handle
 
 
@@ -96,8 +101,8 @@ def stubborn(seconds: float) -> str:
         seconds: how long it would run.
     """
     handle = probe()
-    ray.get(handle.mark.remote("started", os.getpid()))
-    try:
+    try:  # the interrupt may come as soon as the probe has the mark, before get returns
+        ray.get(handle.mark.remote("started", os.getpid()))
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             time.sleep(0.02)
@@ -177,7 +182,7 @@ async def gated(topic: str) -> dict[str, str]:
     """
     handle = probe()
     await handle.mark.remote("gated", topic)
-    await handle.wait_open.remote("go")
+    await handle.wait_open.remote("go", topic)
     return {"topic": topic}
 
 

@@ -153,8 +153,12 @@ async def test_leaving_the_stream_early_cancels_the_rest() -> None:
             assert first.index == 0 and first.ok
             # the gated runs were cancelled in the actor: the actor serves a new map at once
             (again,) = await pool.run_all(["ink"])
+            # the two gated runs were cancelled down to the call their tool was waiting on
+            # (the gate never opened)
+            stopped = await rs_until(probe, "stopped waiting", 2)
     assert again.ok
-    assert len(await rs_until(probe, "gated", 2)) == 2
+    assert sorted(stopped) == ["gate-a", "gate-b"]
+    assert sorted(ray.get(probe.get.remote("gated"))) == ["gate-a", "gate-b"]
 
 
 async def test_agent_runs_on_ray() -> None:

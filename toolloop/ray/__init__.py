@@ -21,7 +21,6 @@ except ImportError as exc:  # pragma: no cover - the extra is not installed
     ) from exc
 
 from ._await import await_ref as await_ref
-from ._host import RunHost as RunHost
 from ._jobs import AgentJob as AgentJob
 from ._jobs import Host as Host
 from ._jobs import LoopJob as LoopJob
@@ -36,7 +35,6 @@ __all__ = [
     "Host",
     "LoopJob",
     "RayRunPool",
-    "RunHost",
     "RunJob",
     "RunOutcome",
     "actor_tool",
