@@ -56,8 +56,10 @@ class Probe:
         self._gate(key).set()
 
     async def wait_open(self, key: str, who: Any = None) -> None:
-        """Wait for the gate; marks ``stopped waiting`` however the wait ends (a cancelled
-        caller's wait is cancelled too: Ray cancels what a cancelled task submitted)."""
+        """Wait for the gate; marks ``waiting``, then ``stopped waiting`` however it ends
+        (a cancelled caller's wait is cancelled too: Ray cancels what a cancelled task
+        submitted)."""
+        self.mark("waiting", who)
         try:
             await self._gate(key).wait()
         finally:

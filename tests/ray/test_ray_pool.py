@@ -149,6 +149,7 @@ async def test_leaving_the_stream_early_cancels_the_rest() -> None:
         async with RayRunPool(job, actors=1, chunk=1, actor_options=SMALL) as pool:
             stream = pool.map(["tea", "gate-a", "gate-b"])
             first = await stream.__anext__()  # tea needs no gate
+            await rs_until(probe, "waiting", 2)  # both gated runs wait inside their tool
             await stream.aclose()  # type: ignore[attr-defined]
             assert first.index == 0 and first.ok
             # the gated runs were cancelled in the actor: the actor serves a new map at once
