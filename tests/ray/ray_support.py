@@ -219,6 +219,19 @@ class NodeJob:
         }
 
 
+class CountingJob(NodeJob):
+    """A job carrying a big payload, counting (in the driver) how often it is pickled."""
+
+    pickled = 0
+
+    def __init__(self) -> None:
+        self.payload = b"x" * 2_000_000
+
+    def __getstate__(self) -> dict[str, Any]:
+        CountingJob.pickled += 1
+        return dict(self.__dict__)
+
+
 def _respond(request: ChatRequest) -> ScriptedChatReply | str:
     """Looks the user's topic up, then answers with what the tool said."""
     last = request.messages[-1]

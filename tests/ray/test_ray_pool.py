@@ -92,6 +92,16 @@ async def test_a_failing_run_is_reported_not_retried() -> None:
     assert outcomes[0].result["tokens"] == 5  # the actor's shared limiter
 
 
+async def test_the_job_is_shipped_once_not_per_run() -> None:
+    rs.CountingJob.pickled = 0
+    with anyio.fail_after(HANG_GUARD):
+        async with RayRunPool(rs.CountingJob(), actors=2, chunk=1, actor_options=SMALL) as pool:
+            outcomes = await pool.run_all([f"item-{i}" for i in range(12)])
+    assert all(o.ok for o in outcomes)
+    assert {o.actor for o in outcomes} == {0, 1}
+    assert rs.CountingJob.pickled == 1  # put in the object store once, read by each actor
+
+
 async def _kill_mid_batch(retries: int) -> tuple[list[RunOutcome], set[int]]:
     """Runs wait at the probe's gate; actor 0 is killed while it hosts some of them."""
     probe = rs.new_probe()
