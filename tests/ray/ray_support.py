@@ -164,6 +164,42 @@ class Counter:
         return self.total
 
 
+class Sleeper:
+    """An async actor whose calls can be cancelled; counts starts and cancellations."""
+
+    def __init__(self) -> None:
+        self.started = 0
+        self.cancelled = 0
+        self.changed: anyio.Event | None = None
+
+    def _changed(self) -> None:
+        if self.changed is not None:
+            self.changed.set()
+
+    async def nap(self, seconds: float) -> str:
+        """Sleep, unless cancelled.
+
+        Args:
+            seconds: how long.
+        """
+        self.started += 1
+        self._changed()
+        try:
+            await anyio.sleep(seconds)
+        except anyio.get_cancelled_exc_class():
+            self.cancelled += 1
+            self._changed()
+            raise
+        return "rested"
+
+    async def until(self, started: int, cancelled: int) -> list[int]:
+        """Wait until at least that many calls started and were cancelled."""
+        while self.started < started or self.cancelled < cancelled:
+            self.changed = anyio.Event()
+            await self.changed.wait()
+        return [self.started, self.cancelled]
+
+
 # --- jobs for the pool --------------------------------------------------------------------
 
 

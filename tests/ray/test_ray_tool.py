@@ -161,6 +161,22 @@ async def test_an_actor_tool_keeps_its_state_across_calls(probe: Any) -> None:
         ray.kill(handle)
 
 
+async def test_a_cancelled_actor_tool_cancels_its_actor_task() -> None:
+    handle: Any = ray.remote(rs.Sleeper).options(num_cpus=0).remote()
+    try:
+        nap = actor_tool(rs.Sleeper.nap, actor=handle)
+        executor = Executor([nap])
+        with anyio.fail_after(HANG_GUARD):
+            async with anyio.create_task_group() as group:
+                group.start_soon(executor.call, rs.command("nap", seconds=600))
+                assert await await_ref(handle.until.remote(1, 0)) == [1, 0]  # it runs
+                group.cancel_scope.cancel()
+            # the actor's task was cancelled where it ran, not left to sleep 600 s
+            assert await await_ref(handle.until.remote(1, 1)) == [1, 1]
+    finally:
+        ray.kill(handle)
+
+
 def test_definitions_say_what_is_wrong() -> None:
     async def fetch(url: str) -> str:
         return url
