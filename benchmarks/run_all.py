@@ -18,8 +18,15 @@ SCRIPTS = [
     "bench_planner.py",
     "bench_agent.py",
     "bench_checkpoints.py",
+    "bench_ray.py",  # starts and stops a local Ray cluster of its own
 ]
-TAKES_QUICK = {"bench_loop.py", "bench_planner.py", "bench_agent.py", "bench_checkpoints.py"}
+TAKES_QUICK = {
+    "bench_loop.py",
+    "bench_planner.py",
+    "bench_agent.py",
+    "bench_checkpoints.py",
+    "bench_ray.py",
+}
 
 
 def main(argv: list[str]) -> int:

@@ -218,3 +218,83 @@ def postgres_url() -> Iterator[str]:
         yield cluster.url
     finally:
         cluster.stop()
+
+
+RAY_SUPPORT = ROOT / "tests" / "ray"
+
+
+class RayClusters:
+    """The suite's Ray: one local cluster at a time, started on first use, kept for the
+    session (``local``: one node, 2 CPUs; ``two_nodes``: a head and a worker node of one
+    CPU each, by ``ray.cluster_utils.Cluster``), shut down at the end."""
+
+    def __init__(self) -> None:
+        self.kind: str | None = None
+        self.cluster: object | None = None
+
+    def use(self, kind: str) -> None:
+        import ray
+
+        if self.kind == kind and ray.is_initialized():
+            return
+        self.stop()
+        # Ray's workers start from the raylet, which inherits this environment
+        paths = [str(RAY_SUPPORT), str(ROOT), os.environ.get("PYTHONPATH", "")]
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private test cluster
+        quiet = {"log_to_driver": False, "configure_logging": False, "namespace": "toolloop"}
+        if kind == "local":
+            ray.init(
+                num_cpus=2,
+                include_dashboard=False,
+                object_store_memory=256 * 1024**2,
+                **quiet,  # type: ignore[arg-type]
+            )
+        else:
+            from ray.cluster_utils import Cluster
+
+            store = 128 * 1024**2
+            cluster = Cluster(
+                initialize_head=True,
+                head_node_args={
+                    "num_cpus": 1,
+                    "object_store_memory": store,
+                    "include_dashboard": False,
+                },
+            )
+            cluster.add_node(num_cpus=1, object_store_memory=store)
+            cluster.wait_for_nodes()
+            self.cluster = cluster
+            ray.init(address=cluster.address, **quiet)  # type: ignore[arg-type]
+        self.kind = kind
+
+    def stop(self) -> None:
+        import ray
+
+        ray.shutdown()
+        if self.cluster is not None:
+            self.cluster.shutdown()  # type: ignore[attr-defined]
+            self.cluster = None
+        self.kind = None
+
+
+@pytest.fixture(scope="session")
+def ray_clusters() -> Iterator[RayClusters]:
+    """Started on first use by a Ray test; shut down when the session ends."""
+    clusters = RayClusters()
+    yield clusters
+    clusters.stop()
+
+
+@pytest.fixture
+def ray_local(ray_clusters: RayClusters) -> RayClusters:
+    """The suite's one-node Ray cluster (2 CPUs), connected."""
+    ray_clusters.use("local")
+    return ray_clusters
+
+
+@pytest.fixture
+def ray_two_nodes(ray_clusters: RayClusters) -> RayClusters:
+    """The suite's two-node Ray cluster (1 CPU each), connected."""
+    ray_clusters.use("two_nodes")
+    return ray_clusters

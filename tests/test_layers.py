@@ -14,15 +14,17 @@ ROOT = Path(toolloop.__file__).parent
 
 # package -> the toolloop packages it must not import
 KNOWS_NOTHING_OF = {
-    "flow": {"tools", "runner", "models", "planners", "loop", "agents", "status_agent"},
-    "tools": {"flow", "runner", "models", "planners", "loop", "agents", "status_agent"},
-    "runner": {"models", "planners", "loop", "agents", "status_agent", "checkpoints"},
-    "models": {"flow", "tools", "runner", "loop", "agents", "status_agent"},
-    "planners": {"flow", "loop", "agents", "status_agent", "checkpoints"},
-    "checkpoints": {"loop", "agents", "status_agent", "models", "planners"},
-    "loop": {"agents", "status_agent"},
-    "agents": {"loop", "status_agent"},
-    "status_agent": {"loop", "agents"},
+    "flow": {"tools", "runner", "models", "planners", "loop", "agents", "status_agent", "ray"},
+    "tools": {"flow", "runner", "models", "planners", "loop", "agents", "status_agent", "ray"},
+    "runner": {"models", "planners", "loop", "agents", "status_agent", "checkpoints", "ray"},
+    "models": {"flow", "tools", "runner", "loop", "agents", "status_agent", "ray"},
+    "planners": {"flow", "loop", "agents", "status_agent", "checkpoints", "ray"},
+    "checkpoints": {"loop", "agents", "status_agent", "models", "planners", "ray"},
+    "loop": {"agents", "status_agent", "ray"},
+    "agents": {"loop", "status_agent", "ray"},
+    "status_agent": {"loop", "agents", "ray"},
+    # reach: Ray runs the loop's runs and any job; it needs neither agent package
+    "ray": {"agents", "status_agent", "checkpoints", "cli"},
     # MCP tools are tools: they know nothing of what runs them
     "mcp": {
         "flow",
@@ -34,6 +36,7 @@ KNOWS_NOTHING_OF = {
         "status_agent",
         "cli",
         "viewer",
+        "ray",
     },
 }
 

@@ -25,6 +25,7 @@ PUBLIC_MODULES = [
     "toolloop.middleware",
     "toolloop.models",
     "toolloop.planners",
+    "toolloop.ray",
     "toolloop.runner",
     "toolloop.status_agent",
     "toolloop.testing",

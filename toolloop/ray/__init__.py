@@ -1,0 +1,43 @@
+"""Beyond one machine, on Ray: tools as Ray tasks or actor methods, and many runs spread
+over Ray actors (the ``ray`` extra: ``pip install 'toolloop[ray]'``).
+
+- :func:`ray_tool` and :func:`actor_tool` make plain :class:`~toolloop.tools.Tool` objects
+  whose calls run on the cluster; the schema check runs first, on the driver, and a
+  timeout or a cancellation cancels the Ray task.
+- :class:`RayRunPool` runs a :class:`LoopJob` (or an :class:`AgentJob`, or a
+  :class:`RunJob` of your own) over many items on actors that host many runs each, and
+  streams back a :class:`RunOutcome` per item as it finishes.
+- :func:`await_ref` awaits any Ray object without blocking the event loop, on asyncio and
+  on trio, and cancels its task when the wait is cut short.
+"""
+
+from __future__ import annotations
+
+try:
+    import ray as _ray  # noqa: F401
+except ImportError as exc:  # pragma: no cover - the extra is not installed
+    raise ImportError(
+        "toolloop.ray needs Ray, which is not installed: pip install 'toolloop[ray]'"
+    ) from exc
+
+from ._await import await_ref as await_ref
+from ._jobs import AgentJob as AgentJob
+from ._jobs import Host as Host
+from ._jobs import LoopJob as LoopJob
+from ._jobs import RunJob as RunJob
+from ._pool import RayRunPool as RayRunPool
+from ._pool import RunOutcome as RunOutcome
+from ._tool import actor_tool as actor_tool
+from ._tool import ray_tool as ray_tool
+
+__all__ = [
+    "AgentJob",
+    "Host",
+    "LoopJob",
+    "RayRunPool",
+    "RunJob",
+    "RunOutcome",
+    "actor_tool",
+    "await_ref",
+    "ray_tool",
+]
