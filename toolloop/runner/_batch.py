@@ -245,8 +245,9 @@ class ToolBatch(Generic[T, R]):
         spawned at all; the moment a call waits (I/O, a sleep), workers start for the
         calls still waiting, up to the limit, so they run concurrently exactly as if each
         had been submitted with :meth:`submit`. Calls start in submission order either way,
-        and each runs in a copy of the caller's context, as in a task of its own. Await what
-        it returns: ``await batch.run_here(items)`` (the calling task takes its slot only
+        and each the calling task runs gets a copy of its context, as in a task of its own
+        (a worker runs the calls it takes in its own task's context). Await what it
+        returns: ``await batch.run_here(items)`` (the calling task takes its slot only
         then).
 
         Raises:

@@ -168,7 +168,8 @@ class Executor:
         the cancellation propagates. The calls start in the calling task, one after
         another while each finishes without waiting, and spread over worker tasks the
         moment one waits (see :meth:`ToolBatch.run_here`): tools that return at once cost
-        no task. Each call runs in a copy of the caller's context, as in a task of its own.
+        no task. A call the calling task runs gets a copy of its context, as in a task of
+        its own.
         """
         batch = self.batch(
             results=results, on_start=on_start, on_finish=on_finish, task_group=task_group
