@@ -332,7 +332,7 @@ async def test_stream_left_early_cancels_the_run() -> None:
                 if event.kind == "tool_call_started":
                     break
     assert probe.running == 0 and probe.cancelled == 1
-    with pytest.raises(RuntimeError, match="not finished"):
+    with pytest.raises(RuntimeError, match="was cancelled when its block was left"):
         run.result  # noqa: B018
 
 
@@ -377,3 +377,17 @@ def test_sync_twin_runs(backend: Any) -> None:
         planner=ScriptedPlanner([execute(cmd("double", "d", n=21))]),
     )
     assert result.action_results == {"d": 42}
+
+
+@pytest.mark.parametrize("option", ["on_timeout", "on_usage_limit"])
+async def test_a_misspelt_choice_is_refused_before_anything_runs(option: str) -> None:
+    probe = Probe()
+    planner = ScriptedPlanner([execute(cmd("work", n=1, delay=0)), RESPONSE])
+    with pytest.raises(ValueError, match=f"{option} must be 'raise' or 'finish', got 'raises'"):
+        await async_plan_and_execute(
+            "x",
+            tools=[probe.work],
+            planner=planner,
+            **{option: "raises"},  # type: ignore[arg-type]
+        )
+    assert probe.calls == []

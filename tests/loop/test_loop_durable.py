@@ -512,3 +512,27 @@ async def test_a_resumed_run_hands_its_tools_the_deps_and_keeps_its_run_id() -> 
     )
     assert seen == [("A", "r", 0), ("B", "r", 1)]
     assert [r.result for r in result.done_plans] == ["A", "B"]
+
+
+@pytest.mark.anyio
+async def test_needs_approval_refuses_a_name_that_is_no_tool() -> None:
+    """A misspelt name would let the real tool run unapproved: refused before anything runs."""
+    tools = Effects()
+    planner = ScriptedPlanner(SCRIPT)
+    with pytest.raises(ValueError, match=r"needs_approval= names \['efect'\], which are no"):
+        await async_plan_and_execute(
+            "go",
+            tools=[tools.effect],
+            planner=planner,
+            store=MemoryCheckpointStore(),
+            needs_approval=["efect"],
+        )
+    with pytest.raises(TypeError, match=r"not one str: needs_approval=\['effect'\]"):
+        await async_plan_and_execute(
+            "go",
+            tools=[tools.effect],
+            planner=planner,
+            store=MemoryCheckpointStore(),
+            needs_approval="effect",
+        )
+    assert tools.done == []

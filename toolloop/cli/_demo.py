@@ -130,10 +130,10 @@ async def async_demo(options: DemoOptions, *, out: TextIO) -> LoopResult:
             instruction = instruction[: width - 3] + "..."
         out.write(f"\n{instruction}\n")
         out.write(
-            "\nnext: toolloop demo --http   the same plan written by a model over HTTP: tools\n"
-            "                             start while it streams, the short-circuit, an answer\n"
-            "      toolloop view          then, in another terminal, toolloop demo --view 8765:\n"
-            "                             the run in a browser, live\n"
+            "\nnext: toolloop demo --http   the same plan written by a model over HTTP:\n"
+            "                             tools start while it streams, the short-circuit\n"
+            "      toolloop view          and, in another terminal, toolloop demo --view\n"
+            "                             8765: the run live in a browser\n"
         )
         return result
     return await _http_demo(options, out=out, display=display)

@@ -56,7 +56,12 @@ def _prepare(
     state: RoundState | None = None,
     usage_limits: UsageLimits | None = None,
     deps: Any = None,
+    on_timeout: str = "raise",
+    on_usage_limit: str = "raise",
 ) -> Execution[RoundState]:
+    for name, value in (("on_timeout", on_timeout), ("on_usage_limit", on_usage_limit)):
+        if value not in ("raise", "finish"):
+            raise ValueError(f"{name} must be 'raise' or 'finish', got {value!r}")
     if not isinstance(user_input, str):
         raise TypeError(f"user_input must be a str, got {type(user_input).__name__}")
     if max_rounds < 0:
@@ -120,6 +125,22 @@ def _reporter(execution: Execution[RoundState]) -> Callable[[Progress], None]:
             )
 
     return report
+
+
+def _check_approval_names(names: Collection[str], registry: ToolRegistry) -> None:
+    """A name in ``needs_approval=`` that is no tool of the run would let that tool run
+    unapproved under its real name: refused."""
+    if isinstance(names, str):
+        raise TypeError(
+            f"needs_approval= takes tool names (a list or set), not one str: "
+            f"needs_approval=[{names!r}]"
+        )
+    unknown = sorted(n for n in names if n not in registry)
+    if unknown:
+        raise ValueError(
+            f"needs_approval= names {unknown}, which are no tools of this run (its tools: "
+            f"{registry.names}); a misspelt name would let the real tool run unapproved"
+        )
 
 
 async def _run(
@@ -284,7 +305,11 @@ async def async_plan_and_execute(
         usage_limits=usage_limits,
         deps=deps,
         run_id=run_id,
+        on_timeout=on_timeout,
+        on_usage_limit=on_usage_limit,
     )
+    if needs_approval:
+        _check_approval_names(needs_approval, execution.deps.registry)
     if store is None:
         meter = UsageMeter(usage_limits)
         scope = execution.deps.scope
@@ -394,6 +419,8 @@ async def async_resume_plan_and_execute(
         state=state,
         usage_limits=usage_limits,
         deps=deps,
+        on_timeout=on_timeout,
+        on_usage_limit=on_usage_limit,
     )
     paused = checkpoint.status == "paused"
     if paused != (decision is not None):
@@ -554,6 +581,7 @@ class LoopStream:
         self._events = events
         self._result: LoopResult | None = None
         self._exhausted = False
+        self._left_early = False
         self._loop_only = loop_only
 
     def __aiter__(self) -> LoopStream:
@@ -573,6 +601,11 @@ class LoopStream:
     def result(self) -> LoopResult:
         """The run's result (after the events ended)."""
         if self._result is None:
+            if self._left_early:
+                raise RuntimeError(
+                    "the run was cancelled when its block was left before its events ended, "
+                    "so it has no result; read the events to the end inside the block"
+                )
             raise RuntimeError("the run has not finished; read its events to the end first")
         return self._result
 
@@ -627,6 +660,8 @@ async def stream_plan_and_execute(
         on_event=on_event,
         usage_limits=usage_limits,
         deps=deps,
+        on_timeout=on_timeout,
+        on_usage_limit=on_usage_limit,
     )
     events = execution.events()
     stream = LoopStream(events, loop_only=loop_events_only)
@@ -644,6 +679,7 @@ async def stream_plan_and_execute(
             yield stream
         finally:
             if not stream._exhausted:  # left early: the run is not wanted any more
+                stream._left_early = True
                 tg.cancel_scope.cancel()
             await events.aclose()
     if failure:
