@@ -106,7 +106,10 @@ async def test_a_durable_run_gives_what_a_plain_run_gives_and_keeps_its_journal(
     # (after rounds 0 and 1), 4 (completed)
     assert stored.revision == 4
     # the run id is taken
-    with pytest.raises(CheckpointConflictError, match="already has a checkpoint"):
+    with pytest.raises(
+        CheckpointConflictError,
+        match=r"already has a run .*: to continue it, call async_resume_plan_and_execute",
+    ):
         await async_plan_and_execute(
             "go", tools=[durable.effect], planner=ScriptedPlanner(SCRIPT), store=store, run_id="r"
         )

@@ -31,6 +31,7 @@ from .._errors import PlannerError
 from ..checkpoints import (
     Approve,
     Checkpoint,
+    CheckpointConflictError,
     CheckpointedRun,
     CheckpointStore,
     CorruptCheckpointError,
@@ -496,13 +497,20 @@ async def begin(
     store: CheckpointStore, run_id: str, deps: LoopDeps, needs_approval: Collection[str] = ()
 ) -> CheckpointedRun:
     """Write the first checkpoint of a new durable run."""
-    return await CheckpointedRun.begin(
-        store,
-        run_id=run_id,
-        flow=loop_flow.name,
-        snapshot=snapshot_of(run_id, RoundState()),
-        metadata=metadata_of(deps, needs_approval),
-    )
+    try:
+        return await CheckpointedRun.begin(
+            store,
+            run_id=run_id,
+            flow=loop_flow.name,
+            snapshot=snapshot_of(run_id, RoundState()),
+            metadata=metadata_of(deps, needs_approval),
+        )
+    except CheckpointConflictError as exc:
+        raise CheckpointConflictError(
+            f"the store already has a run {run_id!r}: to continue it, call "
+            f"async_resume_plan_and_execute({run_id!r}, ...); for a new run, pass another "
+            "run_id (or none: a fresh one is made)"
+        ) from exc
 
 
 async def run_durable(
