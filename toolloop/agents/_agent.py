@@ -15,7 +15,7 @@ from .._errors import ResumeError
 from ..checkpoints import CheckpointedRun, CheckpointStore, HumanRequest
 from ..flow import Execution, Flow, FlowEvent, FlowResult, FlowSnapshot, TraceEntry
 from ..models import ChatModel, ModelSettings, Usage, UsageLimits, UsageMeter, check_settings
-from ..runner import ToolCommand, ToolExecutionRecord, ToolProgress
+from ..runner import ToolCommand, ToolExecutionRecord, progress_reporter
 from ..tools import Progress, RunScope, Tool, ToolRegistry
 from ._durable import RECOVERY, check_recovery_answer
 from ._flow import ANSWERED, AgentDeps, agent_flow
@@ -539,20 +539,4 @@ def create_agent(
 
 def _reporter(execution: Execution[AgentState]) -> Callable[[Progress], None]:
     """A tool's progress as a :class:`~toolloop.runner.ToolProgress` event of the run."""
-    ctx = execution.context_for("tools")
-
-    def report(progress: Progress) -> None:
-        if ctx.observed:
-            ctx.publish(
-                ToolProgress(
-                    execution_id=ctx.execution_id,
-                    at=ctx.elapsed(),
-                    round_index=progress.round_index,
-                    tool_name=progress.tool_name,
-                    purpose=progress.purpose,
-                    message=progress.message,
-                    data=progress.data,
-                )
-            )
-
-    return report
+    return progress_reporter(execution.context_for("tools"))

@@ -15,7 +15,7 @@ from .._errors import ExecutionTimeoutError, PlannerError, UsageLimitError
 from ..flow import EventStream, Execution, FlowEvent
 from ..models import UsageLimits, UsageMeter
 from ..planners import PlannerLike
-from ..runner import Executor, ToolCallEvent, ToolProgress
+from ..runner import Executor, ToolCallEvent, ToolProgress, progress_reporter
 from ..tools import Progress, RunScope, Tool, ToolRegistry
 from ._events import LoopEvent
 from ._flow import LoopDeps, RoundState, loop_flow
@@ -107,24 +107,8 @@ def _prepare(
 
 
 def _reporter(execution: Execution[RoundState]) -> Callable[[Progress], None]:
-    """A tool's progress as a :class:`ToolProgress` event of the run."""
-    ctx = execution.context_for("execute")
-
-    def report(progress: Progress) -> None:
-        if ctx.observed:
-            ctx.publish(
-                ToolProgress(
-                    execution_id=ctx.execution_id,
-                    at=ctx.elapsed(),
-                    round_index=progress.round_index,
-                    tool_name=progress.tool_name,
-                    purpose=progress.purpose,
-                    message=progress.message,
-                    data=progress.data,
-                )
-            )
-
-    return report
+    """A tool's progress as a :class:`~toolloop.runner.ToolProgress` event of the run."""
+    return progress_reporter(execution.context_for("execute"))
 
 
 def _check_approval_names(names: Collection[str], registry: ToolRegistry) -> None:

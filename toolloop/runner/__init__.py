@@ -15,6 +15,7 @@ from ._events import ToolCallEvent as ToolCallEvent
 from ._events import ToolCallFinished as ToolCallFinished
 from ._events import ToolCallStarted as ToolCallStarted
 from ._events import ToolProgress as ToolProgress
+from ._events import progress_reporter as progress_reporter
 from ._executor import Executor as Executor
 from ._executor import OnFinish as OnFinish
 from ._executor import OnStart as OnStart
@@ -54,6 +55,7 @@ __all__ = [
     "construct",
     "json_safe",
     "nesting_depth",
+    "progress_reporter",
     "short_repr",
     "tool_error_text",
 ]

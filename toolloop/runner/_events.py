@@ -8,14 +8,23 @@ product's own events.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import Field
 
-from ..flow import FlowEvent
+from ..flow import Context, FlowEvent
+from ..tools import Progress
 from ._records import ToolCommand, ToolExecutionRecord
 
-__all__ = ["CallSource", "ToolCallEvent", "ToolCallFinished", "ToolCallStarted", "ToolProgress"]
+__all__ = [
+    "CallSource",
+    "ToolCallEvent",
+    "ToolCallFinished",
+    "ToolCallStarted",
+    "ToolProgress",
+    "progress_reporter",
+]
 
 CallSource = Literal["ran", "replayed", "interrupted"]
 """How a call's record came about: the tool ran now; its outcome was read from a journal (a
@@ -65,3 +74,24 @@ class ToolProgress(FlowEvent):
     """The command's purpose (the agent's tool-call id)."""
     message: str
     data: dict[str, Any] = Field(default_factory=dict)
+
+
+def progress_reporter(ctx: Context[Any]) -> Callable[[Progress], None]:
+    """What a run hands its tools' :class:`~toolloop.tools.RunContext` to report with: each
+    report becomes a :class:`ToolProgress` event of the run (when anyone observes it)."""
+
+    def report(progress: Progress) -> None:
+        if ctx.observed:
+            ctx.publish(
+                ToolProgress(
+                    execution_id=ctx.execution_id,
+                    at=ctx.elapsed(),
+                    round_index=progress.round_index,
+                    tool_name=progress.tool_name,
+                    purpose=progress.purpose,
+                    message=progress.message,
+                    data=progress.data,
+                )
+            )
+
+    return report
