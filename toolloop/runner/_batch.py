@@ -84,6 +84,7 @@ class ToolBatch(Generic[T, R]):
         "_on_finish",
         "_on_start",
         "_outer",
+        "_owner",
         "_parts",
         "_results",
         "_sink",
@@ -125,15 +126,17 @@ class ToolBatch(Generic[T, R]):
         self._idle: anyio.Event | None = None
         self._error: BaseException | None = None
         # call() in three parts, for a caller whose call starts the tool and makes the result
-        # of what it gave: the batch awaits the tool itself, one frame less per call
+        # of what it gave: the batch awaits the tool itself, one frame less per call. The
+        # first part is a function of the owner's class, called with ``_owner`` first.
         self._parts: (
             tuple[
-                Callable[[T], tuple[R | None, Awaitable[Any] | None]],
+                Callable[[Any, T], tuple[R | None, Awaitable[Any] | None]],
                 Callable[[T, Any], R],
                 Callable[[T, Exception], R],
             ]
             | None
         ) = None
+        self._owner: Any = None
 
     @property
     def items(self) -> list[T]:
@@ -311,7 +314,7 @@ class ToolBatch(Generic[T, R]):
                 index = self._next
                 self._next += 1
                 # others wait: the owner spills them to workers if its own call waits
-                spill = self._spill if here and self._next < len(items) else None
+                spill = self if here and self._next < len(items) else None
                 parts = self._parts
                 if parts is None:
                     if self._on_start is None and on_finish is None:
@@ -325,7 +328,7 @@ class ToolBatch(Generic[T, R]):
                     item = items[index]
                     if self._on_start is not None or on_finish is not None:
                         self._mark_started(index)
-                    early, pending = parts[0](item)
+                    early, pending = parts[0](self._owner, item)
                     if pending is None:
                         result = early  # type: ignore[assignment]  # a call that cannot run
                     else:
@@ -377,10 +380,10 @@ def _nothing() -> None:
 
 @types.coroutine
 def _in_own_context(
-    call: Awaitable[R], on_wait: Callable[[], None] | None
+    call: Awaitable[R], spill: ToolBatch[Any, Any] | None
 ) -> Generator[Any, Any, R]:
     """Await ``call`` in the current task, in a copy of its context (as a task of its own
-    would: a context variable the call sets stays its own), calling ``on_wait()`` (if
+    would: a context variable the call sets stays its own), calling ``spill._spill()`` (if
     given) the first time the call waits.
 
     This is ``yield from`` with a context and a hook: whatever the call yields goes to the
@@ -393,8 +396,8 @@ def _in_own_context(
         signal = run(coro.send, None)
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
-    if on_wait is not None:
-        on_wait()
+    if spill is not None:
+        spill._spill()
     while True:
         error: BaseException | None = None
         try:

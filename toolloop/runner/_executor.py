@@ -115,11 +115,7 @@ class Executor:
         self.on_start = on_start
         self.on_finish = on_finish
         # the batch awaits the tool itself, unless a subclass's own call() must run whole
-        self._parts = (
-            (self._begin, ToolExecutionRecord.succeeded, self._broke)
-            if type(self).call is Executor.call
-            else None
-        )
+        self._parts = _parts_of(type(self))
 
     def batch(
         self,
@@ -150,7 +146,9 @@ class Executor:
             results=results,
             task_group=task_group,
         )
-        batch._parts = self._parts
+        if self._parts is not None:
+            batch._parts = self._parts
+            batch._owner = self
         return batch
 
     async def run(
@@ -200,7 +198,9 @@ class Executor:
         return ToolExecutionRecord.succeeded(command, value)
 
     # The three parts of call(), for the runner's batch, which awaits the tool itself (one
-    # frame less under every tool call).
+    # frame less under every tool call). The batch calls them with the executor as first
+    # argument: functions of the class, not bound methods, so that an executor holds no
+    # reference to itself (a cycle only the garbage collector would free).
 
     def _begin(
         self, command: ToolCommand
@@ -252,3 +252,22 @@ class Executor:
             return await tool.execute(arguments, timeout=self.tool_timeout)
         finally:
             limiter.release_on_behalf_of(borrower)
+
+
+_PARTS: dict[type[Executor], tuple[Any, Any, Any] | None] = {}
+
+
+def _parts_of(cls: type[Executor]) -> tuple[Any, Any, Any] | None:
+    """``(begin, succeeded, broke)`` of an executor class (``begin(executor, command)``),
+    or ``None`` for a subclass whose own :meth:`Executor.call` must run whole; one tuple
+    per class, shared by its executors."""
+    try:
+        return _PARTS[cls]
+    except KeyError:
+        parts = (
+            (cls._begin, ToolExecutionRecord.succeeded, cls._broke)
+            if cls.call is Executor.call
+            else None
+        )
+        _PARTS[cls] = parts
+        return parts
