@@ -35,6 +35,7 @@ from ._events import (
 from ._result import EventStream, FlowResult
 from ._snapshot import FlowSnapshot, Wait
 from ._trace import RawEntry, TraceEntry, materialize
+from ._workers import WorkerPool
 
 if TYPE_CHECKING:
     from ._flow import Flow
@@ -95,6 +96,7 @@ class Execution(Generic[S]):
         "_flow",
         "_live",
         "_observers",
+        "_pool",
         "_result",
         "_t0",
         "_tg",
@@ -120,6 +122,7 @@ class Execution(Generic[S]):
         self._collected: dict[str, dict[str, Any]] | None = None  # made by a join
         self._waits: list[Wait] = []
         self._tg: TaskGroup | None = None
+        self._pool: WorkerPool | None = None
         self._done = False
         self._result: Any = None
         self._failure: ExecutionError | None = None
@@ -284,6 +287,7 @@ class Execution(Generic[S]):
         self.status = "running"
         self._done = False
         self._result = None
+        self._pool = None
         self._t0 = perf_counter() - self._elapsed_before
         if self._observers:
             self._publish(
@@ -310,12 +314,15 @@ class Execution(Generic[S]):
                     self._broke(node, exc)
                 finally:
                     self._live -= 1
+                    if self._pool is not None:  # its idle workers leave: the group can end
+                        self._pool.close()
         except BaseException:
             self.status = "cancelled"
             self._close_observers()
             raise
         finally:
             self._tg = None
+            self._pool = None
             self._elapsed_before = perf_counter() - self._t0
         return self._outcome(timeout, tg.cancel_scope.cancelled_caught)
 
@@ -419,6 +426,14 @@ class Execution(Generic[S]):
         self._fail(failed)
 
     # -- called by nodes and contexts ---------------------------------------------------
+
+    def _workers(self) -> WorkerPool:
+        pool = self._pool
+        if pool is None:
+            if self._tg is None:
+                raise RuntimeError(f"execution {self.id} is not running")
+            pool = self._pool = WorkerPool(self._tg)
+        return pool
 
     def context_for(self, step: str) -> Context[S]:
         return Context(self, step)
