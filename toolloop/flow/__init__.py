@@ -28,8 +28,6 @@ from ._snapshot import FlowSnapshot as FlowSnapshot
 from ._snapshot import Wait as Wait
 from ._trace import Outcome as Outcome
 from ._trace import TraceEntry as TraceEntry
-from ._workers import PoolWorker as PoolWorker
-from ._workers import WorkerPool as WorkerPool
 
 __all__ = [
     "Branch",
@@ -48,7 +46,6 @@ __all__ = [
     "FlowResult",
     "FlowSnapshot",
     "Outcome",
-    "PoolWorker",
     "Step",
     "StepFailed",
     "StepFinished",
@@ -56,5 +53,4 @@ __all__ = [
     "Target",
     "TraceEntry",
     "Wait",
-    "WorkerPool",
 ]

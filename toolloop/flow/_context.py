@@ -13,7 +13,6 @@ if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
     from ._execution import Execution
-    from ._workers import WorkerPool
 
 __all__ = ["Context"]
 
@@ -82,17 +81,6 @@ class Context(Generic[S, D]):
         if task_group is None:
             raise RuntimeError(f"execution {self._ex.id} is not running")
         return task_group
-
-    @property
-    def workers(self) -> WorkerPool:
-        """The execution's pool of worker tasks, in its task group, kept between steps.
-
-        A worker whose job is done waits for the next one instead of ending, so work
-        spread over tasks step after step (the loop's rounds of tool calls) starts at most
-        as many tasks as it ever needed at once. The pool is closed when the execution's
-        chain of steps ends; its cancellation reaches the workers as any task of its group.
-        """
-        return self._ex._workers()
 
     @property
     def observed(self) -> bool:

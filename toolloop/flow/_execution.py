@@ -35,7 +35,6 @@ from ._events import (
 from ._result import EventStream, FlowResult
 from ._snapshot import FlowSnapshot, Wait
 from ._trace import RawEntry, TraceEntry, materialize
-from ._workers import WorkerPool
 
 if TYPE_CHECKING:
     from ._flow import Flow
@@ -78,6 +77,10 @@ def new_execution_id() -> str:
 
 S = TypeVar("S")
 
+_NO_WAITS: list[Wait] = []
+"""The waits of an execution that waits for nothing: shared, so never changed in place
+(an execution replaces its list when it pauses; it deletes only from a list it made)."""
+
 ExecutionStatus = Literal["new", "running", "completed", "paused", "failed", "cancelled"]
 
 
@@ -96,7 +99,6 @@ class Execution(Generic[S]):
         "_flow",
         "_live",
         "_observers",
-        "_pool",
         "_result",
         "_t0",
         "_tg",
@@ -120,9 +122,8 @@ class Execution(Generic[S]):
         self._observers: tuple[Callable[[FlowEvent], None], ...] = ()
         self._closers: tuple[Callable[[], None], ...] = ()
         self._collected: dict[str, dict[str, Any]] | None = None  # made by a join
-        self._waits: list[Wait] = []
+        self._waits: list[Wait] = _NO_WAITS  # shared while empty: replaced, never changed
         self._tg: TaskGroup | None = None
-        self._pool: WorkerPool | None = None
         self._done = False
         self._result: Any = None
         self._failure: ExecutionError | None = None
@@ -287,7 +288,6 @@ class Execution(Generic[S]):
         self.status = "running"
         self._done = False
         self._result = None
-        self._pool = None
         self._t0 = perf_counter() - self._elapsed_before
         if self._observers:
             self._publish(
@@ -314,15 +314,12 @@ class Execution(Generic[S]):
                     self._broke(node, exc)
                 finally:
                     self._live -= 1
-                    if self._pool is not None:  # its idle workers leave: the group can end
-                        self._pool.close()
         except BaseException:
             self.status = "cancelled"
             self._close_observers()
             raise
         finally:
             self._tg = None
-            self._pool = None
             self._elapsed_before = perf_counter() - self._t0
         return self._outcome(timeout, tg.cancel_scope.cancelled_caught)
 
@@ -427,14 +424,6 @@ class Execution(Generic[S]):
 
     # -- called by nodes and contexts ---------------------------------------------------
 
-    def _workers(self) -> WorkerPool:
-        pool = self._pool
-        if pool is None:
-            if self._tg is None:
-                raise RuntimeError(f"execution {self.id} is not running")
-            pool = self._pool = WorkerPool(self._tg)
-        return pool
-
     def context_for(self, step: str) -> Context[S]:
         return Context(self, step)
 
@@ -481,7 +470,7 @@ class Execution(Generic[S]):
                 f"step {step!r} paused for {event!r}, which is not an external event; declare "
                 f"it with flow.when({event!r}, external=True).to(...)"
             )
-        self._waits.append(Wait(event=event, request=request, step=step))
+        self._waits = [*self._waits, Wait(event=event, request=request, step=step)]
 
     def _finish(self, value: Any, *, alone: bool = False) -> None:
         """End with ``value``; cancel whatever else runs (``alone``: the caller is the only
@@ -490,7 +479,7 @@ class Execution(Generic[S]):
             return
         self._done = True
         self._result = value
-        self._waits.clear()
+        self._waits = _NO_WAITS
         if self._tg is not None and not (alone and self._live <= 1):
             self._tg.cancel_scope.cancel()
 

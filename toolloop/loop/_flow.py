@@ -271,7 +271,7 @@ async def _plan_streaming(
         if observed:
             ctx.publish(_finished_event(ctx, index, positions[k], record, duration))
 
-    batch = deps.executor.batch(on_start=on_start, on_finish=on_finish, task_group=ctx.workers)
+    batch = deps.executor.batch(on_start=on_start, on_finish=on_finish, task_group=ctx.task_group)
 
     def add(position: int, item: PlanItem) -> None:
         nonlocal executed_at
@@ -363,8 +363,8 @@ async def execute(planned: Planned, ctx: LoopContext) -> None:
         else:  # commands only, no one observing: the runner and nothing else, inline
             records = []
             # Executor.run's body, inline (one frame less under every call of the round);
-            # the batch's workers are the run's own, kept from round to round
-            batch = ctx.deps.executor.batch(results=records, task_group=ctx.workers)
+            # the batch's workers start in the run's own task group
+            batch = ctx.deps.executor.batch(results=records, task_group=ctx.task_group)
             try:
                 async with batch:
                     await batch.run_here(items)  # type: ignore[arg-type]  # commands only
@@ -418,7 +418,7 @@ async def _execute_mixed(decided: NormalizedPlan, ctx: LoopContext) -> list[Tool
             results=ran,
             on_start=on_start,
             on_finish=on_finish,
-            task_group=ctx.workers,
+            task_group=ctx.task_group,
         )
     finally:  # also when cancelled: the batch handed every command a record by now
         for k, record in enumerate(ran):

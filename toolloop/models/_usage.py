@@ -194,15 +194,16 @@ class UsageMeter:
         """Everything counted so far (set it to go on from an earlier total)."""
         self.calls = 0
         """How many calls this meter counted (a mark for :meth:`since`)."""
-        self._calls: list[Usage] = []
+        self._calls: list[Usage] | None = None  # made at the first call (most runs: none)
 
     def since(self, mark: int) -> Usage | None:
         """The usage of the calls counted after ``mark`` (:attr:`calls` then); ``None`` when
         there were none."""
-        if mark >= len(self._calls):
+        calls = self._calls
+        if calls is None or mark >= len(calls):
             return None
         total = Usage()
-        for call in self._calls[mark:]:
+        for call in calls[mark:]:
             total = total + call
         return total
 
@@ -284,6 +285,8 @@ class UsageMeter:
 
     def add(self, usage: Usage) -> None:
         """Count one call's usage."""
+        if self._calls is None:
+            self._calls = []
         self._calls.append(usage)
         self.calls += 1
         self.usage = self.usage + usage

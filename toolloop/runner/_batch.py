@@ -39,8 +39,6 @@ from typing import Any, Generic, TypeVar
 import anyio
 import anyio.abc
 
-from ..flow import PoolWorker, WorkerPool
-
 __all__ = ["BatchCall", "ToolBatch"]
 
 T = TypeVar("T")
@@ -66,10 +64,8 @@ class ToolBatch(Generic[T, R]):
         results: a list to which the results are appended, in submission order, when the
             batch ends, also when it is cancelled or fails.
         task_group: an open task group that outlives the batch (e.g. its run's), to start
-            workers in, or a :class:`~toolloop.flow.WorkerPool` (e.g. ``ctx.workers``, the
-            execution's), whose idle workers it takes before it starts new ones; the batch
-            then opens no task group of its own. Its workers are still its own while they
-            work for it: cancelled when the batch is, awaited before it ends. A worker's
+            workers in; the batch then opens no task group of its own. Its workers are
+            still its own: cancelled when the batch is, awaited before it ends. A worker's
             fatal error (a call or callback that raises) cancels the other workers and
             starts no more; the call the calling task runs itself, if any, ends first, then
             the error is raised when the block exits. For calls that may fail so, leave
@@ -107,7 +103,7 @@ class ToolBatch(Generic[T, R]):
         on_start: Callable[[int, T], object] | None = None,
         on_finish: Callable[[int, R, float], object] | None = None,
         results: list[R] | None = None,
-        task_group: anyio.abc.TaskGroup | WorkerPool | None = None,
+        task_group: anyio.abc.TaskGroup | None = None,
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be an int >= 1, got {concurrency!r}")
@@ -126,7 +122,7 @@ class ToolBatch(Generic[T, R]):
         self._state = 0  # 0 new, 1 open, 2 closed
         self._task_group: anyio.abc.TaskGroup | None = None
         self._outer = task_group
-        self._handles: list[Any] | None = None  # of the workers started in an outer group
+        self._handles: list[Any] | None = None  # of the workers started in the outer group
         self._idle: anyio.Event | None = None
         self._error: BaseException | None = None
         # call() in three parts, for a caller whose call starts the tool and makes the result
@@ -170,7 +166,7 @@ class ToolBatch(Generic[T, R]):
             task_group = anyio.create_task_group()
             await task_group.__aenter__()
             self._task_group = task_group
-        elif not isinstance(self._outer, WorkerPool):
+        else:
             self._task_group = self._outer
         self._state = 1
         return self
@@ -229,14 +225,6 @@ class ToolBatch(Generic[T, R]):
 
     def _cancel_workers(self) -> None:
         self._next = len(self._items)  # nothing more is taken
-        outer = self._outer
-        if isinstance(outer, WorkerPool):
-            dropped = outer.cancel(self)  # jobs no worker took yet never start
-            if dropped:
-                self._workers -= dropped
-                if not self._workers and self._idle is not None:
-                    self._idle.set()
-            return
         for handle in self._handles or ():
             handle.cancel()
 
@@ -270,7 +258,7 @@ class ToolBatch(Generic[T, R]):
         """
         for item in items:
             self._add(item)
-        return self._work(True)  # takes a slot when it starts, if one is free
+        return self._here()  # takes a slot when it starts, if one is free
 
     def submit_here(self, item: T) -> Awaitable[None]:
         """Submit ``item`` and work in the calling task (see :meth:`run_here`)."""
@@ -294,10 +282,6 @@ class ToolBatch(Generic[T, R]):
             self._start_worker()
 
     def _start_worker(self) -> None:
-        outer = self._outer
-        if isinstance(outer, WorkerPool):  # an idle worker of the pool, or a new one
-            outer.start(self, self._pool_worker)
-            return
         assert self._task_group is not None
         handle = self._task_group.start_soon(self._work, name=_WORKER)
         if self._outer is not None:  # cancelled with the batch, not with the outer group
@@ -311,86 +295,153 @@ class ToolBatch(Generic[T, R]):
         if self._on_start is not None:
             self._on_start(index, self._items[index])
 
-    async def _work(self, here: bool = False, worker: PoolWorker | None = None) -> None:
-        """Take waiting calls, first come first served, until none is left.
+    @types.coroutine
+    def _here(self) -> Generator[Any, Any, None]:
+        """The batch's owner works on the waiting calls, if a slot is free.
 
-        ``here``: the batch's owner works, if a slot is free. It runs each call in a copy of
-        its context (as a task of its own would), and starts workers for the calls still
-        waiting when one of its own waits.
-
-        ``worker``: a worker of the pool given as ``task_group``. When this batch has no
-        call left for it, it goes on with the pool's next batch (waiting for one while
-        idle), in this same frame, until the pool lets it go.
+        It runs each call in a copy of its context (as a task of its own would) and starts
+        workers for the calls still waiting when one of its own waits. A generator-based
+        coroutine that drives the call itself (``yield from`` with a context and a hook):
+        whatever the call yields goes to the event loop unchanged (asyncio futures, trio's
+        traps), and what the loop sends or throws goes back to it, so the call runs in
+        this task as if it were awaited directly, with one frame of ours above it.
         """
-        if here:
-            if self._workers >= self._limit or self._error is not None:
-                return  # no slot for the calling task: the workers take the calls
-            self._workers += 1
-        batch: ToolBatch[Any, Any] = self
+        if self._workers >= self._limit or self._error is not None:
+            return  # no slot for the calling task: the workers take the calls
+        self._workers += 1
+        items = self._items
+        results = self._results
+        on_finish = self._on_finish
+        parts = self._parts
         try:
-            while True:
-                items = batch._items
-                results = batch._results
-                on_finish = batch._on_finish
-                try:
-                    while batch._next < len(items):
-                        index = batch._next
-                        batch._next += 1
-                        # others wait: the owner spills them to workers if its own call waits
-                        spill = batch if here and batch._next < len(items) else None
-                        parts = batch._parts
+            while self._next < len(items):
+                index = self._next
+                self._next += 1
+                item = items[index]
+                early: Any = None
+                pending: Any
+                if parts is None:
+                    if self._on_start is None and on_finish is None:
+                        pending = self._call(item, _nothing)
+                    else:
+                        pending = self._call(item, functools.partial(self._mark_started, index))
+                else:
+                    if self._on_start is not None or on_finish is not None:
+                        self._mark_started(index)
+                    early, pending = parts[0](self._owner, item)
+                result: Any
+                if pending is None:
+                    result = early  # a call that cannot run
+                else:
+                    # the call, driven here in a copy of the context
+                    context = contextvars.copy_context()
+                    coro: Any = pending if isinstance(pending, Coroutine) else pending.__await__()
+                    pending = None
+                    failure: Exception | None = None
+                    value: Any = None
+                    try:
+                        signal = context.run(coro.send, None)
+                    except StopIteration as done:
+                        value = done.value
+                        coro = None
+                    except Exception as exc:
                         if parts is None:
-                            if batch._on_start is None and on_finish is None:
-                                call = batch._call(items[index], _nothing)
-                            else:
-                                call = batch._call(
-                                    items[index], functools.partial(batch._mark_started, index)
-                                )
-                            result = await (_in_own_context(call, spill) if here else call)
-                        else:
-                            item = items[index]
-                            if batch._on_start is not None or on_finish is not None:
-                                batch._mark_started(index)
-                            early, pending = parts[0](batch._owner, item)
-                            if pending is None:
-                                result = early  # a call that cannot run
-                            else:
-                                try:
-                                    value = await (
-                                        _in_own_context(pending, spill) if here else pending
-                                    )
-                                except Exception as exc:
-                                    result = parts[2](item, exc)
+                            raise  # a call that does not make a result of errors aborts
+                        failure = exc
+                        coro = None
+                    if coro is not None:
+                        if self._next < len(items):  # others wait: workers take them
+                            self._spill()
+                        while True:
+                            error: BaseException | None = None
+                            try:
+                                reply = yield signal
+                            except GeneratorExit:
+                                context.run(coro.close)
+                                raise
+                            except BaseException as exc:  # cancellation, whatever is thrown
+                                error = exc
+                            # thrown in outside the handler, so the call does not see
+                            # ``error`` as the exception being handled
+                            try:
+                                if error is None:
+                                    signal = context.run(coro.send, reply)
                                 else:
-                                    result = parts[1](item, value)
-                        results[index] = result
-                        if on_finish is not None:
-                            start = batch._started.get(index, 0.0)  # type: ignore[union-attr]
-                            on_finish(index, result, perf_counter() - start if start else 0.0)
-                except Exception as exc:
-                    if here or batch._outer is None:
-                        raise  # the owner's, or a worker's in the batch's own group: aborts it
-                    # a worker in the outer group: its fatal error is the batch's, not the group's
-                    if batch._error is None:
-                        batch._error = exc
-                    batch._cancel_workers()
-                finally:
-                    batch._workers -= 1
-                    if not batch._workers and batch._idle is not None:
-                        batch._idle.set()
-                if worker is None:
-                    return
-                following = await worker.pool.take(worker)
-                if following is None:
-                    return
-                batch = following  # type: ignore[assignment]  # the pool holds batches
+                                    signal = context.run(coro.throw, error)
+                            except StopIteration as done:
+                                value = done.value
+                                break
+                            except Exception as exc:
+                                if parts is None:
+                                    raise  # a call that does not make a result of errors
+                                failure = exc
+                                break
+                            finally:
+                                error = None
+                        coro = None
+                    if parts is None:
+                        result = value
+                    elif failure is None:
+                        result = parts[1](item, value)
+                    else:
+                        result = parts[2](item, failure)
+                        failure = None
+                results[index] = result
+                if on_finish is not None:
+                    start = self._started.get(index, 0.0)  # type: ignore[union-attr]
+                    on_finish(index, result, perf_counter() - start if start else 0.0)
         finally:
-            if worker is not None:
-                worker.pool.leave(worker)
+            self._workers -= 1
+            if not self._workers and self._idle is not None:
+                self._idle.set()
 
-    def _pool_worker(self, worker: PoolWorker) -> Coroutine[Any, Any, None]:
-        """A new worker of the pool: this batch's calls first, then the pool's next."""
-        return self._work(False, worker)
+    async def _work(self) -> None:
+        """A worker: take waiting calls, first come first served, until none is left."""
+        items = self._items
+        results = self._results
+        on_finish = self._on_finish
+        try:
+            while self._next < len(items):
+                index = self._next
+                self._next += 1
+                parts = self._parts
+                if parts is None:
+                    if self._on_start is None and on_finish is None:
+                        call = self._call(items[index], _nothing)
+                    else:
+                        call = self._call(
+                            items[index], functools.partial(self._mark_started, index)
+                        )
+                    result = await call
+                else:
+                    item = items[index]
+                    if self._on_start is not None or on_finish is not None:
+                        self._mark_started(index)
+                    early, pending = parts[0](self._owner, item)
+                    if pending is None:
+                        result = early  # type: ignore[assignment]  # a call that cannot run
+                    else:
+                        try:
+                            value = await pending
+                        except Exception as exc:
+                            result = parts[2](item, exc)
+                        else:
+                            result = parts[1](item, value)
+                results[index] = result
+                if on_finish is not None:
+                    start = self._started.get(index, 0.0)  # type: ignore[union-attr]
+                    on_finish(index, result, perf_counter() - start if start else 0.0)
+        except Exception as exc:
+            if self._outer is None:
+                raise  # a worker in the batch's own group: aborts the batch
+            # a worker in the outer group: its fatal error is the batch's, not the group's
+            if self._error is None:
+                self._error = exc
+            self._cancel_workers()
+        finally:
+            self._workers -= 1
+            if not self._workers and self._idle is not None:
+                self._idle.set()
 
     def _close(self) -> None:
         """Give every item without a result the cancelled one; hand the results over."""
@@ -414,45 +465,3 @@ _WORKER = "toolloop.runner.ToolBatch worker"
 
 def _nothing() -> None:
     """``started`` for a batch that tells nobody when calls start."""
-
-
-@types.coroutine
-def _in_own_context(
-    call: Awaitable[R], spill: ToolBatch[Any, Any] | None
-) -> Generator[Any, Any, R]:
-    """Await ``call`` in the current task, in a copy of its context (as a task of its own
-    would: a context variable the call sets stays its own), calling ``spill._spill()`` (if
-    given) the first time the call waits.
-
-    This is ``yield from`` with a context and a hook: whatever the call yields goes to the
-    event loop unchanged (asyncio futures, trio's traps), and what the loop sends or throws
-    goes back to it, so the call runs in this task as if it were awaited directly.
-    """
-    run = contextvars.copy_context().run
-    coro: Any = call if isinstance(call, Coroutine) else call.__await__()
-    try:
-        signal = run(coro.send, None)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-    if spill is not None:
-        spill._spill()
-    while True:
-        error: BaseException | None = None
-        try:
-            reply = yield signal
-        except GeneratorExit:
-            run(coro.close)
-            raise
-        except BaseException as exc:  # cancellation, and whatever the loop throws in
-            error = exc
-        # thrown in outside the handler, so the call does not see ``error`` as the
-        # exception being handled (no false "during handling of the above exception")
-        try:
-            if error is None:
-                signal = run(coro.send, reply)
-            else:
-                signal = run(coro.throw, error)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        finally:
-            error = None

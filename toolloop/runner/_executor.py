@@ -19,7 +19,6 @@ import anyio
 import anyio.abc
 
 from .._errors import ToolCallError, ToolTimeoutError
-from ..flow import WorkerPool
 from ..tools import Tool, ToolRegistry
 from ._batch import ToolBatch
 from ._records import ToolCommand, ToolExecutionRecord
@@ -125,7 +124,7 @@ class Executor:
         results: list[ToolExecutionRecord] | None = None,
         on_start: OnStart | None = None,
         on_finish: OnFinish | None = None,
-        task_group: anyio.abc.TaskGroup | WorkerPool | None = None,
+        task_group: anyio.abc.TaskGroup | None = None,
     ) -> ToolBatch[ToolCommand, ToolExecutionRecord]:
         """A batch to submit commands to, as they arrive: ``async with executor.batch()``.
 
@@ -135,8 +134,7 @@ class Executor:
                 order, when the batch ends, also when it is cancelled or fails.
             on_start: replaces the executor's ``on_start`` for this batch.
             on_finish: replaces the executor's ``on_finish`` for this batch.
-            task_group: an open task group to start the batch's workers in, or a
-                :class:`~toolloop.flow.WorkerPool` to take them from (see
+            task_group: an open task group to start the batch's workers in (see
                 :class:`ToolBatch`).
         """
         batch = ToolBatch(
@@ -160,7 +158,7 @@ class Executor:
         results: list[ToolExecutionRecord] | None = None,
         on_start: OnStart | None = None,
         on_finish: OnFinish | None = None,
-        task_group: anyio.abc.TaskGroup | WorkerPool | None = None,
+        task_group: anyio.abc.TaskGroup | None = None,
     ) -> list[ToolExecutionRecord]:
         """Run ``commands`` concurrently; their records, in command order.
 

@@ -1,6 +1,6 @@
-"""A run keeps its tool-call workers from round to round (the execution's WorkerPool):
-it starts at most as many worker tasks as it ever needed at once, whatever its number of
-rounds, and cancellation, timeouts and failing tools behave as with workers per round."""
+"""Faults in a later round, after workers served an earlier one: a failing call is a record
+and the others go on; the run's timeout and a cancelled caller reach the calls the run's
+own task and its workers run, and every command keeps its record."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
-from tasks_support import current_task, distinct
 
 from toolloop.loop import async_plan_and_execute, stream_plan_and_execute
 from toolloop.planners import Dispatch, PlannerContext
@@ -55,7 +54,6 @@ class RoundGate:
         self.width = width
         self.arrived: dict[int, int] = {}
         self.full: dict[int, anyio.Event] = {}
-        self.tasks: list[object] = []
         self.blocked_from: int | None = None  # calls of this round and later never end
         self.cancelled = 0
 
@@ -66,7 +64,6 @@ class RoundGate:
             r: the round.
             c: the call.
         """
-        self.tasks.append(current_task())
         if c == 1 and r == 1 and self.blocked_from is None and self.fail_r1c1:
             raise ValueError("call 1 of round 1 fails")
         full = self.full.setdefault(r, anyio.Event())
@@ -85,65 +82,7 @@ class RoundGate:
     fail_r1c1 = False
 
 
-@pytest.mark.parametrize("streaming", [False, True], ids=["planned", "streamed"])
-async def test_a_run_starts_its_workers_once_not_every_round(streaming: bool) -> None:
-    gate = RoundGate(width=4)
-    planner = (StreamedScript if streaming else ScriptedPlanner)(rounds(3, 4))
-    with anyio.fail_after(HANG_GUARD):
-        result = await async_plan_and_execute(
-            "go",
-            tools=[gate.step],
-            planner=planner,
-            concurrency=4,
-            streaming_dispatch=streaming,
-        )
-    assert result.stop_reason == "response"
-    assert [r.result for r in result.done_plans] == [f"{r}.{c}" for r in range(3) for c in range(4)]
-    # 4 calls at once every round: the run's own task and three workers, the same three in
-    # every round (workers started per round would make 1 + 3 x 3 = 10 tasks)
-    assert distinct(gate.tasks) == 4
-
-
-async def test_the_limit_holds_with_kept_workers() -> None:
-    """concurrency=2 with 4 calls a round: each round must reach 2 at once, and a third
-    call would be a third task at once; 2 tasks in all serve every round."""
-    gate = RoundGate(width=2)
-    running = 0
-    peak = 0
-
-    async def step(r: int, c: int) -> str:
-        """One step.
-
-        Args:
-            r: the round.
-            c: the call.
-        """
-        nonlocal running, peak
-        running += 1
-        peak = max(peak, running)
-        try:
-            key = r * 10 + c // 2  # calls pair up: (0, 1), (2, 3) of each round
-            full = gate.full.setdefault(key, anyio.Event())
-            gate.arrived[key] = gate.arrived.get(key, 0) + 1
-            gate.tasks.append(current_task())
-            if gate.arrived[key] == 2:
-                full.set()
-            await full.wait()
-            return f"{r}.{c}"
-        finally:
-            running -= 1
-
-    step.__name__ = "step"
-    with anyio.fail_after(HANG_GUARD):
-        result = await async_plan_and_execute(
-            "go", tools=[step], planner=ScriptedPlanner(rounds(3, 4)), concurrency=2
-        )
-    assert all(r.success for r in result.done_plans) and len(result.done_plans) == 12
-    assert peak == 2
-    assert distinct(gate.tasks) == 2
-
-
-async def test_a_failing_call_is_a_record_and_the_kept_workers_go_on() -> None:
+async def test_a_failing_call_in_a_later_round_is_a_record_and_the_others_go_on() -> None:
     gate = RoundGate(width=3)  # call 1 of round 1 fails at once; the other three meet
     gate.fail_r1c1 = True
     with anyio.fail_after(HANG_GUARD):
@@ -161,9 +100,9 @@ async def test_a_failing_call_is_a_record_and_the_kept_workers_go_on() -> None:
 async def test_a_timeout_in_a_later_round_keeps_every_record_and_ends_every_worker(
     streaming: bool,
 ) -> None:
-    """Round 0 leaves three idle workers; round 1's calls never end, so only the run's
-    timeout stops them: every command still has its record, and the run returns, which
-    it does only once its task group (and so every worker) has ended."""
+    """Round 0 runs on the run's task and three workers; round 1's calls never end, so
+    only the run's timeout stops them: every command still has its record, and the run
+    returns, which it does only once its task group (and so every worker) has ended."""
     gate = RoundGate(width=4)
     gate.blocked_from = 1
     with anyio.fail_after(HANG_GUARD):
@@ -197,7 +136,7 @@ async def test_a_timeout_in_a_later_round_keeps_every_record_and_ends_every_work
     assert gate.cancelled == 4
 
 
-async def test_cancelling_the_caller_mid_round_ends_the_kept_workers() -> None:
+async def test_cancelling_the_caller_mid_round_cancels_every_call_of_the_round() -> None:
     gate = RoundGate(width=4)
     gate.blocked_from = 1
     with anyio.fail_after(HANG_GUARD):
@@ -211,4 +150,4 @@ async def test_cancelling_the_caller_mid_round_ends_the_kept_workers() -> None:
             tg.start_soon(run)
             await gate.full.setdefault(1, anyio.Event()).wait()  # round 1's 4 calls started
             tg.cancel_scope.cancel()
-    assert gate.cancelled == 4  # the run's own call and the three kept workers' calls
+    assert gate.cancelled == 4  # the run's own call and its three workers' calls
