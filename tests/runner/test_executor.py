@@ -523,3 +523,76 @@ async def test_a_subclass_that_overrides_call_sees_every_call_of_its_batches() -
     assert [r.result for r in records] == ["pong"] * 3
     assert batch.results[0].result == "pong"
     assert seen == ["ping"] * 4
+
+
+async def test_a_call_whose_awaitable_cannot_be_awaited_is_a_failed_record() -> None:
+    """An ``execute`` override that hands back no awaitable: a failed record, wherever the
+    call runs (the run's own task for the first, a worker for the others once one waits),
+    never an error out of the batch."""
+
+    class Broken(Executor):
+        __slots__ = ()
+
+        def execute(self, tool: Tool, arguments: dict[str, Any]) -> Any:
+            if tool.name == "bad":
+                return 42  # not awaitable
+            return super().execute(tool, arguments)
+
+    gate = anyio.Event()
+
+    async def slow() -> str:
+        """Wait until the gate opens."""
+        await gate.wait()
+        return "slow"
+
+    def bad() -> str:
+        """Never really runs."""
+        return "unreachable"
+
+    async def opener() -> str:
+        """Open the gate."""
+        gate.set()
+        return "opened"
+
+    executor = Broken([slow, bad, opener], concurrency=4)
+    commands = [
+        ToolCommand(purpose="a", tool_name="bad"),  # the run's own task, first
+        ToolCommand(purpose="b", tool_name="slow"),  # waits: the rest spread over workers
+        ToolCommand(purpose="c", tool_name="bad"),  # a worker
+        ToolCommand(purpose="d", tool_name="opener"),
+    ]
+    with anyio.fail_after(10):
+        records = await executor.run(commands)
+    assert [r.success for r in records] == [False, True, False, True]
+    assert all("int" in (records[i].error or "") for i in (0, 2))
+
+
+async def test_a_subclass_may_override_the_record_of_a_failed_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``_broke`` is looked up on the executor when a call fails: an override (a plain
+    method) is used, and so is a patch made after the executor was built."""
+
+    class Gentle(Executor):
+        __slots__ = ()
+
+        def _broke(  # type: ignore[override]  # a plain method in place of the static one
+            self, command: ToolCommand, exc: Exception
+        ) -> ToolExecutionRecord:
+            return ToolExecutionRecord.failed(command, f"gently: {exc}")
+
+    def boom() -> str:
+        """Fail."""
+        raise ValueError("no")
+
+    records = await Gentle([boom]).run([ToolCommand(purpose="p", tool_name="boom")])
+    assert records[0].error == "gently: no"
+
+    plain = Executor([boom])
+    monkeypatch.setattr(
+        Executor,
+        "_broke",
+        staticmethod(lambda command, exc: ToolExecutionRecord.failed(command, f"patched: {exc}")),
+    )
+    records = await plain.run([ToolCommand(purpose="p", tool_name="boom")])
+    assert records[0].error == "patched: no"

@@ -126,13 +126,13 @@ class ToolBatch(Generic[T, R]):
         self._idle: anyio.Event | None = None
         self._error: BaseException | None = None
         # call() in three parts, for a caller whose call starts the tool and makes the result
-        # of what it gave: the batch awaits the tool itself, one frame less per call. The
-        # first part is a function of the owner's class, called with ``_owner`` first.
+        # of what it gave: the batch awaits the tool itself, one frame less per call.
+        # ``begin(owner, item)``, ``succeeded(item, value)``, ``broke(owner, item, exc)``.
         self._parts: (
             tuple[
                 Callable[[Any, T], tuple[R | None, Awaitable[Any] | None]],
                 Callable[[T, Any], R],
-                Callable[[T, Exception], R],
+                Callable[[Any, T, Exception], R],
             ]
             | None
         ) = None
@@ -250,8 +250,9 @@ class ToolBatch(Generic[T, R]):
         had been submitted with :meth:`submit`. Calls start in submission order either way,
         and each the calling task runs gets a copy of its context, as in a task of its own
         (a worker runs the calls it takes in its own task's context). Await what it
-        returns: ``await batch.run_here(items)`` (the calling task takes its slot only
-        then).
+        returns, in the calling task: ``await batch.run_here(items)`` (the calling task
+        takes its slot only then). It is an awaitable that drives the calls itself, not a
+        coroutine to start a task with.
 
         Raises:
             RuntimeError: the batch is not open (outside its ``async with`` block).
@@ -330,16 +331,17 @@ class ToolBatch(Generic[T, R]):
                         self._mark_started(index)
                     early, pending = parts[0](self._owner, item)
                 result: Any
-                if pending is None:
+                if parts is not None and pending is None:
                     result = early  # a call that cannot run
                 else:
                     # the call, driven here in a copy of the context
-                    context = contextvars.copy_context()
-                    coro: Any = pending if isinstance(pending, Coroutine) else pending.__await__()
-                    pending = None
+                    context: Any = contextvars.copy_context()
+                    coro: Any = None
                     failure: Exception | None = None
                     value: Any = None
                     try:
+                        coro = pending if isinstance(pending, Coroutine) else pending.__await__()
+                        pending = None
                         signal = context.run(coro.send, None)
                     except StopIteration as done:
                         value = done.value
@@ -351,7 +353,11 @@ class ToolBatch(Generic[T, R]):
                         coro = None
                     if coro is not None:
                         if self._next < len(items):  # others wait: workers take them
-                            self._spill()
+                            try:
+                                self._spill()
+                            except BaseException:
+                                context.run(coro.close)
+                                raise
                         while True:
                             error: BaseException | None = None
                             try:
@@ -378,14 +384,17 @@ class ToolBatch(Generic[T, R]):
                                 break
                             finally:
                                 error = None
-                        coro = None
+                        # nothing of this call stays referenced while the next one runs
+                        coro = signal = reply = None
+                    context = None
                     if parts is None:
                         result = value
                     elif failure is None:
                         result = parts[1](item, value)
                     else:
-                        result = parts[2](item, failure)
+                        result = parts[2](self._owner, item, failure)
                         failure = None
+                    value = None
                 results[index] = result
                 if on_finish is not None:
                     start = self._started.get(index, 0.0)  # type: ignore[union-attr]
@@ -424,7 +433,7 @@ class ToolBatch(Generic[T, R]):
                         try:
                             value = await pending
                         except Exception as exc:
-                            result = parts[2](item, exc)
+                            result = parts[2](self._owner, item, exc)
                         else:
                             result = parts[1](item, value)
                 results[index] = result

@@ -115,7 +115,7 @@ class Executor:
         self.on_start = on_start
         self.on_finish = on_finish
         # the batch awaits the tool itself, unless a subclass's own call() must run whole
-        self._parts = _parts_of(type(self))
+        self._parts = _PARTS if type(self).call is Executor.call else None
 
     def batch(
         self,
@@ -198,9 +198,8 @@ class Executor:
         return ToolExecutionRecord.succeeded(command, value)
 
     # The three parts of call(), for the runner's batch, which awaits the tool itself (one
-    # frame less under every tool call). The batch calls them with the executor as first
-    # argument: functions of the class, not bound methods, so that an executor holds no
-    # reference to itself (a cycle only the garbage collector would free).
+    # frame less under every tool call); the batch reaches them through _PARTS, functions
+    # of the executor, not bound methods kept on it (a cycle only the collector frees).
 
     def _begin(
         self, command: ToolCommand
@@ -254,20 +253,20 @@ class Executor:
             limiter.release_on_behalf_of(borrower)
 
 
-_PARTS: dict[type[Executor], tuple[Any, Any, Any] | None] = {}
+def _begin_part(executor: Executor, command: ToolCommand) -> Any:
+    return executor._begin(command)
 
 
-def _parts_of(cls: type[Executor]) -> tuple[Any, Any, Any] | None:
-    """``(begin, succeeded, broke)`` of an executor class (``begin(executor, command)``),
-    or ``None`` for a subclass whose own :meth:`Executor.call` must run whole; one tuple
-    per class, shared by its executors."""
-    try:
-        return _PARTS[cls]
-    except KeyError:
-        parts = (
-            (cls._begin, ToolExecutionRecord.succeeded, cls._broke)
-            if cls.call is Executor.call
-            else None
-        )
-        _PARTS[cls] = parts
-        return parts
+def _broke_part(executor: Executor, command: ToolCommand, exc: Exception) -> ToolExecutionRecord:
+    return executor._broke(command, exc)
+
+
+def _succeeded_part(command: ToolCommand, value: Any) -> ToolExecutionRecord:
+    return ToolExecutionRecord.succeeded(command, value)
+
+
+_PARTS = (_begin_part, _succeeded_part, _broke_part)
+"""``call()`` in three parts, for the batch of an executor whose ``call()`` is the base
+one: ``begin(executor, command)``, ``succeeded(command, value)``,
+``broke(executor, command, exc)``; each looks the executor's own methods up when called
+(overrides and patches included), and no executor holds a reference to itself."""
