@@ -296,6 +296,19 @@ class ToolBatch(Generic[T, R]):
         if self._on_start is not None:
             self._on_start(index, self._items[index])
 
+    def _start_call(self, index: int, item: T) -> tuple[Any, Any]:
+        """Start the call of ``items[index]``: ``(None, awaitable)`` of a plain ``call``;
+        with the three parts, ``(record, None)`` for a call that cannot run or ``(None,
+        awaitable)`` for one that runs (the tool's own)."""
+        parts = self._parts
+        if parts is None:
+            if self._on_start is None and self._on_finish is None:
+                return None, self._call(item, _nothing)
+            return None, self._call(item, functools.partial(self._mark_started, index))
+        if self._on_start is not None or self._on_finish is not None:
+            self._mark_started(index)
+        return parts[0](self._owner, item)
+
     @types.coroutine
     def _here(self) -> Generator[Any, Any, None]:
         """The batch's owner works on the waiting calls, if a slot is free.
@@ -319,17 +332,7 @@ class ToolBatch(Generic[T, R]):
                 index = self._next
                 self._next += 1
                 item = items[index]
-                early: Any = None
-                pending: Any
-                if parts is None:
-                    if self._on_start is None and on_finish is None:
-                        pending = self._call(item, _nothing)
-                    else:
-                        pending = self._call(item, functools.partial(self._mark_started, index))
-                else:
-                    if self._on_start is not None or on_finish is not None:
-                        self._mark_started(index)
-                    early, pending = parts[0](self._owner, item)
+                early, pending = self._start_call(index, item)
                 result: Any
                 if parts is not None and pending is None:
                     result = early  # a call that cannot run
@@ -413,22 +416,14 @@ class ToolBatch(Generic[T, R]):
             while self._next < len(items):
                 index = self._next
                 self._next += 1
+                item = items[index]
+                early, pending = self._start_call(index, item)
                 parts = self._parts
                 if parts is None:
-                    if self._on_start is None and on_finish is None:
-                        call = self._call(items[index], _nothing)
-                    else:
-                        call = self._call(
-                            items[index], functools.partial(self._mark_started, index)
-                        )
-                    result = await call
+                    result = await pending
                 else:
-                    item = items[index]
-                    if self._on_start is not None or on_finish is not None:
-                        self._mark_started(index)
-                    early, pending = parts[0](self._owner, item)
                     if pending is None:
-                        result = early  # type: ignore[assignment]  # a call that cannot run
+                        result = early  # a call that cannot run
                     else:
                         try:
                             value = await pending
