@@ -188,3 +188,22 @@ async def test_usage_over_http_is_reported_or_unknown() -> None:
         12,
     )
     assert used.unreported_requests == 1
+
+
+def test_a_meter_is_active_in_its_block_and_nested_blocks_restore_it() -> None:
+    outer, other = UsageMeter(), UsageMeter()
+    assert current_meter() is None
+    with outer.active() as active:
+        assert active is outer and current_meter() is outer
+        with other.active():
+            assert current_meter() is other
+        with outer.active():  # the same meter again, nested: still right on the way out
+            assert current_meter() is outer
+        assert current_meter() is outer
+    assert current_meter() is None
+    with outer:
+        assert current_meter() is outer
+        with pytest.raises(RuntimeError, match="active already"), outer:
+            pass  # pragma: no cover - refused on entry
+        assert current_meter() is outer
+    assert current_meter() is None

@@ -298,12 +298,15 @@ async def async_plan_and_execute(
         meter = UsageMeter(usage_limits)
         scope = execution.deps.scope
         try:  # _run's body, inline: one frame less under every tool call
-            with meter.active():
+            meter.__enter__()  # not `with`: no bound __exit__ held while the run goes on
+            try:
                 if scope is None:
                     done = await execution.run(timeout=timeout)
                 else:
                     with scope.active():
                         done = await execution.run(timeout=timeout)
+            finally:
+                meter.__exit__()
         except Exception as exc:
             return _ended(execution, _stop_of(execution, exc, on_timeout, on_usage_limit, meter))
         return _ended(execution, done.value)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import AbstractContextManager, asynccontextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -186,9 +186,10 @@ class UsageMeter:
         limits: the run's budget (``None``: count only).
     """
 
-    __slots__ = ("_calls", "calls", "limits", "usage")
+    __slots__ = ("_calls", "_token", "calls", "limits", "usage")
 
     def __init__(self, limits: UsageLimits | None = None) -> None:
+        self._token: Token[UsageMeter | None] | None = None  # while the meter is active
         self.limits = limits
         self.usage = NO_USAGE
         """Everything counted so far (set it to go on from an earlier total)."""
@@ -209,7 +210,22 @@ class UsageMeter:
 
     def active(self) -> AbstractContextManager[UsageMeter]:
         """Count the model calls made in this block (and the tasks it starts)."""
-        return _Active(self)
+        return _Active(self) if self._token is not None else self
+
+    def __enter__(self) -> UsageMeter:
+        """``with meter:`` is ``with meter.active():`` for a meter not active yet (and holds
+        nothing during the block)."""
+        if self._token is not None:
+            raise RuntimeError(
+                "this usage meter is active already; nest another block with meter.active()"
+            )
+        self._token = _METER.set(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        token, self._token = self._token, None
+        if token is not None:
+            _METER.reset(token)
 
     def _exceeded(self, what: str, limit: int, used: str, *, closed: bool) -> UsageLimitError:
         action = "the stream was closed" if closed else "no more model calls are made"
