@@ -55,6 +55,7 @@ class RoundGate:
         self.arrived: dict[int, int] = {}
         self.full: dict[int, anyio.Event] = {}
         self.blocked_from: int | None = None  # calls of this round and later never end
+        self.fail_r1c1 = False  # call 1 of round 1 raises at once
         self.cancelled = 0
 
     async def step(self, r: int, c: int) -> str:
@@ -64,7 +65,7 @@ class RoundGate:
             r: the round.
             c: the call.
         """
-        if c == 1 and r == 1 and self.blocked_from is None and self.fail_r1c1:
+        if self.fail_r1c1 and (r, c) == (1, 1):
             raise ValueError("call 1 of round 1 fails")
         full = self.full.setdefault(r, anyio.Event())
         self.arrived[r] = self.arrived.get(r, 0) + 1
@@ -78,8 +79,6 @@ class RoundGate:
             self.cancelled += 1
             raise
         return f"{r}.{c}"
-
-    fail_r1c1 = False
 
 
 async def test_a_failing_call_in_a_later_round_is_a_record_and_the_others_go_on() -> None:
