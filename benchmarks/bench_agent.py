@@ -217,7 +217,9 @@ async def baseline_run(sides: Sides) -> None:
                 if delta.content:
                     content.append(delta.content)
                 for piece in delta.tool_calls:
-                    got = pieces.setdefault(piece.index, {"id": piece.id, "name": "", "args": []})
+                    got = pieces.setdefault(
+                        piece.index or 0, {"id": piece.id, "name": "", "args": []}
+                    )
                     if piece.name:
                         got["name"] = piece.name
                     got["args"].append(piece.arguments)

@@ -19,7 +19,8 @@ Definition mistakes (how something was built) are kept apart from failures while
         │   ├── ToolArgumentsError      kwargs that fail the tool's schema; the tool did not run
         │   └── ToolTimeoutError
         ├── ModelCallError              the model could not be reached, or answered an error
-        └── ModelOutputError            the model's output is unusable (malformed, truncated)
+        └── ModelOutputError            the model's output is unusable (malformed, truncated, empty)
+            └── ModelRefusalError       the model refused to answer (its refusal is kept)
 
 Subpackages add their own, under these: the agents' (``toolloop.agents``:
 ``AgentDefinitionError`` under ``DefinitionError``; ``AgentModelError``,
@@ -50,6 +51,7 @@ __all__ = [
     "FlowDefinitionError",
     "ModelCallError",
     "ModelOutputError",
+    "ModelRefusalError",
     "PlannerError",
     "ResumeError",
     "RunError",
@@ -203,12 +205,27 @@ class ToolTimeoutError(ToolCallError, TimeoutError):
 
 class ModelCallError(RunError):
     """The model could not be reached, or its server answered with an error (after the
-    client's own retries). ``status`` is the HTTP status when there was one."""
+    client's own retries). ``status`` is the HTTP status when there was one, ``request_id``
+    the server's id of the request when it gave one (for its support). The message is
+    scrubbed of the caller's secrets, and so is the whole chain: the client's own exception,
+    which keeps what the server echoed (a key, in a 401's body), is never chained."""
 
-    def __init__(self, message: str, *, status: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, status: int | None = None, request_id: str | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
+        self.request_id = request_id
 
 
 class ModelOutputError(RunError):
     """The model's output cannot be used: malformed or truncated JSON, a broken schema."""
+
+
+class ModelRefusalError(ModelOutputError):
+    """The model refused to answer (OpenAI's ``refusal``, e.g. under strict structured
+    output): ``refusal`` is what it said."""
+
+    def __init__(self, message: str, *, refusal: str) -> None:
+        super().__init__(message)
+        self.refusal = refusal

@@ -14,6 +14,7 @@ from ._errors import ExecutionTimeoutError as ExecutionTimeoutError
 from ._errors import FlowDefinitionError as FlowDefinitionError
 from ._errors import ModelCallError as ModelCallError
 from ._errors import ModelOutputError as ModelOutputError
+from ._errors import ModelRefusalError as ModelRefusalError
 from ._errors import PlannerError as PlannerError
 from ._errors import ResumeError as ResumeError
 from ._errors import RunError as RunError
@@ -34,6 +35,7 @@ __all__ = [
     "FlowDefinitionError",
     "ModelCallError",
     "ModelOutputError",
+    "ModelRefusalError",
     "PlannerError",
     "ResumeError",
     "RunError",

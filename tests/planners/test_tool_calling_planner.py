@@ -465,10 +465,27 @@ async def test_pieces_without_index_or_reusing_an_index_are_told_apart() -> None
     assert dispatched == [0, 1, 2, 3]
 
 
-async def test_a_stream_without_finish_reason_is_a_cut_off_reply() -> None:
-    model = Script([calls(ToolCallDelta(index=0, id="a", name="add", arguments='{"a": 1'))])
-    with pytest.raises(ModelOutputError, match="without a finish_reason"):
-        await ToolCallingPlanner(model).plan(context())
+async def test_a_stream_without_finish_reason_is_read_to_its_end() -> None:
+    # Snowflake Cortex ends its streams with usage and [DONE] but no finish_reason: the end
+    # of the stream is the end of the reply, its whole calls are commands, a cut one is
+    # passed on as text (the loop makes it a failed record that quotes it)
+    model = Script(
+        [
+            calls(ToolCallDelta(index=0, id="a", name="add", arguments='{"a": 1, "b": 2}')),
+            calls(ToolCallDelta(index=1, id="b", name="add", arguments='{"a": 1')),
+        ]
+    )
+    reply = await ToolCallingPlanner(model).plan(context())
+    assert reply.finish_reason is None
+    assert reply.output["execution_commands"] == [
+        command("add #1", "add", {"a": 1, "b": 2}),
+        command("add #2", "add", '{"a": 1'),
+    ]
+
+
+async def test_a_stream_with_no_output_at_all_is_a_model_output_error() -> None:
+    with pytest.raises(ModelOutputError, match="carried no output at all"):
+        await ToolCallingPlanner(Script([])).plan(context())
 
 
 async def test_a_model_error_fails_the_round_as_a_planner_error() -> None:

@@ -187,8 +187,8 @@ class _Recorded:
         exchange.text += delta.content
         for call in delta.tool_calls:  # some servers repeat the name in every piece
             if call.name:
-                exchange.tool_names.setdefault(call.index, call.name)
-            exchange.tool_arguments.setdefault(call.index, []).append(call.arguments)
+                exchange.tool_names.setdefault(call.index or 0, call.name)
+            exchange.tool_arguments.setdefault(call.index or 0, []).append(call.arguments)
         if delta.finish_reason is not None:
             exchange.finish_reason = delta.finish_reason
         return delta

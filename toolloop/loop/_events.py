@@ -52,6 +52,10 @@ class PlanDecided(LoopEvent):
     usage: Usage | None = None
     """The model calls the planner made for this plan (``None``: it made none that
     toolloop counts, e.g. a scripted planner)."""
+    reasoning: str | None = None
+    """What the planner's model reasoned before it answered, when its server sent it."""
+    refusal: str | None = None
+    """What the planner's model said when it refused to plan."""
 
 
 class RoundFinished(LoopEvent):

@@ -19,7 +19,7 @@ services only.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
@@ -34,6 +34,7 @@ from ..planners import (
     PlannerContext,
     PlannerLike,
     PlannerReply,
+    PlannerTurn,
     StreamingPlanner,
     call_planner,
 )
@@ -71,6 +72,9 @@ class RoundState(BaseModel):
     """The text the planner's model wrote beside its last plan, if any."""
     usage: Usage | None = None
     """The run's model calls so far, summed (``None`` until one is counted)."""
+    turns: list[PlannerTurn] | None = None
+    """What the planner's model wrote in each executed round, when its replies keep a
+    message (the tool-calling planner's): sent back as it was in the next rounds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +185,7 @@ async def plan(_: Any, ctx: LoopContext) -> Planned:
             "last_round_result": list(state.last_round_records),
             "round_index": index,
             "max_rounds": deps.max_rounds,
+            "turns": tuple(state.turns) if state.turns else (),
         },
     )
     planner = deps.planner
@@ -202,8 +207,7 @@ async def plan(_: Any, ctx: LoopContext) -> Planned:
     decided = normalize_plan(
         raw, max_commands=deps.max_commands, max_kwargs_bytes=deps.max_kwargs_bytes
     )
-    _decided(ctx, raw, decided, started, meter, mark)
-    return Planned(decided)
+    return Planned(_decided(ctx, raw, decided, started, meter, mark))
 
 
 def _decided(
@@ -213,11 +217,17 @@ def _decided(
     started: float,
     meter: UsageMeter | None,
     mark: int,
-) -> None:
-    """Note what the planner decided (notes, its text, the usage of its model calls) and
-    tell the observers."""
+) -> NormalizedPlan:
+    """Note what the planner decided (notes, its text, the usage of its model calls, the
+    reply it keeps for the next rounds) and tell the observers; the plan, with the stop
+    reason ``refusal`` when the model refused."""
     state = ctx.state
     index = state.round_index
+    reply = raw if isinstance(raw, PlannerReply) else None
+    if reply is not None and reply.refusal is not None and decided.next_action == "response":
+        decided = decided.model_copy(update={"stop_reason": "refusal"})
+    if reply is not None and reply.message is not None and decided.next_action == "execute":
+        _keep_turn(state, index, reply.message, decided.sources or range(len(decided.items)))
     used: Usage | None = None
     if meter is not None and meter.calls > mark:  # the planner called a model
         state.usage = meter.usage
@@ -228,6 +238,8 @@ def _decided(
     state.notes.extend(f"round {index}: {note}" for note in notes)
     output = raw.output if isinstance(raw, PlannerReply) else raw
     text = output.get("content") if isinstance(output, dict) else None
+    if reply is not None and reply.refusal is not None:
+        text = reply.refusal
     state.planner_text = text if isinstance(text, str) and text.strip() else None
     if ctx.observed:
         ctx.publish(
@@ -240,10 +252,31 @@ def _decided(
                 stop_reason=decided.stop_reason,
                 notes=notes,
                 duration=perf_counter() - started,
-                short_circuited=isinstance(raw, PlannerReply) and raw.short_circuited,
+                short_circuited=reply is not None and reply.short_circuited,
                 usage=used,
+                reasoning=reply.reasoning.text or None
+                if reply is not None and reply.reasoning is not None
+                else None,
+                refusal=reply.refusal if reply is not None else None,
             )
         )
+    return decided
+
+
+def _keep_turn(
+    state: RoundState, index: int, message: dict[str, Any], sources: Sequence[int]
+) -> None:
+    """Keep the planner's reply for the next rounds, each of its tool calls tied to the
+    index its record will have in ``done_plans`` (records are committed in source order)."""
+    first = len(state.done_plans)
+    at = {source: first + k for k, source in enumerate(sources)}
+    calls = message.get("tool_calls") or ()
+    turn = PlannerTurn(
+        round_index=index, message=message, records=[at.get(i) for i in range(len(calls))]
+    )
+    if state.turns is None:
+        state.turns = []
+    state.turns.append(turn)
 
 
 async def _plan_streaming(
@@ -331,7 +364,7 @@ async def _plan_streaming(
                         "stop_reason": None,
                     }
                 )
-            _decided(ctx, raw, decided, started, meter, mark)
+            decided = _decided(ctx, raw, decided, started, meter, mark)
     finally:
         if items:  # the round ran (maybe cut short): its records are kept, whatever happened
             ran = dict(zip(positions, batch.results, strict=True))

@@ -22,6 +22,7 @@ StopReason = Literal[
     "timeout",
     "invalid_plan",
     "usage_limit",
+    "refusal",
 ]
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ._chat import ChatDelta as ChatDelta
 from ._chat import ChatModel as ChatModel
 from ._chat import ChatRequest as ChatRequest
+from ._chat import ReasoningField as ReasoningField
 from ._chat import StructuredOutput as StructuredOutput
 from ._chat import StructuredOutputMode as StructuredOutputMode
 from ._chat import ToolCallDelta as ToolCallDelta
@@ -25,6 +26,11 @@ from ._json_events import remaining_choices as remaining_choices
 from ._json_events import settle_choice as settle_choice
 from ._json_reader import MAX_DEPTH as MAX_STREAM_DEPTH
 from ._json_reader import JSONStreamReader as JSONStreamReader
+from ._reply import ChatReply as ChatReply
+from ._reply import Reasoning as Reasoning
+from ._reply import ReplyReader as ReplyReader
+from ._reply import ReplyToolCall as ReplyToolCall
+from ._reply import assistant_message as assistant_message
 from ._settings import ModelSettings as ModelSettings
 from ._settings import check_settings as check_settings
 from ._tool_calls import StreamedToolCall as StreamedToolCall
@@ -45,6 +51,7 @@ __all__ = [
     "NO_USAGE",
     "ChatDelta",
     "ChatModel",
+    "ChatReply",
     "ChatRequest",
     "Done",
     "JSONEvent",
@@ -52,6 +59,10 @@ __all__ = [
     "JSONStreamReader",
     "ModelSettings",
     "OpenAIChatModel",
+    "Reasoning",
+    "ReasoningField",
+    "ReplyReader",
+    "ReplyToolCall",
     "StreamedToolCall",
     "StringDelta",
     "StructuredOutput",
@@ -62,6 +73,7 @@ __all__ = [
     "UsageLimits",
     "UsageMeter",
     "ValueDone",
+    "assistant_message",
     "check_settings",
     "current_meter",
     "format_json_path",

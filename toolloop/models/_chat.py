@@ -7,7 +7,7 @@ whole loop runs offline in tests and a new provider is one module.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -21,6 +21,7 @@ __all__ = [
     "ChatDelta",
     "ChatModel",
     "ChatRequest",
+    "ReasoningField",
     "StructuredOutput",
     "StructuredOutputMode",
     "ToolCallDelta",
@@ -67,12 +68,24 @@ class ChatRequest:
 
 @dataclass(frozen=True)
 class ToolCallDelta:
-    """A piece of a streamed tool call: ``index`` ties the pieces of one call together."""
+    """A piece of a streamed tool call: ``index`` ties the pieces of one call together
+    (``None`` when the server leaves it out; the pieces then follow each other)."""
 
-    index: int
+    index: int | None
     id: str | None = None
+    """The call's id, on the piece that carries it (``None``: this piece has none)."""
     name: str | None = None
     arguments: str = ""
+    extra: Mapping[str, Any] | None = None
+    """Fields of the call the server requires back in the next request, as sent (e.g.
+    Gemini's ``extra_content`` with its thought signature)."""
+
+
+ReasoningField = Literal["reasoning_content", "reasoning", "thinking", "think_tags"]
+"""Where a reply's reasoning came from: the ``reasoning_content`` field (DeepSeek, Qwen, GLM,
+xAI, older vLLM), the ``reasoning`` field (Groq, OpenRouter, Ollama, Cerebras, newer vLLM),
+``thinking`` parts of a content list (Mistral), or a leading ``<think>`` block of the text
+(a server without a reasoning parser)."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +98,19 @@ class ChatDelta:
     usage: Usage | None = None
     """The call's usage so far, when the server reports it (usually in a last delta of its
     own); the last one of a stream is the call's."""
+    reasoning: str = ""
+    """A piece of the model's reasoning (its thinking before the answer), apart from the
+    content."""
+    reasoning_field: ReasoningField | None = None
+    """Where ``reasoning`` came from, when this delta has some."""
+    reasoning_details: tuple[Mapping[str, Any], ...] = ()
+    """Structured reasoning items as sent (OpenRouter's ``reasoning_details``: text,
+    summaries, encrypted blocks with their signatures), to be sent back unchanged."""
+    refusal: str = ""
+    """A piece of a refusal (the model declined to answer: OpenAI's ``refusal``)."""
+    extra: Mapping[str, Any] | None = None
+    """Fields of the message the server requires back in the next request, as sent (e.g.
+    Gemini's ``extra_content``)."""
 
 
 @runtime_checkable

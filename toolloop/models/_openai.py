@@ -6,11 +6,14 @@ the official ``AsyncOpenAI`` client, which runs on asyncio and trio alike.
 
 from __future__ import annotations
 
+import json
 import os
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections import deque
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, cast
+from urllib.parse import urlsplit
 
 import anyio
 import openai
@@ -18,9 +21,10 @@ from openai import AsyncOpenAI
 
 from .._errors import ModelCallError, ModelOutputError
 from .._secrets import MIN_SECRET_CHARS, REDACTED, register_secret, scrub
-from ._chat import ChatDelta, ChatRequest, StructuredOutputMode, ToolCallDelta
+from ._chat import ChatDelta, ChatRequest, StructuredOutputMode
 from ._settings import ModelSettings, check_settings, merge_settings
-from ._usage import Usage
+from ._sse import SSEDecoder
+from ._wire import StreamFailure, WireReader
 
 __all__ = ["OpenAIChatModel"]
 
@@ -47,12 +51,44 @@ def _is_refusal(exc: openai.APIStatusError) -> bool:
     return bool(_REFUSAL_WORDS.search(f"{exc.message} {exc.body}"))
 
 
-def _refuses_stream_options(exc: BaseException | None) -> bool:
+def _refuses_stream_options(exc: BaseException) -> bool:
     """Whether a server refused the request for its ``stream_options`` (older servers)."""
     if not isinstance(exc, openai.APIStatusError) or exc.status_code not in (400, 422):
         return False
     said = f"{exc.message} {exc.body}".lower()
     return "stream_options" in said or "include_usage" in said
+
+
+_REFUSE_REASONING = ("groq.com",)
+"""Hosts that answer HTTP 400 to an assistant message with a reasoning field ("property
+'reasoning_content' is unsupported"): Groq has no reasoning round trip."""
+_REASONING_KEYS = ("reasoning_content", "reasoning", "reasoning_details")
+
+
+def _takes_reasoning(base_url: str) -> bool:
+    host = (urlsplit(base_url).hostname or "").lower()
+    return not any(host == name or host.endswith("." + name) for name in _REFUSE_REASONING)
+
+
+def _without_reasoning(message: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``message`` without the reasoning it carries (its fields, and thinking parts)."""
+    if message.get("role") != "assistant":
+        return message
+    content = message.get("content")
+    thinking = isinstance(content, list) and any(
+        isinstance(part, Mapping) and part.get("type") == "thinking" for part in content
+    )
+    if not thinking and not any(key in message for key in _REASONING_KEYS):
+        return message
+    out = {key: value for key, value in message.items() if key not in _REASONING_KEYS}
+    if thinking:
+        assert isinstance(content, list)
+        out["content"] = "".join(
+            str(part.get("text") or "")
+            for part in content
+            if isinstance(part, Mapping) and part.get("type") == "text"
+        )
+    return out
 
 
 _ORDER: tuple[StructuredOutputMode, ...] = ("json_schema", "json_object_schema", "json_object")
@@ -71,16 +107,26 @@ def _response_format(mode: StructuredOutputMode, request: ChatRequest) -> dict[s
     return {"type": "json_object"}
 
 
+def _clean(text: str, secret: str | None) -> str:
+    said = scrub(text)  # a server may echo the key (e.g. in a 401's message)
+    if secret and len(secret) >= MIN_SECRET_CHARS:  # this model's own key, whatever its length
+        said = said.replace(secret, REDACTED)
+    return said
+
+
 def _call_error(
     exc: openai.OpenAIError, base_url: str, *, streaming: bool = False, secret: str | None = None
 ) -> ModelCallError:
+    """The error to raise for ``exc``, scrubbed of secrets. Raise it outside the ``except``
+    block that caught ``exc`` (and never ``from exc``): the client's exception keeps what the
+    server said, key included, in its ``args``, ``message`` and ``body``."""
     error = _described(exc, base_url, streaming=streaming)
-    said = scrub(str(error))  # a server may echo the key (e.g. in a 401's message)
-    if secret and len(secret) >= MIN_SECRET_CHARS:  # this model's own key, whatever its length
-        said = said.replace(secret, REDACTED)
-    if said != str(error):
-        return ModelCallError(said, status=error.status)
-    return error
+    request_id = getattr(exc, "request_id", None)
+    return ModelCallError(
+        _clean(str(error), secret),
+        status=error.status,
+        request_id=request_id if isinstance(request_id, str) else None,
+    )
 
 
 def _described(exc: openai.OpenAIError, base_url: str, *, streaming: bool) -> ModelCallError:
@@ -134,59 +180,174 @@ def _retry_delay(exc: openai.APIStatusError) -> float:
     return _RETRY_DELAY
 
 
-class _Deltas:
-    """The chunks of an OpenAI stream as :class:`ChatDelta` (no async generator, so an
-    early exit leaves nothing to finalize)."""
+_MAX_JSON_BODY = 32 * 1024 * 1024
+_AFTER_DONE = 8  # pieces read after [DONE], so the connection can be reused
 
-    __slots__ = ("_base_url", "_secret", "_stream")
+
+class _AllModesRefused(Exception):
+    """The server refused every structured-output mode (turned into a ModelCallError)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _Deltas:
+    """The reply's body as :class:`ChatDelta` values, read from the HTTP response itself: a
+    Server-Sent Events stream, or one JSON completion when a server (or a proxy) answers
+    ``stream: true`` with a plain body. No async generator, so an early exit leaves nothing
+    to finalize."""
+
+    __slots__ = (
+        "_after",
+        "_base_url",
+        "_body",
+        "_buffer",
+        "_failure",
+        "_json",
+        "_queue",
+        "_secret",
+        "_sse",
+        "_state",
+        "_wire",
+    )
 
     def __init__(
         self, stream: openai.AsyncStream[Any], base_url: str, secret: str | None = None
     ) -> None:
-        self._stream = stream
+        response = stream.response
+        self._body: AsyncIterator[bytes] = response.aiter_bytes()
         self._base_url = base_url
         self._secret = secret
+        kind = response.headers.get("content-type", "").lower()
+        # None: not known yet (the first bytes tell); True: one JSON body; False: SSE
+        self._json: bool | None = (
+            False if "event-stream" in kind else True if "json" in kind else None
+        )
+        self._sse = SSEDecoder()
+        self._buffer = bytearray()
+        self._wire = WireReader()
+        self._queue: deque[ChatDelta] = deque()
+        self._failure: Exception | None = None
+        self._state = 0  # 0: reading, 1: [DONE] seen, 2: ended
+        self._after = 0
 
     def __aiter__(self) -> _Deltas:
         return self
 
     async def __anext__(self) -> ChatDelta:
         while True:
-            try:
-                chunk = await self._stream.__anext__()
-            except openai.OpenAIError as exc:
-                raise _call_error(exc, self._base_url, streaming=True, secret=self._secret) from exc
-            except ValueError as exc:  # an SSE data line that is not JSON
-                raise ModelOutputError(
-                    f"the model server at {self._base_url} sent a stream event that is not "
-                    f"JSON ({scrub(str(exc))[:200]}); the stream was dropped: try again, or "
-                    "check what stands between toolloop and the server (a proxy?)"
-                ) from exc
-            reported = getattr(chunk, "usage", None)
-            usage = Usage.from_openai(reported) if reported is not None else None
-            if not chunk.choices:  # e.g. the usage chunk
-                if usage is None:
-                    continue
-                return ChatDelta(usage=usage)
-            choice = chunk.choices[0]
-            delta = choice.delta
-            calls: tuple[ToolCallDelta, ...] = ()
-            if delta.tool_calls:
-                calls = tuple(
-                    ToolCallDelta(
-                        index=c.index,
-                        id=c.id,
-                        name=c.function.name if c.function else None,
-                        arguments=(c.function.arguments or "") if c.function else "",
-                    )
-                    for c in delta.tool_calls
+            if self._queue:
+                return self._queue.popleft()
+            if self._failure is not None:
+                failure, self._failure = self._failure, None
+                self._state = 2
+                raise failure
+            if self._state == 2:
+                raise StopAsyncIteration
+            await self._read()
+
+    async def _read(self) -> None:
+        """Read one piece of the body, queueing what it completes."""
+        failure: Exception | None = None
+        try:
+            piece = await self._body.__anext__()
+        except StopAsyncIteration:
+            piece = None
+        except Exception as exc:  # the transport broke (the client's own error types)
+            failure = self._broken(exc)
+            piece = None
+        if failure is not None:  # raised outside the except block: nothing foreign chained
+            self._failure = failure
+            return
+        if self._state == 1:  # after [DONE]: only the end of the body should follow
+            self._after += 1
+            if piece is None or self._after > _AFTER_DONE:
+                self._state = 2
+            return
+        if self._json is None and piece:
+            head = piece.lstrip()
+            if head:
+                self._json = head.startswith(b"{")
+        if self._json:
+            self._collect(piece)
+        elif piece is None:
+            self._events(self._sse.close())
+            self._queue.extend(self._wire.end())
+            self._state = 2
+        else:
+            self._events(self._sse.feed(piece))
+
+    def _collect(self, piece: bytes | None) -> None:
+        """A JSON body: kept until it ends, then read as one completion."""
+        if piece is not None:
+            self._buffer += piece
+            if len(self._buffer) > _MAX_JSON_BODY:
+                self._failure = ModelOutputError(
+                    f"the model server at {self._base_url} answered with a body of over "
+                    f"{_MAX_JSON_BODY // 2**20} MiB that is no stream; it was dropped"
                 )
-            return ChatDelta(
-                content=delta.content or "",
-                tool_calls=calls,
-                finish_reason=choice.finish_reason,
-                usage=usage,
+            return
+        self._state = 2
+        try:
+            data = json.loads(self._buffer)
+        except ValueError as exc:
+            shown = _clean(self._buffer[:200].decode("utf-8", "replace"), self._secret)
+            self._failure = ModelOutputError(
+                f"the model server at {self._base_url} answered a streamed request with a "
+                f"body that is neither a stream nor JSON ({exc}): {shown!r}"
             )
+            return
+        deltas, failure = self._wire.completion(data)
+        self._queue.extend(deltas)
+        if failure is not None:
+            self._failure = self._server_error(failure)
+
+    def _events(self, events: Sequence[Any]) -> None:
+        for event in events:
+            if self._state != 0:
+                return
+            data = event.data
+            if data.strip() == "[DONE]":
+                self._state = 1
+                self._queue.extend(self._wire.end())
+                continue
+            try:
+                chunk = json.loads(data)
+            except ValueError as exc:
+                self._failure = ModelOutputError(
+                    f"the model server at {self._base_url} sent a stream event that is not "
+                    f"JSON ({_clean(str(exc), self._secret)[:200]}); the stream was dropped: "
+                    "try again, or check what stands between toolloop and the server (a proxy?)"
+                )
+                return
+            delta, failure = self._wire.chunk(chunk)
+            if delta is not None:
+                self._queue.append(delta)
+            if failure is not None:
+                self._failure = self._server_error(failure)
+                return
+
+    def _server_error(self, failure: StreamFailure) -> ModelCallError:
+        code = f" ({failure.code})" if failure.code is not None else ""
+        return ModelCallError(
+            _clean(
+                f"the model server at {self._base_url} sent an error inside its reply{code}: "
+                f"{failure.message}",
+                self._secret,
+            ),
+            status=failure.code if failure.code is not None and failure.code >= 400 else None,
+        )
+
+    def _broken(self, exc: Exception) -> ModelCallError:
+        if "timeout" in type(exc).__name__.lower():
+            said = f"the model server at {self._base_url} did not answer in time (mid-reply)"
+        else:
+            said = (
+                f"the model server at {self._base_url} broke off the stream before its end "
+                f"({type(exc).__name__}: {exc}); try again"
+            )
+        return ModelCallError(_clean(said, self._secret))
 
 
 class OpenAIChatModel:
@@ -212,6 +373,14 @@ class OpenAIChatModel:
             request for it (HTTP 400 or 422 naming ``stream_options``) is asked again
             without, and from then on; ``False`` never asks. Without it a call's usage is
             unknown.
+        send_reasoning: whether the reasoning of earlier replies goes back to the server in
+            the assistant messages of later requests, where it came from
+            (``reasoning_content``, ``reasoning``, ``reasoning_details``, Mistral's thinking
+            parts): DeepSeek's thinking mode answers a tool-call turn without it with HTTP
+            400, GLM and OpenRouter's reasoning models want it back. ``None`` (the default):
+            yes, except to servers known to refuse it (Groq, by its host). Gemini's thought
+            signatures (``extra_content``) always go back: it refuses a function-call turn
+            without them.
 
     Raises:
         ValueError: an unknown ``structured_output`` mode or model setting.
@@ -229,6 +398,7 @@ class OpenAIChatModel:
         timeout: float | None = None,
         settings: ModelSettings | None = None,
         stream_usage: bool = True,
+        send_reasoning: bool | None = None,
     ) -> None:
         self.model = model
         self.settings: ModelSettings = check_settings(settings, "OpenAIChatModel")
@@ -252,6 +422,9 @@ class OpenAIChatModel:
         )
         register_secret(self._secret)
         self.client = client
+        self.send_reasoning: bool = (
+            send_reasoning if send_reasoning is not None else _takes_reasoning(self.base_url)
+        )
         if structured_output == "auto":
             self._modes: list[StructuredOutputMode] = list(_ORDER)
         elif isinstance(structured_output, str):
@@ -283,11 +456,10 @@ class OpenAIChatModel:
         return self._settled
 
     def _params(self, request: ChatRequest) -> dict[str, Any]:
-        params: dict[str, Any] = {
-            "model": self.model,
-            "messages": request.messages,
-            "stream": True,
-        }
+        messages: list[Mapping[str, Any]] = list(request.messages)
+        if not self.send_reasoning:
+            messages = [_without_reasoning(message) for message in messages]
+        params: dict[str, Any] = {"model": self.model, "messages": messages, "stream": True}
         if self.stream_usage:
             params["stream_options"] = {"include_usage": True}
         if request.tools:
@@ -310,23 +482,38 @@ class OpenAIChatModel:
         return params
 
     async def _open(self, request: ChatRequest) -> openai.AsyncStream[Any]:
+        """Open the stream. A failure is a scrubbed :class:`ModelCallError`, raised outside
+        any ``except`` block: nothing of the client's exception, which may hold the key in
+        its ``args``, ``message`` and ``body``, is in its chain."""
+        outcome = await self._attempt(request)
+        if (
+            isinstance(outcome, openai.OpenAIError)
+            and self.stream_usage
+            and _refuses_stream_options(outcome)
+        ):
+            # a server that does not take stream_options: ask without, from now on (the
+            # usage of its calls is unknown)
+            self.stream_usage = False
+            outcome = await self._attempt(request)
+        if isinstance(outcome, openai.OpenAIError):
+            raise _call_error(outcome, self.base_url, secret=self._secret)
+        if isinstance(outcome, _AllModesRefused):
+            raise ModelCallError(_clean(str(outcome), self._secret), status=outcome.status)
+        return outcome
+
+    async def _attempt(
+        self, request: ChatRequest
+    ) -> openai.AsyncStream[Any] | openai.OpenAIError | _AllModesRefused:
         try:
             return await self._open_once(request)
-        except ModelCallError as exc:
-            if not (self.stream_usage and _refuses_stream_options(exc.__cause__)):
-                raise
-        # a server that does not take stream_options: ask without, from now on (the usage
-        # of its calls is unknown)
-        self.stream_usage = False
-        return await self._open_once(request)
+        except (openai.OpenAIError, _AllModesRefused) as exc:
+            return exc
 
     async def _open_once(self, request: ChatRequest) -> openai.AsyncStream[Any]:
+        """Open the stream (the client's errors pass through, unscrubbed: see ``_open``)."""
         params = self._params(request)
         if request.structured_output is None:
-            try:
-                return cast("openai.AsyncStream[Any]", await _create(self.client, params))
-            except openai.OpenAIError as exc:
-                raise _call_error(exc, self.base_url, secret=self._secret) from exc
+            return cast("openai.AsyncStream[Any]", await _create(self.client, params))
         modes = [self._settled] if self._settled is not None else self._modes
         refusals: list[str] = []
         for i, mode in enumerate(modes):
@@ -339,20 +526,20 @@ class OpenAIChatModel:
             except openai.APIStatusError as exc:
                 if last or not _is_refusal(exc):
                     if refusals and _is_refusal(exc):
-                        raise ModelCallError(
-                            f"the model server at {self.base_url} refused every structured "
-                            f"output mode: {'; '.join(refusals)}; then HTTP {exc.status_code}: "
-                            f"{exc.message}",
-                            status=exc.status_code,
-                        ) from exc
-                    raise _call_error(exc, self.base_url, secret=self._secret) from exc
+                        status, said = exc.status_code, exc.message
+                        break
+                    raise
                 refusals.append(f"{mode}: HTTP {exc.status_code}")
                 continue
-            except openai.OpenAIError as exc:
-                raise _call_error(exc, self.base_url, secret=self._secret) from exc
             self._settled = mode
             return cast("openai.AsyncStream[Any]", stream)
-        raise AssertionError("unreachable")  # pragma: no cover
+        else:  # pragma: no cover
+            raise AssertionError("unreachable")
+        raise _AllModesRefused(
+            f"the model server at {self.base_url} refused every structured output mode: "
+            f"{'; '.join(refusals)}; then HTTP {status}: {said}",
+            status,
+        )
 
     async def _create_probing(self, params: dict[str, Any], *, probing: bool) -> Any:
         """Make the request. While probing (another mode is left to try) a refusal must move

@@ -92,8 +92,8 @@ class Usage(BaseModel):
     def from_openai(cls, usage: Any) -> Usage:
         """One request's usage from an OpenAI ``usage`` object or dict (``prompt_tokens``,
         ``completion_tokens``, ``total_tokens``, ``prompt_tokens_details.cached_tokens``,
-        ``completion_tokens_details.reasoning_tokens``); fields that are missing or not
-        whole numbers of 0 or more stay unknown."""
+        ``completion_tokens_details.reasoning_tokens``; DeepSeek's ``prompt_cache_hit_tokens``);
+        fields that are missing or not whole numbers of 0 or more stay unknown."""
 
         def get(source: Any, name: str) -> Any:
             if isinstance(source, dict):
@@ -114,7 +114,9 @@ class Usage(BaseModel):
             input_tokens=prompt,
             output_tokens=completion,
             total_tokens=total,
-            cached_tokens=count(get(get(usage, "prompt_tokens_details"), "cached_tokens")),
+            cached_tokens=count(get(get(usage, "prompt_tokens_details"), "cached_tokens"))
+            if get(usage, "prompt_tokens_details") is not None
+            else count(get(usage, "prompt_cache_hit_tokens")),  # DeepSeek's name for it
             reasoning_tokens=count(
                 get(get(usage, "completion_tokens_details"), "reasoning_tokens")
             ),
@@ -327,8 +329,8 @@ class _MeteredDeltas:
         delta = await self._deltas.__anext__()
         if delta.usage is not None:
             self.reported = delta.usage  # cumulative: the last one counts
-        if delta.content or delta.tool_calls:
-            self.pieces += 1
+        if delta.content or delta.tool_calls or delta.reasoning or delta.refusal:
+            self.pieces += 1  # reasoning is output the budget pays for too
             if self._watch:  # the reply grows: is it still within the budget?
                 self._meter.check_stream(self.reported, self.pieces)
         # a delta with usage alone ends the stream: what it cost is counted, and the next

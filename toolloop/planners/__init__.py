@@ -7,6 +7,7 @@ from ._base import Planner as Planner
 from ._base import PlannerContext as PlannerContext
 from ._base import PlannerLike as PlannerLike
 from ._base import PlannerReply as PlannerReply
+from ._base import PlannerTurn as PlannerTurn
 from ._base import StreamingPlanner as StreamingPlanner
 from ._base import call_planner as call_planner
 from ._prompt import PLANNER_SYSTEM_PROMPT as PLANNER_SYSTEM_PROMPT
@@ -28,6 +29,7 @@ __all__ = [
     "PlannerLike",
     "PlannerReply",
     "PlannerSchema",
+    "PlannerTurn",
     "StreamingPlanner",
     "StructuredPlanner",
     "ToolCallingPlanner",

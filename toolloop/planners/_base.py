@@ -8,6 +8,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..models import Reasoning
 from ..runner import ToolExecutionRecord
 
 __all__ = [
@@ -16,9 +17,27 @@ __all__ = [
     "PlannerContext",
     "PlannerLike",
     "PlannerReply",
+    "PlannerTurn",
     "StreamingPlanner",
     "call_planner",
 ]
+
+
+class PlannerTurn(BaseModel):
+    """What a planner's model wrote in one executed round, to be sent back in the next
+    rounds' requests as it was written (a planner that keeps no conversation has none).
+
+    ``message`` is the assistant message in the chat-completions format, reasoning and
+    provider signatures included (:meth:`~toolloop.models.ChatReply.message`), every tool
+    call with an id; ``records`` holds, for each of its tool calls in order, the index in
+    ``done_plans`` of the record the call came to (``None``: normalization dropped it).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    round_index: int
+    message: dict[str, Any]
+    records: list[int | None] = Field(default_factory=list)
 
 
 class PlannerContext(BaseModel):
@@ -36,6 +55,9 @@ class PlannerContext(BaseModel):
     """The records of the last round only."""
     round_index: int = 0
     max_rounds: int = 5
+    turns: tuple[PlannerTurn, ...] = ()
+    """What the planner's model wrote in the executed rounds so far, when its replies keep
+    a message (:attr:`PlannerReply.message`): the conversation to send back as it was."""
 
 
 class PlannerReply(BaseModel):
@@ -57,6 +79,16 @@ class PlannerReply(BaseModel):
     notes: tuple[str, ...] = ()
     """What the planner has to say about the reply (e.g. that it was cut off); the loop
     adds them to the run's notes."""
+    reasoning: Reasoning | None = None
+    """What the model reasoned before it answered, when its server sent it (shown in the
+    loop's ``PlanDecided`` event and traces)."""
+    refusal: str | None = None
+    """The model refused to plan (OpenAI's ``refusal``): the loop stops with the stop
+    reason ``refusal``."""
+    message: dict[str, Any] | None = None
+    """The reply as the assistant message of the next request (its reasoning and provider
+    signatures included), for a planner that sends its conversation back (see
+    :attr:`PlannerContext.turns`)."""
 
 
 Dispatch = Callable[[int, Any], None]

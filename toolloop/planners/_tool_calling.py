@@ -8,10 +8,14 @@ and with streaming dispatch it is handed over at that moment, so its tool starts
 model still writes the next call. A reply without a tool call is ``next_action="response"``,
 its text kept in the output as ``content``.
 
-The records of earlier rounds carry no call ids and no round numbers, so the history is
-rebuilt from them: ids are made up in order (``call00001``, ...; nine letters and digits,
-which every server accepts), and the records are grouped into the last round and the rounds
-before it (what :class:`~toolloop.planners.PlannerContext` can tell apart).
+Each reply is kept by the loop as it was written (:attr:`PlannerReply.message`: its text,
+its reasoning where the server sent it, its tool calls with their ids and provider
+signatures), and the next rounds send it back as it was, each call answered by its record:
+thinking models (DeepSeek's thinking mode, GLM, Gemini 3, OpenRouter's reasoning models)
+refuse or lose their way without it. A call the server gave no id gets one made up
+(``c00100001``: nine letters and digits, which every server accepts). Without kept replies
+(a context built by hand) the history is rebuilt from the records alone, ids made up in
+order, grouped into the last round and the rounds before it.
 """
 
 from __future__ import annotations
@@ -25,9 +29,11 @@ from typing import Any, Literal, TypeAlias
 from .._errors import ModelOutputError
 from ..models import (
     ChatModel,
+    ChatReply,
     ChatRequest,
     ModelSettings,
-    ToolCallReader,
+    ReplyReader,
+    ReplyToolCall,
     check_settings,
     parse_tool_arguments,
     stream_chat,
@@ -111,6 +117,26 @@ def _rounds(context: PlannerContext) -> list[list[ToolExecutionRecord]]:
     return [group for group in groups if group]
 
 
+def _from_turns(context: PlannerContext, max_chars: int) -> list[dict[str, Any]] | None:
+    """The earlier rounds as their replies were written, each call answered by its record;
+    ``None`` when the kept replies do not cover every record."""
+    covered = {i for turn in context.turns for i in turn.records if i is not None}
+    if len(covered) != len(context.done_plans):
+        return None
+    records = context.done_plans
+    messages: list[dict[str, Any]] = []
+    for turn in context.turns:
+        messages.append(turn.message)
+        for call, at in zip(turn.message.get("tool_calls") or (), turn.records, strict=False):
+            content = (
+                _dumps({"error": "this call did not run: the plan's normalization dropped it"})
+                if at is None
+                else _tool_message_content(records[at], max_chars)
+            )
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": content})
+    return messages
+
+
 def tool_calling_messages(
     context: PlannerContext,
     *,
@@ -118,9 +144,10 @@ def tool_calling_messages(
     max_result_chars: int = 2000,
 ) -> list[dict[str, Any]]:
     """The conversation for ``context``: instructions (with the extra requirement), the
-    user's request, then each earlier round as an assistant message with ``tool_calls``
-    followed by one ``tool`` message per call (results as JSON text, failures as
-    ``{"error": ...}``)."""
+    user's request, then each earlier round: the model's reply as it was written (from
+    ``context.turns``: its reasoning and tool calls, ids and provider signatures included;
+    rebuilt from the records when there are no kept replies) followed by one ``tool``
+    message per call (results as JSON text, failures as ``{"error": ...}``)."""
     system = system_prompt
     if context.user_extra_requirement:
         system += f"\n\nAlso follow these requirements:\n{context.user_extra_requirement}"
@@ -128,6 +155,11 @@ def tool_calling_messages(
         {"role": "system", "content": system},
         {"role": "user", "content": context.user_input},
     ]
+    if context.turns:
+        kept = _from_turns(context, max_result_chars)
+        if kept is not None:
+            messages.extend(kept)
+            return messages
     n = 0
     for group in _rounds(context):
         calls: list[dict[str, Any]] = []
@@ -153,6 +185,33 @@ def tool_calling_messages(
         messages.append({"role": "assistant", "content": "", "tool_calls": calls})
         messages.extend(results)
     return messages
+
+
+def _made_up_id(round_index: int, k: int) -> str:
+    return f"c{round_index % 1000:03d}{k % 100_000:05d}"
+
+
+def _kept_message(reply: ChatReply, round_index: int) -> dict[str, Any]:
+    """The reply as the next rounds send it back: every call with an id (made up, nine
+    letters and digits, where the server gave none)."""
+    calls = tuple(
+        call
+        if call.id
+        else ReplyToolCall(
+            f"c{round_index % 1000:03d}{k:05d}", call.name, call.arguments, call.extra
+        )
+        for k, call in enumerate(reply.tool_calls)
+    )
+    # "" rather than None: some servers (llama-cpp-python) refuse a null content
+    return ChatReply(
+        text=reply.text,
+        reasoning=reply.reasoning,
+        refusal=None,
+        tool_calls=calls,
+        finish_reason=reply.finish_reason,
+        usage=None,
+        extra=reply.extra,
+    ).message(content_if_empty="")
 
 
 class ToolCallingPlanner:
@@ -186,7 +245,15 @@ class ToolCallingPlanner:
         on_cutoff: what to do with a reply the token limit cut off (``finish_reason`` is
             ``"length"``): ``"note"`` keeps it and says so in the run's notes (a cut text is
             taken as the response, a cut tool call whose arguments are not whole JSON is a
-            failed record); ``"error"`` raises :class:`~toolloop.ModelOutputError`.
+            failed record); ``"error"`` raises :class:`~toolloop.ModelOutputError`. A reply
+            cut off before any text or tool call (a thinking model that spent the limit
+            reasoning) raises either way: there is nothing to take.
+
+    What else a reply can be: a refusal (OpenAI's ``refusal``) ends the loop with the stop
+    reason ``refusal`` (:attr:`PlannerReply.refusal`); a stream with no output at all is a
+    :class:`~toolloop.ModelOutputError`; a stream that ends without a finish reason
+    (Snowflake Cortex) is read to its end and taken as it is. The reasoning of a thinking
+    model is kept (:attr:`PlannerReply.reasoning`) and sent back with the reply.
 
     Raises:
         ValueError: an unknown model setting or ``on_cutoff``.
@@ -260,18 +327,17 @@ class ToolCallingPlanner:
     async def _plan(self, context: PlannerContext, dispatch: Dispatch | None) -> PlannerReply:
         request = self.request(context)
         seen = Counter(record.tool_name for record in context.done_plans)
-        reader = ToolCallReader()
+        reader = ReplyReader()
+        calls = reader.tools.calls
         commands: list[dict[str, Any]] = []
-        content: list[str] = []
         chars = 0
         started = perf_counter()
         decided_after: float | None = None
         after_finish = -1
-        finish: str | None = None
 
         def complete(upto: int) -> None:
             while len(commands) < upto:
-                call = reader.calls[len(commands)]
+                call = calls[len(commands)]
                 seen[call.name] += 1
                 command = {
                     "purpose": f"{call.name or 'tool call'} #{seen[call.name]}",
@@ -289,50 +355,61 @@ class ToolCallingPlanner:
                     # only the end of the stream should follow: reading it lets the
                     # connection be reused; a model that goes on is cut off
                     after_finish += 1
+                    if delta.usage is not None:
+                        reader.feed(delta)
                     if after_finish > _TRAILING_DELTAS:
                         break
                     continue
-                if delta.content:
-                    content.append(delta.content)
-                    chars += len(delta.content)
+                reader.feed(delta)
+                chars += len(delta.content)
                 if delta.tool_calls:
                     if decided_after is None:
                         decided_after = perf_counter() - started
                     chars += sum(len(piece.arguments) for piece in delta.tool_calls)
-                    reader.feed(delta.tool_calls)
-                    complete(len(reader.calls) - 1)  # every call before the newest is whole
+                    complete(len(calls) - 1)  # every call before the newest is whole
                 if delta.finish_reason is not None:
-                    finish = delta.finish_reason
-                    complete(len(reader.calls))
+                    complete(len(calls))
                     after_finish = 0
-        if after_finish < 0:
-            raise ModelOutputError(
-                "the model's stream ended without a finish_reason: the reply was cut off "
-                f"after {chars} characters; try again"
-            )
-        complete(len(reader.calls))
-        text = "".join(content)
+        # a stream may end without a finish_reason (Snowflake Cortex): its end is the end
+        complete(len(calls))
+        reply = reader.reply()
+        if reply.deltas == 0:
+            raise ModelOutputError(reply.why_empty())
         if decided_after is None:
             decided_after = perf_counter() - started
+        if reply.refusal is not None and not commands:
+            return PlannerReply(
+                output={"next_action": "response", "execution_commands": []},
+                decided_after=decided_after,
+                chars_read=chars,
+                finish_reason=reply.finish_reason,
+                notes=(f"the model refused to plan: {reply.refusal}",),
+                reasoning=reply.reasoning,
+                refusal=reply.refusal,
+            )
         output: dict[str, Any] = {
             "next_action": "execute" if commands else "response",
             "execution_commands": commands,
-            "content": text,
+            "content": reply.text,
         }
         notes: tuple[str, ...] = ()
-        if finish == "length":
-            notes = (self._cut_off(commands, chars),)
+        if reply.cut_off:
+            notes = (self._cut_off(commands, chars, reply),)
         return PlannerReply(
             output=output,
             decided_after=decided_after,
             chars_read=chars,
-            finish_reason=finish,
+            finish_reason=reply.finish_reason,
             notes=notes,
+            reasoning=reply.reasoning,
+            message=_kept_message(reply, context.round_index) if commands else None,
         )
 
-    def _cut_off(self, commands: list[dict[str, Any]], chars: int) -> str:
+    def _cut_off(self, commands: list[dict[str, Any]], chars: int, reply: ChatReply) -> str:
         """The note on a reply cut off by the token limit; raises with ``on_cutoff="error"``."""
         limit = self.settings.get("max_tokens", self.max_tokens)
+        if not commands and not reply.text:  # nothing to take, whatever on_cutoff says
+            raise ModelOutputError(reply.why_empty())
         if commands:
             last = commands[-1]
             whole = isinstance(last["tool_kwargs"], dict)
