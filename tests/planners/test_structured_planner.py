@@ -357,5 +357,5 @@ async def test_a_plan_cut_at_the_token_limit_says_so() -> None:
 async def test_an_empty_answer_is_a_model_output_error() -> None:
     async with serving() as (server, model):
         server.add_reply("")
-        with pytest.raises(ModelOutputError, match=r"no JSON object or array .*expected a '\{'"):
+        with pytest.raises(ModelOutputError, match=r"no text .*a JSON object, was expected"):
             await StructuredPlanner(model).plan(context())

@@ -93,8 +93,10 @@ class AgentResult:
         """Why a completed run stopped: ``structured_response`` (the answer fits the
         ``response_format``), ``answered`` (the model answered without a tool call),
         ``tools`` (it ended after its tools: ``return_direct``, or a tool's jump),
-        ``middleware`` (a hook ended it) or ``usage_limit`` (its budget, with
-        ``on_usage_limit="finish"``); ``None`` while paused."""
+        ``middleware`` (a hook ended it), ``usage_limit`` (its budget, with
+        ``on_usage_limit="finish"``), ``refusal`` (the model refused: see :attr:`refusal`)
+        or ``cut_off`` (the token limit ended its last reply mid-way: :attr:`text` is
+        incomplete; raise ``max_tokens``); ``None`` while paused."""
         if self.paused:
             return None
         if self.state.usage_limit is not None:
@@ -103,6 +105,10 @@ class AgentResult:
             return "structured_response"
         last = self.state.messages[-1] if self.state.messages else None
         if isinstance(last, AssistantMessage) and not last.tool_calls:
+            if last.refusal is not None:
+                return "refusal"
+            if last.finish_reason == "length":
+                return "cut_off"
             return "answered"
         if isinstance(last, ToolMessage):
             return "tools"
@@ -143,6 +149,14 @@ class AgentResult:
     @property
     def structured_response(self) -> Any:
         return self.state.structured_response
+
+    @property
+    def refusal(self) -> str | None:
+        """What the model said when its last reply refused to answer; ``None`` otherwise."""
+        for message in reversed(self.state.messages):
+            if isinstance(message, AssistantMessage):
+                return message.refusal
+        return None
 
     @property
     def text(self) -> str:

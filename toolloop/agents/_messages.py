@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from ..models import Reasoning, ReplyToolCall, assistant_message
 from ..runner import json_safe
 
 __all__ = [
@@ -55,6 +56,9 @@ class ToolCall(BaseModel):
     args: dict[str, Any] = Field(default_factory=dict)
     error: str | None = None
     raw_arguments: str | None = None
+    extra: dict[str, Any] | None = None
+    """Fields of the call its server requires back in the next request, as it sent them
+    (Gemini's ``extra_content``, with its thought signature)."""
 
 
 class SystemMessage(BaseModel):
@@ -76,7 +80,12 @@ class UserMessage(BaseModel):
 
 
 class AssistantMessage(BaseModel):
-    """What the model said: text and/or tool calls. ``id`` lets an update replace it."""
+    """What the model said: text and/or tool calls, with what it reasoned before (when its
+    server sent it), a refusal, and why the reply ended. ``id`` lets an update replace it.
+
+    The reasoning goes back to the server with the message in later requests, where the
+    server sent it (see :func:`~toolloop.models.assistant_message`).
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -84,6 +93,16 @@ class AssistantMessage(BaseModel):
     content: str = ""
     tool_calls: list[ToolCall] = Field(default_factory=list)
     id: str | None = None
+    reasoning: Reasoning | None = None
+    """What the model reasoned before it answered (its text, and how its server sends it
+    back)."""
+    refusal: str | None = None
+    """What the model said when it refused to answer (OpenAI's ``refusal``)."""
+    finish_reason: str | None = None
+    """Why the reply ended (``"stop"``, ``"tool_calls"``, ``"length"``: cut off by the token
+    limit), when the server said; ``None`` for messages not read from a model."""
+    extra: dict[str, Any] | None = None
+    """Fields of the message its server requires back, as sent (Gemini's ``extra_content``)."""
 
 
 class ToolMessage(BaseModel):
@@ -230,17 +249,13 @@ def to_openai(message: Message) -> dict[str, Any]:
     if isinstance(message, ToolMessage):
         return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
     if isinstance(message, AssistantMessage):
-        out: dict[str, Any] = {"role": "assistant", "content": message.content or None}
-        if message.tool_calls:
-            out["tool_calls"] = [
-                {
-                    "id": call.id,
-                    "type": "function",
-                    "function": {"name": call.name, "arguments": _arguments(call)},
-                }
-                for call in message.tool_calls
-            ]
-        return out
+        return assistant_message(
+            message.content,
+            [ReplyToolCall(c.id, c.name, _arguments(c), c.extra) for c in message.tool_calls],
+            message.reasoning,
+            extra=message.extra,
+            content_if_empty=None,
+        )
     if isinstance(message, UserMessage):
         user: dict[str, Any] = {"role": "user", "content": message.content}
         if message.name is not None:

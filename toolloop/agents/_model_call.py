@@ -1,9 +1,10 @@
 """The innermost model call: a :class:`ModelRequest` in, one streamed answer read, an
 :class:`AssistantMessage` out.
 
-Streamed tool-call pieces are put together by the tool-calling planner's reader (the same
-rules: by ``index``, a new ``id`` starts a new call). Arguments that are not a JSON object
-make a :class:`ToolCall` with an ``error``, which the agent answers without running the tool.
+The reply is read by :class:`~toolloop.models.ReplyReader`, as every product reads one:
+tool-call pieces put together by ``index`` (ids empty in follow-up pieces continue their
+call), reasoning, a refusal, the finish reason. Arguments that are not a JSON object make a
+:class:`ToolCall` with an ``error``, which the agent answers without running the tool.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ from typing import Any
 
 import anyio
 
-from .._errors import ModelCallError
+from .._errors import ModelCallError, ModelOutputError
 from ..models import (
     ChatRequest,
+    ReplyReader,
+    ReplyToolCall,
     StructuredOutput,
-    ToolCallReader,
     parse_tool_arguments,
     stream_chat,
 )
@@ -66,28 +68,31 @@ def chat_request(
     )
 
 
-def _tool_call(name: str, call_id: str | None, text: str, seen: set[str]) -> ToolCall:
+def _tool_call(call: ReplyToolCall, seen: set[str]) -> ToolCall:
+    call_id, name, text = call.id, call.name, call.arguments
     if not call_id or call_id in seen:
         call_id = new_id("call")
     seen.add(call_id)
+    extra = dict(call.extra) if call.extra else None
     if not name:
         return ToolCall(
             id=call_id,
             name="",
             error="the call names no tool",
             raw_arguments=text[:_MAX_RAW],
+            extra=extra,
         )
     args = parse_tool_arguments(text)
     if isinstance(args, dict):
         return ToolCall.model_construct(
-            id=call_id, name=name, args=args, error=None, raw_arguments=None
+            id=call_id, name=name, args=args, error=None, raw_arguments=None, extra=extra
         )
     if isinstance(args, str):
         shown = args if len(args) <= 200 else args[:200] + "..."
         error = f"the arguments are not valid JSON: {shown!r}"
     else:
         error = f"the arguments must be a JSON object, got {type(args).__name__}"
-    return ToolCall(id=call_id, name=name, error=error, raw_arguments=text[:_MAX_RAW])
+    return ToolCall(id=call_id, name=name, error=error, raw_arguments=text[:_MAX_RAW], extra=extra)
 
 
 async def stream_model(
@@ -101,25 +106,33 @@ async def stream_model(
     Raises:
         ModelCallError: the model could not be reached, answered an error, or took longer
             than ``timeout`` (whatever the model raised is chained).
+        ModelOutputError: the reply has nothing in it: no text, no tool call, no refusal
+            (an empty stream, or a reply the token limit cut off while it was reasoning).
     """
     chat = chat_request(request, cache)
-    reader = ToolCallReader()
-    content: list[str] = []
+    reader = ReplyReader()
     with anyio.move_on_after(timeout) as scope:
         async with stream_chat(request.model, chat) as deltas:
             async for delta in deltas:
-                if delta.content:
-                    content.append(delta.content)
-                if delta.tool_calls:
-                    reader.feed(delta.tool_calls)
+                reader.feed(delta)
     if scope.cancelled_caught:
         raise ModelCallError(
             f"the model did not finish its answer within {timeout} s; raise model_timeout "
             "if it needs longer"
         )
+    reply = reader.reply()
+    if reply.empty:
+        raise ModelOutputError(reply.why_empty())
     seen: set[str] = set()
-    calls = [_tool_call(c.name, c.id, "".join(c.arguments), seen) for c in reader.calls]
+    calls = [_tool_call(call, seen) for call in reply.tool_calls]
     message = AssistantMessage.model_construct(
-        role="assistant", content="".join(content), tool_calls=calls, id=new_id()
+        role="assistant",
+        content=reply.text,
+        tool_calls=calls,
+        id=new_id(),
+        reasoning=reply.reasoning,
+        refusal=reply.refusal,
+        finish_reason=reply.finish_reason,
+        extra=dict(reply.extra) if reply.extra else None,
     )
     return ModelResponse(message)

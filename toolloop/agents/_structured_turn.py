@@ -5,7 +5,8 @@ a valid answer becomes ``state.structured_response`` with a tool message saying 
 invalid one (or several calls of it) is answered with the errors, so the routing takes the
 model back to try again. With :class:`ProviderStrategy`, a reply without tool calls is the
 answer: its text must be JSON that fits. A reply that gives no answer at all is sent back
-with a user message saying what is expected. After ``retries`` failures in a run,
+with a user message saying what is expected; a refusal is not (the run ends with the stop
+reason ``refusal``). After ``retries`` failures in a run,
 :class:`StructuredOutputError` is raised.
 """
 
@@ -53,6 +54,8 @@ def structured_answer(
     """Handle the structured answer in ``message`` (see the module docs); ``"model"`` when
     the model must answer again."""
     strategy = spec.strategy
+    if message.refusal is not None and not message.tool_calls:
+        return None  # a refusal is the model's last word: the run ends with it
     if isinstance(strategy, ToolStrategy):
         name = strategy.tool.name
         calls = [call for call in message.tool_calls if call.name == name]

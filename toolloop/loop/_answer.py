@@ -14,7 +14,16 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from ..models import ChatDelta, ChatModel, ChatRequest, ModelSettings, Usage, stream_chat
+from .._errors import ModelOutputError
+from ..models import (
+    ChatDelta,
+    ChatModel,
+    ChatRequest,
+    ModelSettings,
+    ReplyReader,
+    Usage,
+    stream_chat,
+)
 from ..runner import json_safe
 from ._results import LoopResult
 
@@ -84,17 +93,36 @@ class AnswerStream:
 
     ``finish_reason`` and ``usage`` are known once the text was read to its end
     (``None`` before, or when the server said nothing). An answer whose ``finish_reason``
-    is ``"length"`` was cut off by ``max_tokens``: ``cut_off`` is then true.
+    is ``"length"`` was cut off by ``max_tokens``: ``cut_off`` is then true. ``reasoning``
+    is what a thinking model reasoned before its answer (``""`` when its server sent none).
+
+    A reply with no text at all ends the iteration with an error instead of an empty
+    answer: :class:`~toolloop.errors.ModelRefusalError` when the model refused (its words
+    are the error's ``refusal``), :class:`~toolloop.ModelOutputError` when it said nothing
+    (an empty stream, or a reply the token limit cut off while the model was reasoning).
     """
 
-    __slots__ = ("_deltas", "finish_reason", "usage")
+    __slots__ = ("_deltas", "_reader")
 
     def __init__(self, deltas: AsyncIterator[ChatDelta]) -> None:
         self._deltas = deltas
-        self.finish_reason: str | None = None
+        self._reader = ReplyReader()
+
+    @property
+    def finish_reason(self) -> str | None:
         """Why the answer ended: ``"stop"``, ``"length"`` (the token limit), ..."""
-        self.usage: Usage | None = None
+        return self._reader.finish_reason
+
+    @property
+    def usage(self) -> Usage | None:
         """The call's usage, when the server reported it."""
+        return self._reader.usage
+
+    @property
+    def reasoning(self) -> str:
+        """What the model reasoned before its answer, so far."""
+        reasoning = self._reader.reasoning()
+        return reasoning.text if reasoning is not None else ""
 
     @property
     def cut_off(self) -> bool:
@@ -105,29 +133,43 @@ class AnswerStream:
         return self
 
     async def __anext__(self) -> str:
+        reader = self._reader
         while True:
-            delta = await self._deltas.__anext__()
-            if delta.finish_reason is not None:
-                self.finish_reason = delta.finish_reason
-            if delta.usage is not None:
-                self.usage = delta.usage
+            try:
+                delta = await self._deltas.__anext__()
+            except StopAsyncIteration:
+                if not reader.text:
+                    reply = reader.reply()
+                    if reply.refusal is not None:
+                        raise reply.refused() from None
+                    raise ModelOutputError(reply.why_empty()) from None
+                raise
+            reader.feed(delta)
             if delta.content:
                 return delta.content
 
 
 class FinalAnswer(str):
     """The final answer's text (a ``str``), with how it ended: ``finish_reason`` (``"length"``:
-    cut off by ``max_tokens``, see ``cut_off``) and the call's ``usage`` when reported."""
+    cut off by ``max_tokens``, see ``cut_off``), the call's ``usage`` when reported, and the
+    ``reasoning`` of a thinking model (``""`` when none was sent)."""
 
     finish_reason: str | None
     usage: Usage | None
+    reasoning: str
 
     def __new__(
-        cls, text: str, *, finish_reason: str | None = None, usage: Usage | None = None
+        cls,
+        text: str,
+        *,
+        finish_reason: str | None = None,
+        usage: Usage | None = None,
+        reasoning: str = "",
     ) -> FinalAnswer:
         self = super().__new__(cls, text)
         self.finish_reason = finish_reason
         self.usage = usage
+        self.reasoning = reasoning
         return self
 
     @property
@@ -170,6 +212,8 @@ async def stream_final_answer(
 
     Raises:
         ModelCallError: the model could not be reached or answered an error.
+        ModelOutputError: the reply had no text (raised as the iteration ends; a
+            :class:`~toolloop.errors.ModelRefusalError` when the model refused).
     """
     request = ChatRequest(
         messages=final_answer_messages(
@@ -194,7 +238,15 @@ async def final_answer(
     settings: ModelSettings | None = None,
 ) -> FinalAnswer:
     """The whole final answer (see :func:`stream_final_answer`): its text, a ``str``, with
-    its ``finish_reason`` (``cut_off`` when ``max_tokens`` ended it) and ``usage``."""
+    its ``finish_reason`` (``cut_off`` when ``max_tokens`` ended it), ``usage`` and
+    ``reasoning``.
+
+    Raises:
+        ModelCallError: the model could not be reached or answered an error.
+        ModelOutputError: the reply had no text: an empty stream, or one the token limit cut
+            off while the model was reasoning (a :class:`~toolloop.errors.ModelRefusalError`
+            when the model refused: its words are the error's ``refusal``).
+    """
     async with stream_final_answer(
         model,
         result,
@@ -205,4 +257,6 @@ async def final_answer(
         settings=settings,
     ) as text:
         whole = "".join([piece async for piece in text])
-        return FinalAnswer(whole, finish_reason=text.finish_reason, usage=text.usage)
+        return FinalAnswer(
+            whole, finish_reason=text.finish_reason, usage=text.usage, reasoning=text.reasoning
+        )

@@ -8,8 +8,8 @@ else:
   ``{"type": "thinking", "thinking": [...]}`` parts that are reasoning);
 - reasoning in ``reasoning_content`` (DeepSeek, Qwen, GLM, xAI, older vLLM) or ``reasoning``
   (Groq, OpenRouter, Ollama, Cerebras, newer vLLM), OpenRouter's ``reasoning_details``
-  items, and a leading ``<think>...</think>`` block of the content (a server that runs a
-  thinking model without a reasoning parser);
+  items, a leading ``<think>...</think>`` block of the content (a server that runs a
+  thinking model without a reasoning parser) and Gemini's ``<thought>...</thought>`` one;
 - ``refusal`` (OpenAI);
 - tool-call pieces with or without ``index``, with ids that are empty in follow-up pieces,
   arguments given as an object instead of text, and Gemini's ``extra_content`` (its thought
@@ -148,49 +148,82 @@ def _choice(data: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return first if isinstance(first, Mapping) else None
 
 
-class _ThinkSplitter:
-    """Moves a ``<think>...</think>`` block at the very start of the content to the
-    reasoning, across pieces (a tag may be split between two of them)."""
+_TAGS = (("<think>", "</think>"), ("<thought>", "</thought>"))
 
-    __slots__ = ("_buffer", "_state")
+
+class _ThinkSplitter:
+    """Moves a ``<think>...</think>`` block (Gemini's: ``<thought>...</thought>``) at the very
+    start of the content to the reasoning, across pieces (a tag may be split between two
+    of them)."""
+
+    __slots__ = ("_buffer", "_close", "_state")
 
     def __init__(self) -> None:
-        self._state = 0  # 0: nothing but whitespace yet, 1: inside the block, 2: plain text
+        # 0: nothing but whitespace yet, 1: inside the block, 2: plain text, 3: right after
+        # the block (whitespace before the answer is dropped)
+        self._state = 0
         self._buffer = ""
+        self._close = ""
 
     def feed(self, text: str) -> tuple[str, str]:
         """The content and the reasoning in ``text``."""
         if self._state == 2 or not text:
             return text, ""
+        if self._state == 3:  # just after the block: the blank lines before the answer go
+            text = text.lstrip()
+            if text:
+                self._state = 2
+            return text, ""
         self._buffer += text
         if self._state == 0:
             head = self._buffer.lstrip()
-            if not head or (len(head) < len(_OPEN) and _OPEN.startswith(head)):
+            if not head or any(len(head) < len(o) and o.startswith(head) for o, _ in _TAGS):
                 return "", ""  # not decided yet
-            if not head.startswith(_OPEN):
+            opened = next(((o, c) for o, c in _TAGS if head.startswith(o)), None)
+            if opened is None:
                 self._state = 2
                 text, self._buffer = self._buffer, ""
                 return text, ""
             self._state = 1
-            self._buffer = head[len(_OPEN) :]
-        end = self._buffer.find(_CLOSE)
+            self._close = opened[1]
+            self._buffer = head[len(opened[0]) :]
+        close = self._close
+        end = self._buffer.find(close)
         if end >= 0:
-            reasoning, rest = self._buffer[:end], self._buffer[end + len(_CLOSE) :]
-            self._state, self._buffer = 2, ""
-            return rest.lstrip(), reasoning
+            reasoning, rest = self._buffer[:end], self._buffer[end + len(close) :].lstrip()
+            self._state, self._buffer = (2 if rest else 3), ""
+            return rest, reasoning
         keep = next(
-            (n for n in range(len(_CLOSE) - 1, 0, -1) if self._buffer.endswith(_CLOSE[:n])), 0
+            (n for n in range(len(close) - 1, 0, -1) if self._buffer.endswith(close[:n])), 0
         )
         reasoning = self._buffer[: len(self._buffer) - keep]
         self._buffer = self._buffer[len(self._buffer) - keep :]
         return "", reasoning
 
     def end(self) -> tuple[str, str]:
-        """What is held back when the reply ends: undecided text, or an unclosed block."""
+        """What is held back when the reply ends (or turns to tool calls): undecided text,
+        or an unclosed block; what follows is plain text."""
         rest, self._buffer = self._buffer, ""
-        if self._state == 1:
+        state, self._state = self._state, 2
+        if state == 1:
             return "", rest  # cut off while thinking
         return rest, ""
+
+
+def _message_extra(value: Any) -> dict[str, Any] | None:
+    """A message's ``extra_content`` to send back: Gemini's thought signature, without the
+    ``thought`` flag it puts on the deltas of its thoughts (a marker, not for the server)."""
+    if not isinstance(value, Mapping):
+        return None
+    google = value.get("google")
+    if isinstance(google, Mapping) and "thought" in google:
+        google = {k: v for k, v in google.items() if k != "thought"}
+        value = (
+            {**value, "google": google}
+            if google
+            else {k: v for k, v in value.items() if k != "google"}
+        )
+    return {"extra_content": dict(value)} if value else None
 
 
 class WireReader:
@@ -275,25 +308,30 @@ class WireReader:
             field = "reasoning" if reasoning else None
         if thinking:
             reasoning, field = reasoning + thinking, field or "thinking"
+        tagged = ""
         if text:
             text, tagged = self._think.feed(text)
-            if tagged:
-                reasoning, field = reasoning + tagged, field or "think_tags"
+        calls = _tool_calls(message.get("tool_calls"), whole=whole)
+        if calls or finish:  # no more text before this: what was held back is let go
+            held, unclosed = self._think.end()
+            text, tagged = held + text, tagged + unclosed
+        if tagged:
+            reasoning, field = reasoning + tagged, field or "think_tags"
         raw_details = message.get("reasoning_details")
         details: tuple[Mapping[str, Any], ...] = ()
         if isinstance(raw_details, list):
             details = tuple(item for item in raw_details if isinstance(item, Mapping))
             if details and not reasoning:
                 reasoning = _details_text(details)
-        extra = message.get("extra_content")
+        extra = _message_extra(message.get("extra_content"))
         return ChatDelta(
             content=text,
-            tool_calls=_tool_calls(message.get("tool_calls"), whole=whole),
+            tool_calls=calls,
             finish_reason=finish if isinstance(finish, str) and finish else None,
             usage=usage,
             reasoning=reasoning,
             reasoning_field=field if reasoning else None,
             reasoning_details=details,
             refusal=_text(message.get("refusal")),
-            extra=None if extra is None else {"extra_content": extra},
+            extra=extra,
         )

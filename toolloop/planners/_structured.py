@@ -22,6 +22,7 @@ from ..models import (
     ChatRequest,
     JSONStreamReader,
     ModelSettings,
+    ReplyReader,
     StructuredOutput,
     check_settings,
     remaining_choices,
@@ -123,17 +124,16 @@ class StructuredPlanner:
         schema = self._schema(context.available_tools)
         request = self.request(context)
         reader = JSONStreamReader(string_deltas=lambda path: path == _NEXT_ACTION)
+        said = ReplyReader()  # the rest of the reply: reasoning, refusal, how it ended
         started = perf_counter()
         prefix = ""
         choice: str | None = None
         watching = True  # next_action is not settled yet
         decided_after: float | None = None
-        finish: str | None = None
         after_done = 0
         async with stream_chat(self.model, request) as deltas:
             async for delta in deltas:
-                if delta.finish_reason is not None:
-                    finish = delta.finish_reason
+                said.feed(delta)
                 if reader.done:
                     # only the end of the stream should follow: reading it lets the
                     # connection be reused; a model that rambles on is cut off
@@ -158,6 +158,7 @@ class StructuredPlanner:
                                 short_circuited=True,
                                 decided_after=decided_after,
                                 chars_read=reader.offset,
+                                reasoning=said.reasoning(),
                             )
                         if choice is None and not remaining_choices(prefix, _CHOICES):
                             # not one of the choices: read it all, the loop's normalization
@@ -172,6 +173,20 @@ class StructuredPlanner:
                         and isinstance(event.path[1], int)
                     ):
                         dispatch(event.path[1], self._clean(schema, event.value))
+        reply = said.reply()
+        finish = reply.finish_reason
+        if reader.offset == 0:  # no JSON at all: nothing, a refusal, or only reasoning
+            if reply.refusal is not None:
+                return PlannerReply(
+                    output={"next_action": "response", "execution_commands": []},
+                    decided_after=perf_counter() - started,
+                    finish_reason=finish,
+                    notes=(f"the model refused to plan: {reply.refusal}",),
+                    reasoning=reply.reasoning,
+                    refusal=reply.refusal,
+                )
+            if reply.empty:
+                raise ModelOutputError(f"{reply.why_empty()}; a plan, a JSON object, was expected")
         if not reader.done:
             cut = (
                 f" (the model hit its token limit, max_tokens={self._token_limit()}: raise "
@@ -193,6 +208,7 @@ class StructuredPlanner:
             decided_after=decided_after,
             chars_read=reader.offset,
             finish_reason=finish,
+            reasoning=reply.reasoning,
         )
 
     @staticmethod

@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from .._errors import ModelOutputError
-from ..models import ChatModel, ChatRequest, StructuredOutput, stream_chat
+from .._errors import ModelOutputError, ModelRefusalError
+from ..models import ChatModel, ChatReply, ChatRequest, ReplyReader, StructuredOutput, stream_chat
 from ..runner import EXTRA_INSTRUCTION, json_safe
 from ._steps import StatusDecision, StatusPlan, StatusReflection, StatusView, as_output
 
@@ -183,7 +183,7 @@ class LLMStatusSteps:
         )
 
     async def analyze(self, view: StatusView) -> str:
-        return await self._text(self.request("analyze", view))
+        return (await self._reply(self.request("analyze", view), "analyze")).text
 
     async def plan(self, view: StatusView) -> StatusPlan:
         data = await self._json(self.request("plan", view, _PLAN_SCHEMA), "plan")
@@ -199,23 +199,42 @@ class LLMStatusSteps:
         return _output(StatusReflection, data, "reflect")
 
     async def converse(self, view: StatusView) -> str:
-        return await self._text(self.request("converse", view))
+        reply = await self._reply(self.request("converse", view), "converse")
+        if reply.cut_off:  # an answer for the user that stops mid-way is not one
+            raise ModelOutputError(
+                f"the converse step's answer was cut off by its token limit (max_tokens="
+                f"{self.max_tokens}) after {len(reply.text)} characters; raise max_tokens"
+            )
+        return reply.text
 
-    async def _text(self, request: ChatRequest) -> str:
-        parts: list[str] = []
+    async def _reply(self, request: ChatRequest, step: str) -> ChatReply:
+        """The whole reply; a refusal or a reply with nothing in it is an error."""
+        reader = ReplyReader()
         async with stream_chat(self.model, request) as deltas:
             async for delta in deltas:
-                if delta.content:
-                    parts.append(delta.content)
-        return "".join(parts)
+                reader.feed(delta)
+        reply = reader.reply()
+        if reply.refusal is not None and not reply.text:
+            raise ModelRefusalError(
+                f"the {step} step: the model refused to answer: {reply.refusal!r}",
+                refusal=reply.refusal,
+            )
+        if not reply.text:
+            raise ModelOutputError(f"the {step} step: {reply.why_empty()}")
+        return reply
 
     async def _json(self, request: ChatRequest, step: str) -> Any:
-        text = await self._text(request)
+        reply = await self._reply(request, step)
+        text = reply.text
         try:
             return json.loads(text)
         except ValueError as exc:
+            cut = (
+                f"; the model hit its token limit (max_tokens={self.max_tokens}): raise it"
+                if reply.cut_off
+                else "; use a model that supports structured output"
+            )
             raise ModelOutputError(
                 f"the {step} step asked the model for JSON and got {text[:200]!r}"
-                f"{'…' if len(text) > 200 else ''} ({exc}); use a model that supports "
-                "structured output, or raise max_tokens if it was cut off"
+                f"{'…' if len(text) > 200 else ''} ({exc}){cut}"
             ) from exc

@@ -13,6 +13,7 @@ from ._chat_model import ScriptedChatModel as ScriptedChatModel
 from ._chat_model import ScriptedChatReply as ScriptedChatReply
 from ._chat_model import ScriptedChatStream as ScriptedChatStream
 from ._openai_replies import FakeErrorReply as FakeErrorReply
+from ._openai_replies import FakeRawReply as FakeRawReply
 from ._openai_replies import FakeReply as FakeReply
 from ._openai_replies import FakeToolCall as FakeToolCall
 from ._openai_server import FakeOpenAIServer as FakeOpenAIServer
@@ -24,6 +25,7 @@ from ._scripted import ScriptedPlanner as ScriptedPlanner
 __all__ = [
     "FakeErrorReply",
     "FakeOpenAIServer",
+    "FakeRawReply",
     "FakeReply",
     "FakeToolCall",
     "RecordedRequest",

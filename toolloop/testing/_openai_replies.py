@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["FakeErrorReply", "FakeReply", "FakeToolCall", "FinishReason"]
+__all__ = ["FakeErrorReply", "FakeRawReply", "FakeReply", "FakeToolCall", "FinishReason"]
 
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "function_call"]
 
@@ -158,6 +158,37 @@ class FakeErrorReply:
         if self.body is not None:
             return _dumps(self.body)
         return _dumps(error_body(self.status, self.message, type=self.type, code=self.code))
+
+
+@dataclass(frozen=True)
+class FakeRawReply:
+    """A response sent exactly as given, byte for byte: its status, its headers, and its body
+    in pieces, each written to the socket on its own (as one chunk of a chunked body), so a
+    piece boundary inside a JSON line is kept. For responses shaped like what a real
+    provider sends (toolloop's own suite replays such recordings through every product).
+
+    ``delay`` seconds pass before each piece after the first. Strings are sent as UTF-8.
+    """
+
+    body: tuple[bytes | str, ...]
+    status: int = 200
+    headers: Mapping[str, str] = field(
+        default_factory=lambda: {"content-type": "text/event-stream"}, hash=False
+    )
+    delay: float = 0.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.body, (bytes, str)):
+            object.__setattr__(self, "body", (self.body,))
+        if not 100 <= self.status <= 599:
+            raise ValueError(f"FakeRawReply.status must be an HTTP status, got {self.status}")
+        if self.delay < 0:
+            raise ValueError("FakeRawReply.delay must be >= 0")
+
+    def pieces(self) -> list[bytes]:
+        """The body's pieces as bytes (empty pieces left out: they would end the body)."""
+        out = [p.encode() if isinstance(p, str) else bytes(p) for p in self.body]
+        return [p for p in out if p]
 
 
 def error_body(

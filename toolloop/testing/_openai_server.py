@@ -41,6 +41,7 @@ from ._http import (
 )
 from ._openai_replies import (
     FakeErrorReply,
+    FakeRawReply,
     FakeReply,
     FakeToolCall,
     FinishReason,
@@ -52,8 +53,9 @@ from ._openai_replies import (
 
 __all__ = ["FakeOpenAIServer", "RecordedRequest", "Responder", "StreamRecord"]
 
-Reply = FakeReply | FakeErrorReply | str
+Reply = FakeReply | FakeErrorReply | FakeRawReply | str
 """What a responder returns; a plain `str` is `FakeReply(content=...)`."""
+Queued = FakeReply | FakeErrorReply | FakeRawReply
 
 Responder = Callable[["RecordedRequest"], "Reply | Awaitable[Reply]"]
 
@@ -153,7 +155,7 @@ class FakeOpenAIServer:
         self._models = tuple(models)
         self._host = host
         self._port = port
-        self._queue: deque[FakeReply | FakeErrorReply] = deque()
+        self._queue: deque[Queued] = deque()
         self._connections = 0
         self._exit_stack: AsyncExitStack | None = None
         self._stream_added: anyio.Event | None = None
@@ -255,6 +257,26 @@ class FakeOpenAIServer:
             code=code,
             body=body,
             headers=dict(headers or {}),
+        )
+        self._queue.append(reply)
+        return reply
+
+    def add_raw(
+        self,
+        body: Sequence[bytes | str] | bytes | str,
+        *,
+        status: int = 200,
+        headers: Mapping[str, str] | None = None,
+        delay: float = 0.0,
+    ) -> FakeRawReply:
+        """Queue a response sent exactly as given (see `FakeRawReply`): `body` in pieces,
+        each written on its own; `headers` (`content-type: text/event-stream` when none)."""
+        pieces = (body,) if isinstance(body, (bytes, str)) else tuple(body)
+        reply = FakeRawReply(
+            body=pieces,
+            status=status,
+            headers=dict(headers) if headers is not None else {"content-type": "text/event-stream"},
+            delay=delay,
         )
         self._queue.append(reply)
         return reply
@@ -384,6 +406,8 @@ class FakeOpenAIServer:
                 await send_json(connection, status, error_body(status, message))
                 return True
         reply = await self._next_reply(request, index)
+        if isinstance(reply, FakeRawReply):
+            return await self._raw(connection, reply, index)
         if isinstance(reply, FakeReply) and reply.usage is None and not self._report_usage:
             reply = dataclasses.replace(reply, usage=False)
         if isinstance(reply, FakeErrorReply):
@@ -405,7 +429,7 @@ class FakeOpenAIServer:
         await send_json(connection, 200, completion(reply, body, model))
         return True
 
-    async def _next_reply(self, request: RecordedRequest, index: int) -> FakeReply | FakeErrorReply:
+    async def _next_reply(self, request: RecordedRequest, index: int) -> Queued:
         if self._queue:
             return self._queue.popleft()
         if self._responder is None:
@@ -428,14 +452,27 @@ class FakeOpenAIServer:
             )
         if isinstance(reply, str):
             return FakeReply(content=reply)
-        if not isinstance(reply, (FakeReply, FakeErrorReply)):
+        if not isinstance(reply, (FakeReply, FakeErrorReply, FakeRawReply)):
             return FakeErrorReply(
                 500,
                 f"FakeOpenAIServer's responder returned {reply!r}; expected a FakeReply, "
-                "a FakeErrorReply or a str",
+                "a FakeErrorReply, a FakeRawReply or a str",
                 headers={"x-should-retry": "false"},
             )
         return reply
+
+    async def _raw(self, connection: Connection, reply: FakeRawReply, index: int) -> bool:
+        """Send `reply` byte for byte, each piece as one chunk; recorded as a stream."""
+        pieces = reply.pieces()
+        headers = {k.lower(): v for k, v in reply.headers.items()}
+        headers.pop("content-length", None)
+        headers.pop("transfer-encoding", None)
+        head = response_head(
+            reply.status,
+            {"x-request-id": request_id(), **headers, "transfer-encoding": "chunked"},
+        )
+        events = [StreamEvent(piece, reply.delay if i else 0.0) for i, piece in enumerate(pieces)]
+        return await self._send_stream(connection, head, events, None, index, empty=not pieces)
 
     async def _stream(
         self,
@@ -446,12 +483,6 @@ class FakeOpenAIServer:
         index: int,
     ) -> bool:
         events = stream_events(reply, body, model)
-        record = StreamRecord(
-            request_index=index,
-            chunks_planned=len(events),
-            started_at=time.monotonic(),
-        )
-        self._add_stream(record)
         head = response_head(
             200,
             {
@@ -461,12 +492,30 @@ class FakeOpenAIServer:
                 "x-request-id": request_id(),
             },
         )
+        return await self._send_stream(connection, head, events, reply.disconnect_after, index)
+
+    async def _send_stream(
+        self,
+        connection: Connection,
+        head: bytes,
+        events: list[StreamEvent],
+        disconnect_after: int | None,
+        index: int,
+        *,
+        empty: bool = False,
+    ) -> bool:
+        record = StreamRecord(
+            request_index=index,
+            chunks_planned=len(events),
+            started_at=time.monotonic(),
+        )
+        self._add_stream(record)
         try:
             async with anyio.create_task_group() as task_group:
                 task_group.start_soon(_watch_for_eof, connection, record, task_group.cancel_scope)
                 try:
-                    await connection.send(head)
-                    await _send_events(connection, record, events, reply.disconnect_after)
+                    await connection.send(head + (b"0\r\n\r\n" if empty else b""))
+                    await _send_events(connection, record, events, disconnect_after)
                 except DISCONNECTS:
                     record._end(client_gone=True)
                 task_group.cancel_scope.cancel()
