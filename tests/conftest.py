@@ -221,6 +221,13 @@ def postgres_url() -> Iterator[str]:
 
 
 RAY_SUPPORT = ROOT / "tests" / "ray"
+RAY_ON_LOOPBACK = ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+"""Keeps the suite's Ray clusters on 127.0.0.1 (the Ray guide says so too). On Linux Ray
+puts a node on the machine's own address and listens on every interface, and turns a
+node address of 127.0.0.1 into the machine's; with this setting it takes the loopback
+address for everything, as on macOS and Windows. Ray reads it when it is imported: it is
+set here, before any test module imports Ray."""
+os.environ.setdefault(*RAY_ON_LOOPBACK)
 
 
 class RayClusters:

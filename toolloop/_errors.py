@@ -161,9 +161,13 @@ class UsageLimitError(ExecutionError):
     call (none was made) or while a stream ran (it was closed).
 
     Attributes:
-        usage: the run's usage when the limit was found passed.
+        usage: the run's usage when the limit was found passed; when a stream was closed,
+            with the reply in progress as the check counted it (see ``estimated``).
         limit: which limit: ``"max_requests"``, ``"max_input_tokens"``,
             ``"max_output_tokens"`` or ``"max_total_tokens"``.
+        estimated: ``usage`` counts the reply in progress by an estimate (a token a
+            delta: the server had not reported its count when the stream was closed); its
+            request is then one of ``usage.unreported_requests``.
         done_plans: the records made so far (set by the loop).
     """
 
@@ -173,6 +177,7 @@ class UsageLimitError(ExecutionError):
         *,
         usage: Any = None,
         limit: str = "",
+        estimated: bool = False,
         done_plans: Sequence[Any] = (),
         trace: Sequence[TraceEntry] = (),
         state: Any = None,
@@ -180,6 +185,7 @@ class UsageLimitError(ExecutionError):
         super().__init__(message, trace=trace, state=state)
         self.usage: Any = usage
         self.limit = limit
+        self.estimated = estimated
         self.done_plans: list[Any] = list(done_plans)
 
 

@@ -194,6 +194,22 @@ async def test_a_plan_that_streams_past_the_budget_is_closed() -> None:
     assert result.usage.unreported_requests == 1
 
 
+async def test_a_plan_closed_by_the_budget_raises_with_the_estimate() -> None:
+    async with serving() as (server, model):
+        server.add_reply(plan(*[f"City{i}" for i in range(40)]), chunk_size=4)
+        with pytest.raises(UsageLimitError) as info:
+            await async_plan_and_execute(
+                "Weather?",
+                tools=[get_weather],
+                planner=StructuredPlanner(model),
+                usage_limits=UsageLimits(max_output_tokens=150),
+            )
+    error = info.value
+    assert error.limit == "max_output_tokens" and error.estimated
+    assert error.usage.requests == 1 and error.usage.output_tokens == 151
+    assert "an estimated 151 output tokens" in str(error)
+
+
 async def test_the_tool_calling_planner_is_counted_too() -> None:
     async with serving() as (server, model):
         server.add_reply(

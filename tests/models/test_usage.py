@@ -3,6 +3,8 @@ while a stream runs (ScriptedChatModel offline, FakeOpenAIServer over HTTP)."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -11,6 +13,7 @@ from pydantic import ValidationError
 
 from toolloop.errors import UsageLimitError
 from toolloop.models import (
+    ChatDelta,
     ChatRequest,
     OpenAIChatModel,
     Usage,
@@ -142,6 +145,65 @@ async def test_a_stream_that_passes_the_output_budget_is_closed() -> None:
     assert stream.chunks_sent == 21  # one delta past the budget, then no more was read
     assert info.value.limit == "max_output_tokens"
     assert meter.usage.requests == 1 and meter.usage.unreported_requests == 1
+
+
+async def test_the_error_of_a_closed_stream_carries_the_estimate_that_tripped_it() -> None:
+    model = ScriptedChatModel()
+    model.add_reply("a", usage={"prompt_tokens": 5, "completion_tokens": 4})
+    model.add_reply("x" * 100, chunk_size=1, usage={"prompt_tokens": 7, "completion_tokens": 100})
+    meter = UsageMeter(UsageLimits(max_output_tokens=20))
+    with meter.active():
+        await read(model)
+        with pytest.raises(UsageLimitError) as info:
+            await read(model)
+    error = info.value
+    # 4 reported before, and 17 deltas of the reply in progress (a token each): 21 > 20
+    assert error.estimated
+    assert (error.usage.requests, error.usage.output_tokens) == (2, 21)
+    assert error.usage.input_tokens == 5  # the reply in progress reported none yet
+    assert error.usage.unreported_requests == 1  # its count is not the server's
+    assert "an estimated 21 output tokens" in str(error)
+    assert "a token a delta" in str(error)
+    # the run's own count is unchanged: the closed call's usage stays unknown
+    used = meter.usage
+    assert (used.requests, used.output_tokens, used.unreported_requests) == (2, 4, 1)
+
+
+class CountingAsItGoes:
+    """A model whose server reports the usage so far with every delta."""
+
+    @asynccontextmanager
+    async def stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[ChatDelta]]:
+        async def deltas() -> AsyncIterator[ChatDelta]:
+            for n in range(1, 11):
+                yield ChatDelta(
+                    content="x", usage=Usage(requests=1, input_tokens=8, output_tokens=n)
+                )
+
+        yield deltas()
+
+
+async def test_a_count_the_server_reports_as_it_streams_is_not_an_estimate() -> None:
+    meter = UsageMeter(UsageLimits(max_output_tokens=5))
+    with meter.active(), pytest.raises(UsageLimitError) as info:
+        await read(CountingAsItGoes())
+    error = info.value
+    assert not error.estimated
+    assert (error.usage.input_tokens, error.usage.output_tokens) == (8, 6)
+    assert error.usage.unreported_requests == 0
+    assert "6 output tokens with the reply in progress, as the server counted" in str(error)
+
+
+async def test_a_total_budget_passed_by_an_estimate_says_so() -> None:
+    model = ScriptedChatModel()
+    model.add_reply("y" * 50, chunk_size=1)
+    meter = UsageMeter(UsageLimits(max_total_tokens=30))
+    with meter.active(), pytest.raises(UsageLimitError) as info:
+        await read(model)
+    error = info.value
+    assert error.estimated and error.limit == "max_total_tokens"
+    assert (error.usage.output_tokens, error.usage.total_tokens) == (31, 31)
+    assert "an estimated 31 tokens in all" in str(error)
 
 
 async def test_the_budget_counts_what_earlier_calls_used() -> None:

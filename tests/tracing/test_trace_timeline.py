@@ -3,6 +3,8 @@ marked."""
 
 from __future__ import annotations
 
+import itertools
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -242,3 +244,67 @@ async def test_a_real_streamed_run_over_http() -> None:
     plans = bars(root, "plan")
     assert "streamed" in classes(plans[0])
     assert "short-circuited" in classes(plans[1])
+
+
+SPANS = [0.0, 0.0003, 0.0012, 0.003, 0.0075, 0.04, 0.3, 0.999, 1.0, 1.5, 7.0, 42.0, 900.0]
+"""Runs' lengths in seconds, from nothing at all to a quarter of an hour."""
+TICK = re.compile(r"^(0|\d+(\.\d+)?) (ms|s)$")
+
+
+def run_of(span: float) -> list[FlowEvent]:
+    return [
+        RoundStarted(execution_id=E, at=0.0, round_index=0),
+        PlanDecided(
+            execution_id=E,
+            at=span,
+            round_index=0,
+            next_action="response",
+            commands=[],
+            duration=span,
+        ),
+        LoopFinished(
+            execution_id=E, at=span, round_index=0, stop_reason="response", rounds=1, records=0
+        ),
+    ]
+
+
+def ticks(span: float) -> list[tuple[str, float]]:
+    root = parse(render_timeline(EventTrace(run_of(span))))
+    return [
+        (node.text or "", float(node.get("x", "0")))
+        for node in root.iter(f"{SVG}text")
+        if "tick" in classes(node)
+    ]
+
+
+@pytest.mark.parametrize("span", SPANS)
+def test_the_time_axis_is_distinct_and_readable_at_every_scale(span: float) -> None:
+    drawn = ticks(span)
+    labels = [label for label, _ in drawn]
+    assert len(labels) >= 4, labels
+    assert len(set(labels)) == len(labels), labels  # no label twice
+    assert all(TICK.match(label) for label in labels), labels
+    units = {label.split()[1] for label in labels[1:]}
+    assert len(units) == 1, labels  # one unit along the axis
+    values = [float(label.split()[0]) for label in labels]
+    assert values == sorted(values) and values[0] == 0, labels
+    unit = 1.0 if units == {"s"} else 0.001
+    assert values[-1] * unit >= span - 1e-12, labels  # the axis reaches the end of the run
+    # centred labels, side by side (10 px monospace: about 6 px a character)
+    for (left, x), (right, next_x) in itertools.pairwise(drawn):
+        assert next_x - x >= (len(left) + len(right)) / 2 * 6.5 + 4, labels
+
+
+def test_tick_labels_name_the_step() -> None:
+    assert [label for label, _ in ticks(0.003)] == [
+        "0 ms",
+        "0.5 ms",
+        "1.0 ms",
+        "1.5 ms",
+        "2.0 ms",
+        "2.5 ms",
+        "3.0 ms",
+    ]
+    assert [label for label, _ in ticks(0.0003)][:3] == ["0 ms", "0.2 ms", "0.4 ms"]
+    assert [label for label, _ in ticks(7.0)][:3] == ["0 s", "1 s", "2 s"]
+    assert [label for label, _ in ticks(1.5)][:3] == ["0 s", "0.2 s", "0.4 s"]

@@ -6,8 +6,10 @@ test artefacts. And a trace file replayed, then tailed, by ``toolloop view``."""
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -342,3 +344,61 @@ def test_the_run_s_usage_is_counted_once(chromium: Browser) -> None:
         "usage: requests 2 · input_tokens 200 · output_tokens 40 · total_tokens 240 · "
         "unreported_requests 0"
     )
+
+
+SPANS = [0.0003, 0.0012, 0.003, 0.0075, 0.04, 0.3, 0.999, 1.5, 7.0, 42.0, 900.0]
+"""Runs' lengths in seconds, from a fraction of a millisecond to a quarter of an hour."""
+TICK = re.compile(r"^(0|\d+(\.\d+)?) (ms|s)$")
+
+
+def test_the_time_axis_is_distinct_and_readable_at_every_scale(chromium: Browser) -> None:
+    from toolloop.viewer import ViewerServer
+
+    with ViewerServer() as server:
+        chromium.open(server.url)
+        for n, span in enumerate(SPANS):
+            run = {"execution_id": f"run-{n}"}
+            plan = {"round_index": 0, "next_action": "response", "commands": [], "duration": span}
+            end = {"round_index": 0, "stop_reason": "response", "rounds": 1, "records": 0}
+            for event in (
+                {"kind": "execution_started", "at": 0.0, "flow": "plan_execute"},
+                {"kind": "round_started", "at": 0.0, "round_index": 0},
+                {"kind": "plan_decided", "at": span, **plan},
+                {"kind": "loop_finished", "at": span, **end},
+                {"kind": "execution_finished", "at": span},
+            ):
+                server.publish({**run, **event})
+        chromium.wait_for(
+            f"return document.querySelectorAll('article.run[data-state=finished]').length "
+            f"=== {len(SPANS)}",
+            what="every run drawn, finished",
+        )
+        axes = chromium.js(
+            """
+            return [...document.querySelectorAll('article.run')].map((run) => ({
+              id: run.dataset.executionId,
+              ticks: [...run.querySelectorAll('.axis span')].map((tick) => {
+                const box = tick.getBoundingClientRect();
+                return [tick.textContent, box.left, box.right];
+              }),
+            }));
+            """
+        )
+    assert len(axes) == len(SPANS)
+    for axis in axes:
+        span = SPANS[int(axis["id"].split("-")[1])]
+        labels = [label for label, _, _ in axis["ticks"]]
+        assert len(labels) >= 4, (span, labels)
+        assert len(set(labels)) == len(labels), (span, labels)  # no label twice
+        assert all(TICK.match(label) for label in labels), (span, labels)
+        units = {label.split()[1] for label in labels[1:]}
+        assert len(units) == 1, (span, labels)  # one unit along an axis
+        values = [float(label.split()[0]) for label in labels]
+        assert values == sorted(values) and values[0] == 0, (span, labels)
+        unit = 1.0 if units == {"s"} else 0.001
+        assert values[-1] * unit <= max(span, 0.001) * 1.04 + 1e-12, (span, labels)
+        boxes = [(left, right) for _, left, right in axis["ticks"]]
+        for (_, right), (left, _) in itertools.pairwise(boxes):
+            assert right <= left, (span, labels)  # side by side, never over each other
+    _, errors = chromium.drain()
+    assert not errors, errors

@@ -170,7 +170,8 @@ def _stop_of(
         state.stop_reason = "usage_limit"
         exc.done_plans = list(state.done_plans)
         exc.state = state
-        exc.usage = meter.usage
+        if not exc.estimated:  # an estimate of the closed reply is kept, not made unknown
+            exc.usage = meter.usage
         if on_usage_limit == "finish":
             return "usage_limit"
     raise exc

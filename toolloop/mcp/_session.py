@@ -35,6 +35,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from .._secrets import register_secret
 from ..tools import Tool, ToolRegistry
 from ._errors import MCPConnectionError, MCPToolError
+from ._processes import SessionEnding
 from ._results import result_value
 from ._tools import check_prefix, make_tools
 
@@ -47,7 +48,8 @@ to the initialize handshake of older servers); ``"legacy"``: the initialize hand
 _LOG = logging.getLogger("toolloop")
 _CLOSE_TIMEOUT = 15.0
 """Seconds closing a session may take (a stdio server gets its stdin closed, then SIGTERM,
-then SIGKILL, within about 4 s); a hang guard, past which the session is abandoned."""
+then SIGKILL, within about 7 s, and what is left of its session the same, within 4 s); a
+hang guard, past which the session is abandoned."""
 _MAX_PAGES = 100
 
 
@@ -492,7 +494,9 @@ class MCPServerStdio(MCPConnection):
         protocol: ``"auto"`` or ``"legacy"`` (see :data:`Protocol`).
 
     The process runs while the session is open; closing the session closes its stdin,
-    then terminates it (its whole process group), then kills it.
+    then terminates it (its whole process group), then kills it; then every process still
+    in its session (what it started, also in process groups of their own) is terminated,
+    then killed, also when the server itself exited at once.
     """
 
     command: str
@@ -561,7 +565,7 @@ class MCPServerStdio(MCPConnection):
         params = StdioServerParameters(
             command=self.command, args=self.args, env=self._env, cwd=self._cwd
         )
-        return stdio_client(params, errlog=_errlog(self._stderr))
+        return SessionEnding(stdio_client(params, errlog=_errlog(self._stderr)))
 
 
 class MCPServerHTTP(MCPConnection):

@@ -229,15 +229,25 @@ class UsageMeter:
         if token is not None:
             _METER.reset(token)
 
-    def _exceeded(self, what: str, limit: int, used: str, *, closed: bool) -> UsageLimitError:
+    def _exceeded(
+        self,
+        what: str,
+        limit: int,
+        used: str,
+        *,
+        closed: bool,
+        usage: Usage | None = None,
+        estimated: bool = False,
+    ) -> UsageLimitError:
         action = "the stream was closed" if closed else "no more model calls are made"
         verb = "passed" if closed else "reached"
         return UsageLimitError(
             f"the run's usage {verb} its limit {what}={limit} ({used}); {action}. Raise the "
             "limit in usage_limits=UsageLimits(...), or pass on_usage_limit='finish' to end "
             "the run with the results so far",
-            usage=self.usage,
+            usage=self.usage if usage is None else usage,
             limit=what,
+            estimated=estimated,
         )
 
     def check_before_call(self) -> None:
@@ -261,20 +271,28 @@ class UsageMeter:
 
     def check_stream(self, reported: Usage | None, pieces: int) -> None:
         """Raise if the call in progress (``reported`` by the server so far, else
-        ``pieces`` deltas, about a token each) passes a token budget."""
+        ``pieces`` deltas, about a token each) passes a token budget.
+
+        The error's ``usage`` counts the call in progress as it was checked: by the
+        server's count so far, or estimated (``UsageLimitError.estimated``; its request
+        then counts in ``unreported_requests``, as the server has not reported it)."""
         limits = self.limits
         if limits is None:
             return
         used = self.usage
-        output = reported.output_tokens if reported and reported.output_tokens else pieces
+        counted = reported is not None and bool(reported.output_tokens)
+        output = reported.output_tokens if reported is not None and counted else pieces
+        assert output is not None
         if limits.max_output_tokens is not None:
             total_out = (used.output_tokens or 0) + output
             if total_out > limits.max_output_tokens:
                 raise self._exceeded(
                     "max_output_tokens",
                     limits.max_output_tokens,
-                    f"about {total_out} with the reply in progress",
+                    _with_reply(total_out, "output tokens", counted),
                     closed=True,
+                    usage=used + _in_progress(reported, output, counted),
+                    estimated=not counted,
                 )
         if limits.max_total_tokens is not None:
             call_total = (
@@ -287,8 +305,10 @@ class UsageMeter:
                 raise self._exceeded(
                     "max_total_tokens",
                     limits.max_total_tokens,
-                    f"about {total} with the reply in progress",
+                    _with_reply(total, "tokens in all", counted),
                     closed=True,
+                    usage=used + _in_progress(reported, output, counted, call_total),
+                    estimated=not counted,
                 )
         if (
             limits.max_input_tokens is not None
@@ -298,7 +318,12 @@ class UsageMeter:
             total_in = (used.input_tokens or 0) + reported.input_tokens
             if total_in > limits.max_input_tokens:
                 raise self._exceeded(
-                    "max_input_tokens", limits.max_input_tokens, f"{total_in} used", closed=True
+                    "max_input_tokens",
+                    limits.max_input_tokens,
+                    f"{total_in} used",
+                    closed=True,
+                    usage=used + _in_progress(reported, output, counted),
+                    estimated=not counted,
                 )
 
     def add(self, usage: Usage) -> None:
@@ -308,6 +333,34 @@ class UsageMeter:
         self._calls.append(usage)
         self.calls += 1
         self.usage = self.usage + usage
+
+
+def _with_reply(count: int, what: str, counted: bool) -> str:
+    if counted:
+        return f"{count} {what} with the reply in progress, as the server counted them so far"
+    return (
+        f"an estimated {count} {what} with the reply in progress, a token a delta: the "
+        "server's own count comes at the end of a stream"
+    )
+
+
+def _in_progress(
+    reported: Usage | None, output: int, counted: bool, total: int | None = None
+) -> Usage:
+    """The call in progress as a budget check saw it: ``output`` tokens (the server's count,
+    or estimated), and what the server reported of the rest."""
+    inputs = reported.input_tokens if reported is not None else None
+    if total is None:
+        total = output + (inputs or 0)
+    return Usage(
+        requests=1,
+        input_tokens=inputs,
+        output_tokens=output,
+        total_tokens=total,
+        cached_tokens=reported.cached_tokens if reported is not None else None,
+        reasoning_tokens=reported.reasoning_tokens if reported is not None else None,
+        unreported_requests=0 if counted else 1,
+    )
 
 
 class _MeteredDeltas:

@@ -84,12 +84,17 @@ def _tick_step(total: float) -> float:
 
 
 def _tick_label(t: float, step: float, span: float) -> str:
-    if span <= 1:
-        return f"{t * 1000:.0f} ms"
-    decimals = max(0, -math.floor(math.log10(step) + 1e-9))
-    if abs(step * 10**decimals - round(step * 10**decimals)) > 1e-9:
-        decimals += 1
-    return f"{t:.{decimals}f} s"
+    """A tick at ``t`` on an axis of ``span`` seconds marked every ``step``: in one unit
+    along the axis (ms up to a second, s past it), with the decimals the step needs
+    (``0.25 ms``, ``1.5 s``), so that no two ticks read the same at any scale."""
+    unit, factor = ("ms", 1000.0) if span <= 1 else ("s", 1.0)
+    if t == 0:
+        return f"0 {unit}"
+    scaled = step * factor
+    decimals = max(0, -math.floor(math.log10(scaled) + 1e-9))
+    if abs(scaled * 10**decimals - round(scaled * 10**decimals)) > 1e-9:
+        decimals += 1  # a step of 2.5 x 10^n
+    return f"{t * factor:.{decimals}f} {unit}"
 
 
 def _short(text: str, chars: int) -> str:

@@ -157,9 +157,8 @@ function drawTimeline(run) {
   for (const call of run.calls.values()) end = Math.max(end, call.endAt || 0);
   const span = end * 1.04;
   const axis = h("div", { class: "axis" });
-  const step = niceStep(span / 8);
-  for (let t = 0; t <= span * 0.93; t += step) {
-    axis.append(h("span", { style: { left: (100 * t) / span + "%" } }, seconds(t)));
+  for (const [t, label] of axisTicks(span)) {
+    axis.append(h("span", { style: { left: (100 * t) / span + "%" } }, label));
   }
   const rows = [axis];
   const rounds = [...run.rounds.values()].sort((a, b) => a.index - b.index);
@@ -202,6 +201,21 @@ function niceStep(raw) {
   const power = Math.pow(10, Math.floor(Math.log10(raw || 0.001)));
   for (const m of [1, 2, 5, 10]) if (raw <= m * power) return m * power;
   return 10 * power;
+}
+
+// The ticks of an axis of `span` seconds: [seconds, label] about every eighth of it, at a
+// round step, labelled in one unit (ms up to a second, s past it) with the decimals the
+// step needs ("0.2 ms", "1.5 s"): no two ticks read the same, at any scale.
+function axisTicks(span) {
+  const step = niceStep(span / 8);
+  const [unit, factor] = span <= 1 ? ["ms", 1000] : ["s", 1];
+  const decimals = Math.max(0, -Math.floor(Math.log10(step * factor) + 1e-9));
+  const ticks = [];
+  for (let i = 0; i * step <= span * 0.93; i++) {
+    const t = i * step;
+    ticks.push([t, i === 0 ? "0 " + unit : (t * factor).toFixed(decimals) + " " + unit]);
+  }
+  return ticks;
 }
 
 function drawRounds(run) {
