@@ -395,3 +395,83 @@ async def test_a_given_client_gets_the_options() -> None:
         async with model:
             assert json.loads(content(await read_all(model))) == {"answer": "a"}
         await client.close()
+
+
+# -- what the body is, read from the body itself -----------------------------------------------
+
+COMPLETION = json.dumps(
+    {
+        "object": "chat.completion",
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "add", "arguments": '{"a": 1}'},
+                        }
+                    ],
+                },
+                "finish_reason": "tool_calls",
+            }
+        ],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
+    }
+)
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "text/plain", None])
+async def test_a_plain_json_body_to_a_streamed_request_is_read_as_the_reply(
+    content_type: str | None,
+) -> None:
+    """A server or a proxy that answers ``stream: true`` with one completion (whatever its
+    content type says): its tool call and usage are read, not an empty answer."""
+    headers = {} if content_type is None else {"content-type": content_type}
+    async with serving(api_key="k") as (server, model):
+        server.add_raw([COMPLETION[:40], COMPLETION[40:]], headers=headers)
+        deltas = await read_all(model, ChatRequest(messages=MESSAGES))
+    calls = [c for d in deltas for c in d.tool_calls]
+    assert [(c.id, c.name, c.arguments) for c in calls] == [("call_1", "add", '{"a": 1}')]
+    assert [d.finish_reason for d in deltas if d.finish_reason] == ["tool_calls"]
+    usage = [d.usage for d in deltas if d.usage is not None]
+    assert usage and usage[-1].total_tokens == 8
+
+
+async def test_a_body_that_is_neither_a_stream_nor_json_is_a_model_output_error() -> None:
+    async with serving(api_key="k") as (server, model):
+        server.add_raw(["{not json at all"], headers={"content-type": "application/json"})
+        with pytest.raises(ModelOutputError, match="neither a stream nor JSON"):
+            await read_all(model, ChatRequest(messages=MESSAGES))
+
+
+async def test_reasoning_goes_back_except_to_a_server_that_refuses_it() -> None:
+    """Groq answers HTTP 400 to an assistant message with a reasoning field: by its host
+    the reasoning is left out; everywhere else it goes back where it came from."""
+    history: list[dict[str, Any]] = [
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": [{"type": "text", "text": "hmm"}]},
+                {"type": "text", "text": "Hello"},
+            ],
+            "reasoning_content": "hmm",
+            "reasoning_details": [{"type": "reasoning.text", "text": "hmm"}],
+        },
+        {"role": "user", "content": "and?"},
+    ]
+    groq = OpenAIChatModel("m", base_url="https://api.groq.com/openai/v1", api_key="k")
+    here = OpenAIChatModel("m", base_url="http://127.0.0.1:9/v1", api_key="k")
+    told = OpenAIChatModel("m", base_url="http://127.0.0.1:9/v1", api_key="k", send_reasoning=False)
+    assert (groq.send_reasoning, here.send_reasoning, told.send_reasoning) == (False, True, False)
+    request = ChatRequest(messages=history)
+    assert here._params(request)["messages"] == history
+    for model in (groq, told):
+        sent = model._params(request)["messages"][1]
+        assert sent == {"role": "assistant", "content": "Hello"}
+    for model in (groq, here, told):
+        await model.aclose()
