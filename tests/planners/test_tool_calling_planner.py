@@ -496,3 +496,48 @@ async def test_a_model_error_fails_the_round_as_a_planner_error() -> None:
                 "weather", tools=Tools().registry(), planner=ToolCallingPlanner(model)
             )
     assert info.value.done_plans == []
+
+
+def _ignores_required(request: Any) -> Any:
+    """A server like llama-cpp-python's: text for ``tool_choice="required"``, a call for a
+    named tool."""
+    from toolloop.testing import FakeReply, FakeToolCall
+
+    choice = request.body.get("tool_choice")
+    if isinstance(choice, dict):
+        name = choice["function"]["name"]
+        return FakeReply(tool_calls=(FakeToolCall(name, '{"a": 2, "b": 3}'),))
+    return FakeReply(content="The answer is 5.")
+
+
+async def test_a_server_that_ignores_required_gets_the_only_tool_named() -> None:
+    tools = ToolRegistry([Tools().add])
+    async with FakeOpenAIServer(responder=_ignores_required) as server:
+        async with OpenAIChatModel(
+            "m", base_url=server.base_url, api_key="k", max_retries=0
+        ) as model:
+            planner = ToolCallingPlanner(model, tool_choice="required")
+            result = await async_plan_and_execute(
+                "2 + 3?", tools=tools, planner=planner, max_rounds=2
+            )
+            choices = [r.body.get("tool_choice") for r in server.requests]
+    named = {"type": "function", "function": {"name": "add"}}
+    # round 0 asked for "required", got text, asked again naming the tool; round 1 names it
+    assert choices == ["required", named, named]
+    assert [(r.tool_name, r.result) for r in result.done_plans] == [("add", 5), ("add", 5)]
+    assert result.stop_reason == "max_rounds"
+    assert any("ignored tool_choice='required'" in note for note in result.notes)
+
+
+async def test_a_server_that_ignores_required_with_several_tools_is_a_clear_error() -> None:
+    async with FakeOpenAIServer(responder=_ignores_required) as server:
+        async with OpenAIChatModel(
+            "m", base_url=server.base_url, api_key="k", max_retries=0
+        ) as model:
+            planner = ToolCallingPlanner(model, tool_choice="required")
+            with pytest.raises(PlannerError) as info:
+                await async_plan_and_execute("2 + 3?", tools=Tools().registry(), planner=planner)
+    cause = info.value.__cause__
+    assert isinstance(cause, ModelOutputError)
+    assert "ignored tool_choice='required'" in str(cause)
+    assert "The answer is 5." in str(cause) and "StructuredPlanner" in str(cause)

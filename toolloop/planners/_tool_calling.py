@@ -232,7 +232,11 @@ class ToolCallingPlanner:
             the OpenAI object, or a function of the :class:`PlannerContext` giving one of
             those per round. A choice that forces a call every round runs the loop until
             ``max_rounds``: e.g. ``lambda ctx: "required" if ctx.round_index == 0 else
-            "auto"`` forces the first round only.
+            "auto"`` forces the first round only. A server that answers a forced choice with
+            text does not force calls (llama-cpp-python's ignores ``"required"`` but forces
+            a named tool): with ``"required"`` and one tool, the planner asks again naming
+            that tool, and names it from then on (the run's notes say so); otherwise the
+            round fails with a :class:`~toolloop.ModelOutputError` that says what to do.
         parallel_tool_calls: sent as is when set (``False``: one call per round).
         max_tokens: the model's output limit per round.
         temperature: passed to the model.
@@ -283,6 +287,9 @@ class ToolCallingPlanner:
         self.temperature = temperature
         self.system_prompt = system_prompt
         self.max_result_chars = max_result_chars
+        self._required_ignored = False
+        """The server answered ``tool_choice="required"`` with text (llama-cpp-python's
+        does): with one tool, it is named instead from then on."""
 
     def request(self, context: PlannerContext) -> ChatRequest:
         """The request this planner sends for ``context``.
@@ -298,7 +305,10 @@ class ToolCallingPlanner:
             wanted = self.tool_choice
             if callable(wanted):
                 wanted = wanted(context)
-            choice = _tool_choice(wanted, [spec["name"] for spec in specs])
+            names = [spec["name"] for spec in specs]
+            choice = _tool_choice(wanted, names)
+            if choice == "required" and self._required_ignored and len(names) == 1:
+                choice = _tool_choice(names[0], names)  # what this server does force
             if self.parallel_tool_calls is not None:
                 extra["parallel_tool_calls"] = self.parallel_tool_calls
         return ChatRequest(
@@ -326,6 +336,48 @@ class ToolCallingPlanner:
 
     async def _plan(self, context: PlannerContext, dispatch: Dispatch | None) -> PlannerReply:
         request = self.request(context)
+        reply = await self._read(context, request, dispatch)
+        if reply.output["execution_commands"] or reply.refusal is not None:
+            return reply
+        forced = request.tool_choice
+        if forced == "required" or isinstance(forced, Mapping):
+            return await self._ignored(context, request, reply, dispatch)
+        return reply
+
+    async def _ignored(
+        self,
+        context: PlannerContext,
+        request: ChatRequest,
+        reply: PlannerReply,
+        dispatch: Dispatch | None,
+    ) -> PlannerReply:
+        """The server answered a forced choice without a call: with ``"required"`` and one
+        tool, ask again naming it (and from then on); else a clear error."""
+        forced = request.tool_choice
+        names = [spec["name"] for spec in context.available_tools]
+        text = str(reply.output.get("content") or "")
+        said = f"{text[:120]!r}{'…' if len(text) > 120 else ''}"
+        if forced == "required" and len(names) == 1 and not self._required_ignored:
+            self._required_ignored = True
+            again = await self._read(context, self.request(context), dispatch)
+            if again.output["execution_commands"]:
+                note = (
+                    "the model server ignored tool_choice='required' (it answered with text): "
+                    f"the only tool, {names[0]!r}, was named instead, which it does force"
+                )
+                return again.model_copy(update={"notes": (*again.notes, note)})
+            forced = self.request(context).tool_choice
+        shown = forced if isinstance(forced, str) else forced.get("function", {}).get("name")
+        raise ModelOutputError(
+            f"the model server ignored tool_choice={shown!r}: it answered with text ({said}) "
+            "instead of a tool call, so it does not force calls; give tool_choice the name of "
+            "a tool (a server that ignores 'required' may still force a named one), or plan "
+            "with the StructuredPlanner (toolloop run --planner structured)"
+        )
+
+    async def _read(
+        self, context: PlannerContext, request: ChatRequest, dispatch: Dispatch | None
+    ) -> PlannerReply:
         seen = Counter(record.tool_name for record in context.done_plans)
         reader = ReplyReader()
         calls = reader.tools.calls
