@@ -4,6 +4,7 @@ attribute. Needs the ``otel`` extra (opentelemetry-sdk); skipped without it."""
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -243,3 +244,55 @@ def test_without_the_api_the_error_says_what_to_install(monkeypatch: pytest.Monk
     assert not otel_available()
     with pytest.raises(ImportError, match=r"pip install 'toolloop\[otel\]'"):
         OpenTelemetrySpans()
+
+
+@pytest.mark.anyio
+async def test_a_thinking_model_s_reasoning_is_in_the_trace_and_the_plan_span(
+    exporter: tuple[Any, InMemorySpanExporter],
+) -> None:
+    """DeepSeek's thinking mode: the plan's reasoning reaches the PlanDecided event, so the
+    JSON-lines trace and the plan's span carry it."""
+    from toolloop.models import OpenAIChatModel
+    from toolloop.planners import ToolCallingPlanner
+    from toolloop.testing import FakeOpenAIServer
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+        body = {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return f"data: {json.dumps(body)}\n\n"
+
+    call = {"index": 0, "id": "call_0", "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}  # fmt: skip
+    tracer, memory = exporter
+    recorder = TraceRecorder()
+    spans = OpenTelemetrySpans(tracer)
+    async with FakeOpenAIServer() as server:
+        server.add_raw(
+            [
+                chunk({"role": "assistant", "reasoning_content": "Oslo's weather: a tool "}),
+                chunk({"reasoning_content": "tells it."}),
+                chunk({"tool_calls": [call]}, "tool_calls"),
+                "data: [DONE]\n\n",
+            ]
+        )
+        server.add_reply("Sunny in Oslo.")
+        async with OpenAIChatModel("m", base_url=server.base_url, api_key="k") as model:
+            await async_plan_and_execute(
+                "Oslo?",
+                tools=[get_weather],
+                planner=ToolCallingPlanner(model),
+                on_event=lambda event: (recorder(event), spans(event)),
+            )
+        sent = server.requests[1].body["messages"]
+    assistant = next(m for m in sent if m["role"] == "assistant")
+    assert assistant["reasoning_content"] == "Oslo's weather: a tool tells it."
+    out = io.StringIO()
+    recorder.write(out)
+    events = read_trace(io.StringIO(out.getvalue())).events
+    decided = [e for e in events if e.kind == "plan_decided"]
+    assert [e.reasoning for e in decided] == ["Oslo's weather: a tool tells it.", None]
+    plans = sorted(
+        (s for s in finished_spans(memory) if s.name == "toolloop.plan"),
+        key=lambda s: int(s.attrs["toolloop.round_index"]),
+    )
+    reasoning = [s.attrs.get("toolloop.reasoning") for s in plans]
+    assert reasoning == ["Oslo's weather: a tool tells it.", None]

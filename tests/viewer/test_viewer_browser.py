@@ -309,6 +309,44 @@ def test_the_page_draws_a_plan_still_streaming_usage_and_a_failed_run(
     assert not errors, errors
 
 
+def test_a_plan_s_reasoning_and_a_refusal_are_shown(chromium: Browser) -> None:
+    from toolloop.viewer import ViewerServer
+
+    def event(kind: str, at: float, **fields: object) -> dict[str, object]:
+        return {"kind": kind, "execution_id": "run-r", "at": at, **fields}
+
+    with ViewerServer() as server:
+        chromium.open(server.url)
+        server.publish(event("execution_started", 0.0, flow="plan_execute"))
+        server.publish(event("round_started", 0.0, round_index=0))
+        server.publish(
+            event(
+                "plan_decided",
+                0.2,
+                round_index=0,
+                next_action="response",
+                commands=[],
+                duration=0.2,
+                reasoning="The user asks <b>nothing</b> a tool answers.",
+                refusal="I can't help with that.",
+            )
+        )
+        chromium.wait_for(
+            "return !!document.querySelector('.round details.reasoning')",
+            what="the plan's reasoning",
+        )
+        shown = chromium.js(
+            "return [document.querySelector('.round details.reasoning pre').textContent, "
+            "document.querySelector('.round .plan-line').textContent, "
+            "document.querySelectorAll('article.run b').length]"
+        )
+    assert shown[0] == "The user asks <b>nothing</b> a tool answers."  # as text, not markup
+    assert "the model refused" in shown[1]
+    assert shown[2] == 0
+    _, errors = chromium.drain()
+    assert not errors, errors
+
+
 def test_the_run_s_usage_is_counted_once(chromium: Browser) -> None:
     """Each plan carries its calls' usage and the end of the run the total again: the page
     sums the plans, and does not add the total on top."""

@@ -249,6 +249,10 @@ class OpenTelemetrySpans:
             span.set_attribute("toolloop.stop_reason", event.stop_reason)
         if event.notes:
             span.set_attribute("toolloop.notes", _text(" | ".join(event.notes)))
+        if event.reasoning:
+            span.set_attribute("toolloop.reasoning", _text(event.reasoning))
+        if event.refusal is not None:
+            span.set_attribute("toolloop.refusal", _text(event.refusal))
         if event.usage is not None:
             _set_usage(span, event.usage)
         end = self._ns(event.at)

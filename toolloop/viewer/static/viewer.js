@@ -229,8 +229,14 @@ function drawRounds(run) {
         (commands ? `, ${commands} command${commands === 1 ? "" : "s"}` : "") +
         ` (${seconds(plan.duration || 0)})` +
         (plan.short_circuited ? " · short-circuited: the planner hung up once the answer was settled" : "") +
+        (plan.refusal ? " · the model refused" : "") +
         ((plan.notes || []).length ? " · " + plan.notes.join("; ") : "");
     }
+    // a thinking model's reasoning, folded: it can be long
+    const reasoning = plan && plan.reasoning
+      ? h("details", { class: "reasoning" }, h("summary", {}, "reasoning"),
+        h("pre", {}, preview(plan.reasoning, 4000)))
+      : null;
     const calls = [...run.calls.values()].filter((c) => c.round === round.index)
       .sort((a, b) => a.index - b.index);
     return h("section", { class: "round", "data-round": round.index },
@@ -239,6 +245,7 @@ function drawRounds(run) {
           : ` · ${seconds(round.finishedAt - round.startAt)} in all, tools ` +
             seconds(round.duration))),
       h("div", { class: "plan-line" }, planLine),
+      reasoning,
       calls.length ? h("ol", { class: "records" }, calls.map((call) => {
         const state = callState(call);
         const record = call.record || {};
