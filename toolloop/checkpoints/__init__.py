@@ -7,9 +7,9 @@ snapshot plus status, request, owner and metadata) and the journal of its tool c
 :class:`PostgresCheckpointStore` serves many workers on many machines (runs are leased, see
 :class:`LeasingStore`); :class:`MemoryCheckpointStore` serves tests.
 :class:`CheckpointedRun` writes one run's checkpoints; :func:`call_once` runs a tool call
-through the journal; :class:`HumanRequest` and the decisions (:class:`Approve`,
-:class:`Edit`, :class:`Reject`, :class:`Replan`, :class:`Continue`, :class:`Stop`) are how
-a paused run talks with a person.
+through the journal, and :func:`record_usage` journals what its model calls cost;
+:class:`HumanRequest` and the decisions (:class:`Approve`, :class:`Edit`, :class:`Reject`,
+:class:`Replan`, :class:`Continue`, :class:`Stop`) are how a paused run talks with a person.
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ from ._run import restore as restore
 from ._sqlite import SQLiteCheckpointStore as SQLiteCheckpointStore
 from ._store import CheckpointStore as CheckpointStore
 from ._store import LeasingStore as LeasingStore
+from ._usage import record_usage as record_usage
+from ._usage import usage_since as usage_since
 
 __all__ = [
     "Approve",
@@ -87,5 +89,7 @@ __all__ = [
     "expect_status",
     "parse_answer",
     "parse_decision",
+    "record_usage",
     "restore",
+    "usage_since",
 ]

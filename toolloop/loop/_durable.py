@@ -14,6 +14,11 @@ comes back), and a call whose intent is journaled without an outcome (its proces
 it ran: it may or may not have taken effect) is handled by the caller's policy, never
 silently re-run: ``"fail"`` makes it a failed record that says so, for the planner to decide;
 ``"retry"`` runs it again if its tool is named idempotent (else as ``"fail"``).
+
+What the planner's model calls cost is journaled with the plan they paid for (and, for a
+planner call that raised, on its own), so a resumed run counts every model call made before
+it: its checkpoint's usage (the calls before the checkpoint's round was planned) and the
+usage journaled from that round on. A budget holds exactly across resumes.
 """
 
 from __future__ import annotations
@@ -46,8 +51,11 @@ from ..checkpoints import (
     RunNotResumableError,
     check_decision,
     parse_decision,
+    record_usage,
+    usage_since,
 )
 from ..flow import Execution, FlowSnapshot
+from ..models import Usage, current_meter
 from ..planners import PlannerContext, PlannerLike, PlannerReply, call_planner
 from ..runner import Executor, ToolCommand, ToolExecutionRecord, json_safe
 from ._flow import LoopDeps, RoundState, loop_flow
@@ -126,6 +134,7 @@ class DurableLoop:
         "_saved_round",
         "_seen",
         "approval",
+        "base_usage",
         "decisions",
         "idempotent",
         "journal",
@@ -158,6 +167,9 @@ class DurableLoop:
         for entry in self.journal.values():
             if entry.tool_name == DECISIONS and entry.state == "finished":
                 self.decisions.update(_read_decisions(entry.outcome, run.run_id))
+        self.base_usage = state.usage
+        """The usage the last checkpoint holds: the model calls made before the current
+        round was planned (the round's own are journaled)."""
         self.limits = (64, 256 * 1024)
         self._saved_round = state.round_index
         self._seen: dict[str, int] = {}
@@ -235,12 +247,32 @@ class DurableLoop:
             )
         return command
 
+    def count_journaled_usage(self) -> None:
+        """Add to the state's usage what the journal holds from the checkpoint's round on:
+        the model calls a resumed run made before, that its checkpoint does not count."""
+        at = self.state.round_index
+        run_id = self.run.run_id
+        spent = usage_since(self.journal, at, Usage.model_validate, run_id)
+        for key, entry in self.journal.items():
+            if entry.tool_name != PLANNER or entry.state != "finished":
+                continue
+            data = entry.outcome
+            used = data.get("usage") if isinstance(data, dict) else None
+            if used is not None and _round_of(key) >= at:
+                spent.append(_read_usage(used, key, run_id))
+        if spent:
+            self.state.usage = sum(spent, self.state.usage or Usage())
+
     async def checkpoint_round(self) -> None:
         """Write a checkpoint of the round state if a round ended since the last one."""
         state = self.state
         if state.round_index == self._saved_round:
             return
         self._saved_round = state.round_index
+        meter = current_meter()
+        if meter is not None and meter.usage.requests:  # the tools' model calls too
+            state.usage = meter.usage
+        self.base_usage = state.usage
         await self.run.save(self.snapshot())
 
     async def journaled(self, key: str, command: ToolCommand, run: Any) -> ToolExecutionRecord:
@@ -288,9 +320,12 @@ class DurableLoop:
 
     def snapshot(self) -> FlowSnapshot:
         """The checkpointed picture of the run between rounds: its round state as JSON
-        (each record made JSON once, not at every checkpoint)."""
+        (each record made JSON once, not at every checkpoint), its usage the one before the
+        round was planned (see :attr:`base_usage`)."""
         state = self.state
-        rest = state.model_copy(update={"done_plans": [], "last_round_records": []})
+        rest = state.model_copy(
+            update={"done_plans": [], "last_round_records": [], "usage": self.base_usage}
+        )
         data = json_safe(rest)
         data["done_plans"] = [self.record_data(r) for r in state.done_plans]
         data["last_round_records"] = [self.record_data(r) for r in state.last_round_records]
@@ -313,6 +348,24 @@ class DurableLoop:
 
 DECISIONS = "<human>"
 """The ``tool_name`` of a journaled human decision (its outcome: decisions by call key)."""
+
+
+def _round_of(key: str) -> int:
+    """The round of a planner output's key, ``r{i}/plan``."""
+    try:
+        return int(key[1 : key.index("/")])
+    except ValueError:
+        return -1
+
+
+def _read_usage(data: Any, key: str, run_id: str) -> Usage:
+    try:
+        return Usage.model_validate(data)
+    except ValidationError as exc:
+        raise CorruptCheckpointError(
+            f"the usage journaled with {key!r} of run {run_id!r} is no usage "
+            f"({exc.error_count()} problems); it was left as it is"
+        ) from exc
 
 
 def _read_decisions(data: Any, run_id: str) -> dict[str, HumanDecision]:
@@ -413,9 +466,11 @@ class JournaledPlanner:
     async def _plan(self, context: PlannerContext) -> Any:
         durable = self.durable
         await durable.checkpoint_round()
-        key = f"r{context.round_index}/plan"
+        index = context.round_index
+        key = f"r{index}/plan"
         entry = durable.journal.get(key)
         if entry is not None and entry.state == "finished":
+            # replayed: what it cost is counted already (see count_journaled_usage)
             data = entry.outcome if isinstance(entry.outcome, dict) else {}
             if data.get("reply"):
                 return PlannerReply(
@@ -423,7 +478,17 @@ class JournaledPlanner:
                     short_circuited=bool(data.get("short_circuited")),
                 )
             return data.get("output")
-        raw = await call_planner(self.inner, context)
+        run = durable.run
+        meter = current_meter()
+        mark = meter.calls if meter is not None else 0
+        try:
+            raw = await call_planner(self.inner, context)
+        except BaseException:  # no plan, but the model calls it made were made
+            spent = meter.since(mark) if meter is not None else None
+            if spent is not None:
+                await record_usage(run, index, spent.model_dump(mode="json"))
+            raise
+        spent = meter.since(mark) if meter is not None else None
         if isinstance(raw, PlannerReply):
             data = {
                 "reply": True,
@@ -432,7 +497,8 @@ class JournaledPlanner:
             }
         else:
             data = {"reply": False, "output": json_safe(raw)}
-        run = durable.run
+        if spent is not None:  # the plan and what it cost: one write
+            data["usage"] = spent.model_dump(mode="json")
         await run.record_intent(JournalEntry(call_id=key, tool_name=PLANNER))
         await run.record_outcome(key, data)
         return raw
@@ -560,6 +626,7 @@ async def run_durable(
         idempotent_tools=idempotent_tools,
         needs_approval=needs_approval,
     )
+    durable.count_journaled_usage()
     try:
         result = await run(execution)
     except PlannerError as exc:
@@ -580,6 +647,7 @@ async def run_durable(
             planner_text=state.planner_text,
             run_id=execution.id,
             request=request,
+            usage=state.usage,
         )
     except Exception as exc:
         with anyio.CancelScope(shield=True):
