@@ -30,7 +30,7 @@ from time import perf_counter
 from typing import Any, Literal
 
 from .._errors import DefinitionError, ExecutionError, UsageLimitError
-from ..checkpoints import CheckpointedRun
+from ..checkpoints import CheckpointedRun, record_usage
 from ..flow import Context, Flow, Step, Target
 from ..models import current_meter
 from ..runner import (
@@ -127,11 +127,21 @@ def _paused(
 
 
 async def _progress(ctx: AgentContext, step: str, route: Route) -> Route:
-    """With a store, write a progress checkpoint: the state, and where the run goes next."""
+    """With a store, write a progress checkpoint: the state (its usage counting the tools'
+    model calls too), and where the run goes next."""
     run = ctx.deps.run
     if run is not None:
+        _count_usage(ctx.state)
         await run.save(progress_snapshot(ctx.state, ctx.execution_id, step, route))
     return route
+
+
+def _count_usage(state: AgentState) -> None:
+    """The state's usage as the run's meter counts it: the model calls of the tools too
+    (the model step keeps its own)."""
+    meter = current_meter()
+    if meter is not None:
+        state.usage = meter.usage
 
 
 async def begin(messages: list[Message], ctx: AgentContext) -> Route:
@@ -198,6 +208,10 @@ async def _call_model(ctx: AgentContext, deps: AgentDeps) -> JumpTo | None:
     finally:
         if meter is not None:
             state.usage = meter.usage  # kept in the state: the limits hold across pauses
+            if deps.run is not None and meter.calls > mark:  # and journaled: across a crash
+                spent = meter.since(mark)
+                assert spent is not None
+                await record_usage(deps.run, index, spent.model_dump(mode="json"))
     message = response.message
     if message.id is None:
         message = message.model_copy(update={"id": new_id()})
@@ -439,6 +453,7 @@ async def finish(_: Any, ctx: AgentContext) -> None:
     """Answer the calls a jump left behind; run the ``after_agent`` hooks."""
     state, deps = ctx.state, _deps(ctx)
     runtime = deps.runtime
+    _count_usage(state)
     left = pending_tool_calls(state.messages)
     if left:  # a jump ended the run before them: answer them, so the conversation stays valid
         state.messages.extend(

@@ -17,7 +17,7 @@ The usage is JSON data here (this layer knows no models); the products read it b
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import anyio
@@ -52,7 +52,10 @@ async def record_usage(run: CheckpointedRun, at: int, usage: Any) -> None:
 
 
 def usage_since(
-    journal: Mapping[str, JournalEntry], at: int, read: Callable[[Any], T], run_id: str = ""
+    journal: Mapping[str, JournalEntry] | Iterable[JournalEntry],
+    at: int,
+    read: Callable[[Any], T],
+    run_id: str = "",
 ) -> list[T]:
     """The usage journaled at position ``at`` or after: what a checkpoint at ``at`` does
     not count yet, each read with ``read`` (e.g. ``Usage.model_validate``).
@@ -61,7 +64,8 @@ def usage_since(
         CorruptCheckpointError: an entry cannot be read.
     """
     found: list[T] = []
-    for entry in journal.values():
+    entries = journal.values() if isinstance(journal, Mapping) else journal
+    for entry in entries:
         if entry.tool_name != USAGE or entry.state != "finished":
             continue
         data = entry.outcome
