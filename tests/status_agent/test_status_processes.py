@@ -166,3 +166,16 @@ async def test_killed_inside_the_tool_the_call_is_put_to_a_human(
     assert done.status == "completed"
     assert done.answer is not None and "was interrupted" in done.answer
     assert files.sent == 1
+
+
+async def test_killed_after_a_model_call_its_usage_counts_after_recovery(
+    files: Files, anyio_backend: str
+) -> None:
+    # the analysis asked the model (10 tokens); the process is killed before its checkpoint
+    await process(
+        files, anyio_backend, "run", "--metered", "--crash", "after_analysis", killed=True
+    )
+    done = await process(files, anyio_backend, "recover", "--metered")
+    assert done["status"] == "completed" and files.sent == 1
+    assert done["model_requests"] == 1  # the analysis asked again
+    assert (done["usage"]["requests"], done["usage"]["total_tokens"]) == (2, 20)

@@ -287,3 +287,59 @@ async def test_progress_is_not_a_cycle_but_max_steps_bounds_every_run() -> None:
     assert result.stop_reason is not None
     assert result.stop_reason.startswith("loop guard: the run took 12 steps (max_steps)")
     assert len(result.state.history) == 12
+
+
+# -- usage: every model call made before a pause, a failure or a crash counts -------------
+
+
+def paying_step(model: Any, output: Any) -> Any:
+    """A step that asks ``model`` (one call), then answers ``output`` (raised if an
+    exception)."""
+    from toolloop.models import ChatRequest, stream_chat
+
+    async def step(view: Any) -> Any:
+        request = ChatRequest(messages=[{"role": "user", "content": view.user_input}])
+        async with stream_chat(model, request) as deltas:
+            async for _ in deltas:
+                pass
+        if isinstance(output, BaseException):
+            raise output
+        return output
+
+    return step
+
+
+def ten_tokens() -> Any:
+    from toolloop.testing import ScriptedChatModel, ScriptedChatReply
+
+    return ScriptedChatModel(
+        responder=lambda request: ScriptedChatReply("ok", usage={"total_tokens": 10})
+    )
+
+
+async def test_the_usage_of_a_paused_run_is_kept_by_its_checkpoint() -> None:
+    model = ten_tokens()
+    agent = make_agent(
+        analyze=paying_step(model, "mail ada"),
+        plan=paying_step(model, ["mail"]),
+        decide=Scripted(calls(call("send_mail", to="ada", body="hi")), finish("sent")),
+        require_approval=["send_mail"],
+    )
+    paused = await agent.run("mail ada", run_id="r")
+    assert paused.paused and paused.usage.requests == 2
+    stored = await agent.store.get("r")
+    assert stored is not None and stored.snapshot.state["usage"]["requests"] == 2
+    done = await agent.resume("r", Approve())
+    assert done.status == "completed" and len(model.requests) == 2
+    assert (done.usage.requests, done.usage.total_tokens) == (2, 20)
+
+
+async def test_a_step_that_failed_after_its_model_call_counts_after_recovery() -> None:
+    model = ten_tokens()
+    plan = Scripted(paying_step(model, ValueError("no plan in that answer")), [])
+    agent = make_agent(analyze=paying_step(model, "hi"), plan=plan)
+    with pytest.raises(StepFailedError, match="no plan in that answer"):
+        await agent.run("hi", run_id="r")
+    result = await agent.recover("r")
+    assert result.answer == "hello!" and len(model.requests) == 2
+    assert (result.usage.requests, result.usage.total_tokens) == (2, 20)

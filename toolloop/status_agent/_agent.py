@@ -43,6 +43,7 @@ from ..checkpoints import (
     expect_status,
     parse_answer,
     restore,
+    usage_since,
 )
 from ..flow import Execution, FlowEvent, FlowResult
 from ..models import ChatModel, Usage, UsageMeter
@@ -290,7 +291,9 @@ class StatusAgent:
         """Continue a run whose process died (or whose step failed) from its last checkpoint.
 
         Tool calls with a journaled outcome are not run again; calls that started without
-        an outcome are marked interrupted and put to a human.
+        an outcome are marked interrupted and put to a human. The run's usage counts every
+        model call made before: each node's is journaled when the node ends (a call the
+        crash itself cut off never reported what it cost, and is not counted).
 
         Args:
             force: take the run over even if its owning process may still be running it
@@ -305,6 +308,11 @@ class StatusAgent:
         expect_status(checkpoint, _INTERRUPTED)
         deps = self._deps(deps)
         execution = self._restore(checkpoint, deps)
+        state = execution.state  # its usage: the model calls before the checkpoint, and those
+        at = len(state.history)
+        spent = usage_since(checkpoint.journal, at, Usage.model_validate, run_id)
+        if spent:  # journaled since (their node's checkpoint was never written)
+            state.usage = sum(spent, state.usage)
         waits = [w.event for w in execution.waiting]
         value: Any = None
         if checkpoint.resume_event == HUMAN_EVENT and waits == [HUMAN_EVENT]:
