@@ -90,6 +90,7 @@ async def test_a_call_cut_off_mid_tool_goes_to_a_human(approve: bool) -> None:
     request = paused.request
     assert request is not None and request.kind == "interrupted_tool_calls"
     assert [c.tool_name for c in request.tool_calls] == ["send_mail"]
+    assert "the run's cancellation ended them while they ran" in request.reason
     done = await agent.resume("r", Approve() if approve else Reject(message="sent already"))
     assert done.status == "completed"
     assert mailer.sent == (1 if approve else 0)
@@ -155,6 +156,7 @@ async def test_killed_inside_the_tool_the_call_is_put_to_a_human(
     paused = await process(files, anyio_backend, "recover")
     assert paused is not None and paused["status"] == "paused"
     assert paused["request"]["kind"] == "interrupted_tool_calls"
+    assert "the process stopped after they started" in paused["request"]["reason"]
     assert sent(files) == 1  # recovery did not send it again
     done = await process(files, anyio_backend, "resume", '{"kind": "reject"}')
     assert done is not None and done["status"] == "completed"
@@ -262,3 +264,36 @@ async def test_the_tools_model_calls_and_a_cut_off_model_call_count_after_recove
 
 
 TEN = {"total_tokens": 10}
+
+
+async def test_a_call_the_runs_timeout_ended_says_so_after_recovery() -> None:
+    from toolloop.errors import ExecutionTimeoutError
+
+    store = MemoryCheckpointStore()
+    mailer = Mailer(hold=True)
+    agent = create_agent(mail_model(), [mailer.send_mail], store=store)
+    with pytest.raises(ExecutionTimeoutError):
+        await agent.run("mail ada", run_id="r", timeout=0.5)
+    mailer = Mailer(hold=False)
+    agent = create_agent(mail_model(), [mailer.send_mail], store=store)
+    paused = await agent.recover("r")
+    request = paused.request
+    assert request is not None and request.kind == "interrupted_tool_calls"
+    assert "the run's timeout of 0.5 s ended them while they ran" in request.reason
+    assert "process stopped" not in request.reason
+    assert "the run's timeout of 0.5 s ended it" in str(request.tool_calls[0].why)
+    done = await agent.resume("r", Reject(message="sent already"))
+    assert mailer.sent == 0
+    answer = done.messages[-2]  # the call's answer, before the model's last word
+    assert "the run's timeout of 0.5 s ended it while it ran" in answer.content
+    assert "a human chose not to run it again (sent already)" in answer.content
+
+
+async def test_a_call_its_tools_timeout_ended_says_so() -> None:
+    mailer = Mailer(hold=True)
+    agent = create_agent(
+        mail_model(), [mailer.send_mail], store=MemoryCheckpointStore(), tool_timeout=0.2
+    )
+    done = await agent.run("mail ada", run_id="r")
+    assert done.status == "completed"
+    assert "did not finish within 0.2 s" in done.text

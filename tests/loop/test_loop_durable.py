@@ -178,7 +178,9 @@ async def test_a_call_cut_off_mid_tool_is_never_silently_run_again(policy: Any) 
     if policy == "fail":
         assert "c" not in second.done
         assert records["third"].success is False
-        assert "was interrupted" in str(records["third"].error)
+        assert "was interrupted: the run's cancellation ended it while it ran" in str(
+            records["third"].error
+        )
     else:
         assert second.done.count("c") == 1
         assert records["third"].result == "did c"
@@ -313,7 +315,8 @@ def test_killed_mid_tool_the_unknown_call_follows_the_policy(
     third = resumed["done_plans"][2]
     if policy == "fail":  # not run again: the planner is told it was interrupted
         assert done["c"] == 1
-        assert third["success"] is False and "was interrupted" in third["error"]
+        assert third["success"] is False
+        assert "was interrupted: its process stopped after the call started" in third["error"]
         assert resumed["stop_reason"] == "response"
     else:  # an idempotent tool: run again, and the run ends as if nothing happened
         assert done["c"] == 2
@@ -704,3 +707,61 @@ async def test_model_calls_made_by_tools_count_after_resume() -> None:
     # round 0's call is in the checkpoint of round 1; round 1's was cut off with its round
     # and is not known to the journal (see the durability guide's limits)
     assert (result.usage.requests, result.usage.total_tokens) == (1, 7)
+
+
+# -- what cut a call off, said truthfully ------------------------------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("policy", ["fail", "retry"])
+async def test_a_call_the_runs_timeout_ended_says_so_after_resume(policy: Any) -> None:
+    from toolloop import ExecutionTimeoutError
+
+    store = MemoryCheckpointStore()
+    first = Effects(hold="c")
+    with pytest.raises(ExecutionTimeoutError):
+        await async_plan_and_execute(
+            "go",
+            tools=[first.effect],
+            planner=ScriptedPlanner(SCRIPT),
+            store=store,
+            run_id="r",
+            timeout=0.5,
+        )
+    assert first.done.count("c") == 1
+    second = Effects()
+    result = await async_resume_plan_and_execute(
+        "r",
+        store=store,
+        tools=[second.effect],
+        planner=ScriptedPlanner(SCRIPT),
+        unknown_outcome=policy,
+        idempotent_tools=["effect"],
+    )
+    third = result.done_plans[2]
+    if policy == "fail":  # the outcome is unknown all the same: not run again
+        assert "c" not in second.done and third.success is False
+        error = str(third.error)
+        assert "was interrupted: the run's timeout of 0.5 s ended it while it ran" in error
+        assert "process stopped" not in error
+    else:  # an idempotent tool: run again
+        assert second.done == ["c"] and third.result == "did c"
+
+
+@pytest.mark.anyio
+async def test_a_call_its_tools_timeout_ended_says_so() -> None:
+    tools = Effects(hold="c")
+    store = MemoryCheckpointStore()
+    result = await async_plan_and_execute(
+        "go",
+        tools=[tools.effect],
+        planner=ScriptedPlanner(SCRIPT),
+        store=store,
+        run_id="r",
+        tool_timeout=0.2,
+    )
+    third = result.done_plans[2]
+    assert third.success is False
+    assert str(third.error) == "tool 'effect' did not finish within 0.2 s; it was cancelled"
+    stored = await store.get("r")
+    assert stored is not None and stored.status == "completed"

@@ -162,6 +162,8 @@ async def test_killed_inside_the_tool_the_call_is_put_to_a_human(
         assert paused.request is not None
         assert paused.request.kind == "interrupted_tool_calls"
         assert paused.request.tool_calls[0].call_id == "call-1"
+        assert "the process stopped after they started" in paused.request.reason
+        assert "its process stopped" in str(paused.state.records[0].record.error)
         done = await agent.resume("run-1", Reject(message="it was sent; do not resend"))
     assert done.status == "completed"
     assert done.answer is not None and "was interrupted" in done.answer

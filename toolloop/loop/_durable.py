@@ -10,10 +10,11 @@ runs: the loop's per-call path is unchanged.
 Resuming a run (:func:`resume_plan_and_execute`) restores the round state of its last
 checkpoint and goes on: a round whose plan is journaled is not planned again (the same
 commands come back), a tool call whose outcome is journaled is not run again (its record
-comes back), and a call whose intent is journaled without an outcome (its process died while
+comes back), and a call whose intent is journaled without an outcome (it was cut off while
 it ran: it may or may not have taken effect) is handled by the caller's policy, never
-silently re-run: ``"fail"`` makes it a failed record that says so, for the planner to decide;
-``"retry"`` runs it again if its tool is named idempotent (else as ``"fail"``).
+silently re-run: ``"fail"`` makes it a failed record that says what cut it off (its process
+stopped, or the run's own timeout, cancellation or error ended it), for the planner to
+decide; ``"retry"`` runs it again if its tool is named idempotent (else as ``"fail"``).
 
 What the planner's model calls cost is journaled with the plan they paid for (and, for a
 planner call that raised, on its own), so a resumed run counts every model call made before
@@ -50,10 +51,13 @@ from ..checkpoints import (
     RequestedCall,
     RunNotResumableError,
     check_decision,
+    cut_off_causes,
+    note_cut_off,
     parse_decision,
     record_usage,
     usage_since,
 )
+from ..checkpoints import interrupted_error as call_interrupted
 from ..flow import Execution, FlowSnapshot
 from ..models import Usage, current_meter
 from ..planners import PlannerContext, PlannerLike, PlannerReply, call_planner
@@ -89,13 +93,12 @@ PLANNER = "<planner>"
 """The ``tool_name`` of a journaled planner output."""
 
 
-def interrupted_error(call_id: str, tool_name: str) -> str:
-    """The error of the record of a call whose outcome is unknown."""
+def interrupted_error(call_id: str, tool_name: str, cause: str | None = None) -> str:
+    """The error of the record of a call whose outcome is unknown (``cause``: what ended the
+    run while it ran, ``None`` when its process stopped)."""
     return (
-        f"call {call_id!r} of tool {tool_name!r} was interrupted: its process stopped after the "
-        "call started and before its outcome was recorded, so it may or may not have taken "
-        "effect; it was not run again (resume with unknown_outcome='retry' and the tool in "
-        "idempotent_tools to run such a call again)"
+        f"{call_interrupted(call_id, tool_name, cause)} (resume with unknown_outcome='retry' "
+        "and the tool in idempotent_tools to run such a call again)"
     )
 
 
@@ -135,6 +138,7 @@ class DurableLoop:
         "_seen",
         "approval",
         "base_usage",
+        "cuts",
         "decisions",
         "idempotent",
         "journal",
@@ -167,6 +171,8 @@ class DurableLoop:
         for entry in self.journal.values():
             if entry.tool_name == DECISIONS and entry.state == "finished":
                 self.decisions.update(_read_decisions(entry.outcome, run.run_id))
+        self.cuts = cut_off_causes(self.journal)
+        """What the run's own end cut off, by call key (see :func:`note_cut_off`)."""
         self.base_usage = state.usage
         """The usage the last checkpoint holds: the model calls made before the current
         round was planned (the round's own are journaled)."""
@@ -290,10 +296,12 @@ class DurableLoop:
                 return record
         if entry.state == "started":
             if self.runs_again(entry):
+                self.run.reopen(key)  # running here now, under the intent journaled before
                 record = await run()
                 await self._outcome(key, record, "finished")
                 return record
-            record = ToolExecutionRecord.failed(command, interrupted_error(key, command.tool_name))
+            error = interrupted_error(key, command.tool_name, self.cuts.get(key))
+            record = ToolExecutionRecord.failed(command, error)
             await self._outcome(key, record, "interrupted")
             return record
         try:
@@ -650,10 +658,12 @@ async def run_durable(
             usage=state.usage,
         )
     except Exception as exc:
+        await note_cut_off(checkpointed, exc)  # a timeout, an error: what ended its calls
         with anyio.CancelScope(shield=True):
             await checkpointed.fail(f"{type(exc).__name__}: {exc}")
         raise
-    except BaseException:  # cancelled: the run stays running, to be recovered
+    except BaseException as exc:  # cancelled: the run stays running, to be recovered
+        await note_cut_off(checkpointed, exc)
         await checkpointed.abandon()
         raise
     await checkpointed.complete(json_safe(result))

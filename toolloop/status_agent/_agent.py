@@ -14,7 +14,8 @@ Every node's transition is checkpointed in the store; a run whose process died i
 with :meth:`StatusAgent.recover`. Tool calls go through the store's journal (intent before,
 outcome after, keyed by a call id stable for the run), so no tool ever runs twice: a call
 with a recorded outcome is replayed from the journal, and a call that started but has no
-outcome (the process died while it ran) is marked ``interrupted`` and put to a human — never
+outcome (the process died while it ran, or the run's own timeout, cancellation or error
+ended it, which its record says) is marked ``interrupted`` and put to a human — never
 silently run again.
 """
 
@@ -41,6 +42,7 @@ from ..checkpoints import (
     RunNotResumableError,
     check_decision,
     expect_status,
+    note_cut_off,
     parse_answer,
     restore,
     usage_since,
@@ -405,12 +407,14 @@ class StatusAgent:
                 finally:
                     execution.state.usage = meter.usage
         except Exception as exc:
+            await note_cut_off(run, exc)  # a timeout, an error: what ended the calls it ran
             try:
                 await run.fail(f"{type(exc).__name__}: {exc}")
             except Exception:  # the run's own error matters more than this write's
                 run.release()
             raise
-        except BaseException:  # cancelled: the run stays "running", to be recovered
+        except BaseException as exc:  # cancelled: the run stays "running", to be recovered
+            await note_cut_off(run, exc)
             await run.abandon()  # (its lease, with a leasing store, is given back)
             raise
         state = result.state

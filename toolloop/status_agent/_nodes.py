@@ -26,6 +26,7 @@ from ..checkpoints import (
     Replan,
     Stop,
     call_once,
+    cut_off_causes,
     record_usage,
 )
 from ..flow import Context, FlowSnapshot, Step, Wait
@@ -349,8 +350,9 @@ async def reflection(value: Any, state: State, deps: StatusDeps, ctx: Context[St
     repeated = [r for r in last if _call_key(r) in done]
     view = _view(state, deps)
     state.unreflected = []
-    if interrupted:
-        state.question = interrupted_request(interrupted)
+    if interrupted:  # what cut them off: a crash, or the run's own end (the journal says)
+        causes = cut_off_causes(await deps.checkpoint.journal())
+        state.question = interrupted_request(interrupted, causes)
         state.status = "needs_human"
         return
     if failed or repeated:
