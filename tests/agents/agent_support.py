@@ -1,11 +1,15 @@
 """A middleware-agent run in a process of its own, for the crash tests::
 
     python agent_support.py run|recover|resume DB COUNTER RUN_ID [--crash WHEN] [--backend B]
+        [--max-requests N]
 
 The tool ``send_mail`` counts how often a mail really went out in the file ``COUNTER``.
 ``--crash in_tool`` kills the process inside the tool (its intent is journaled, its outcome
 is not); ``--crash after_outcome`` kills it once the outcome is journaled, before the next
-progress checkpoint. The result is printed as one JSON line.
+progress checkpoint; ``--crash after_model`` kills it once its first model call ended, before
+the model step's checkpoint. Every model call costs 10 tokens; ``--max-requests`` is the
+agent's budget (it finishes at the limit). The result is printed as one JSON line, with the
+run's usage and ``model_requests``, the model calls this process made.
 """
 
 from __future__ import annotations
@@ -20,14 +24,21 @@ from typing import Any
 
 import anyio
 
-from toolloop.agents import Agent, AgentResult, create_agent
+from toolloop.agents import Agent, AgentResult, ModelCallFinished, create_agent
 from toolloop.checkpoints import SQLiteCheckpointStore
 from toolloop.flow import FlowEvent
+from toolloop.models import UsageLimits
 from toolloop.runner import ToolCallFinished
-from toolloop.testing import ScriptedChatModel
+from toolloop.testing import FakeToolCall, ScriptedChatModel, ScriptedChatReply
 
 
-def mail_agent(store: SQLiteCheckpointStore, counter: Path, crash: str | None) -> Agent:
+def mail_agent(
+    store: SQLiteCheckpointStore,
+    model: ScriptedChatModel,
+    counter: Path,
+    crash: str | None,
+    max_requests: int | None = None,
+) -> Agent:
     def send_mail(to: str) -> str:
         """Send a mail.
 
@@ -40,32 +51,50 @@ def mail_agent(store: SQLiteCheckpointStore, counter: Path, crash: str | None) -
             os.kill(os.getpid(), signal.SIGKILL)
         return f"mail {sent + 1} sent to {to}"
 
-    def responder(request: Any) -> Any:
-        from toolloop.testing import FakeToolCall, ScriptedChatReply
+    return create_agent(
+        model,
+        [send_mail],
+        store=store,
+        usage_limits=UsageLimits(max_requests=max_requests),
+        on_usage_limit="finish",
+    )
 
+
+def mail_model() -> ScriptedChatModel:
+    """Asks for the mail, then says it is done; every call costs 10 tokens."""
+
+    def responder(request: Any) -> Any:
+        ten = {"total_tokens": 10}
         answered = [m for m in request.messages if m["role"] == "tool"]
         if answered:
-            return f"done: {answered[-1]['content']}"
-        return ScriptedChatReply(tool_calls=(FakeToolCall("send_mail", '{"to": "ada"}'),))
+            return ScriptedChatReply(f"done: {answered[-1]['content']}", usage=ten)
+        call = FakeToolCall("send_mail", '{"to": "ada"}')
+        return ScriptedChatReply(tool_calls=(call,), usage=ten)
 
-    return create_agent(ScriptedChatModel(responder=responder), [send_mail], store=store)
+    return ScriptedChatModel(responder=responder)
 
 
-def summary(result: AgentResult) -> dict[str, Any]:
+def summary(result: AgentResult, model: ScriptedChatModel) -> dict[str, Any]:
     request = result.request
     return {
         "status": result.status,
+        "stop_reason": result.stop_reason,
         "text": result.text,
         "request": request.model_dump(mode="json") if request is not None else None,
+        "usage": result.usage.model_dump(mode="json"),
+        "model_requests": len(model.requests),
     }
 
 
 async def main(args: argparse.Namespace) -> None:
     store = SQLiteCheckpointStore(args.db)
-    agent = mail_agent(store, Path(args.counter), args.crash)
+    model = mail_model()
+    agent = mail_agent(store, model, Path(args.counter), args.crash, args.max_requests)
 
     def on_event(event: FlowEvent) -> None:
         if args.crash == "after_outcome" and isinstance(event, ToolCallFinished):
+            os.kill(os.getpid(), signal.SIGKILL)
+        if args.crash == "after_model" and isinstance(event, ModelCallFinished):
             os.kill(os.getpid(), signal.SIGKILL)
 
     if args.command == "run":
@@ -76,7 +105,7 @@ async def main(args: argparse.Namespace) -> None:
         decision = json.loads(args.decision) if args.decision.startswith("{") else args.decision
         result = await agent.resume(args.run_id, decision, on_event=on_event)
     await store.aclose()
-    print(json.dumps(summary(result)))
+    print(json.dumps(summary(result, model)))
 
 
 if __name__ == "__main__":
@@ -86,7 +115,8 @@ if __name__ == "__main__":
     parser.add_argument("counter")
     parser.add_argument("run_id")
     parser.add_argument("decision", nargs="?", default="approve")
-    parser.add_argument("--crash", choices=["in_tool", "after_outcome"])
+    parser.add_argument("--crash", choices=["in_tool", "after_outcome", "after_model"])
+    parser.add_argument("--max-requests", type=int, default=None)
     parser.add_argument("--backend", default="asyncio")
     parsed = parser.parse_args()
     anyio.run(main, parsed, backend=parsed.backend)

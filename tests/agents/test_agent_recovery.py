@@ -22,7 +22,7 @@ from toolloop.checkpoints import (
     SQLiteCheckpointStore,
 )
 from toolloop.errors import ResumeError
-from toolloop.testing import ScriptedChatModel
+from toolloop.testing import ScriptedChatModel, ScriptedChatReply
 
 pytestmark = pytest.mark.anyio
 
@@ -90,6 +90,7 @@ async def test_a_call_cut_off_mid_tool_goes_to_a_human(approve: bool) -> None:
     request = paused.request
     assert request is not None and request.kind == "interrupted_tool_calls"
     assert [c.tool_name for c in request.tool_calls] == ["send_mail"]
+    assert "the run's cancellation ended them while they ran" in request.reason
     done = await agent.resume("r", Approve() if approve else Reject(message="sent already"))
     assert done.status == "completed"
     assert mailer.sent == (1 if approve else 0)
@@ -155,6 +156,7 @@ async def test_killed_inside_the_tool_the_call_is_put_to_a_human(
     paused = await process(files, anyio_backend, "recover")
     assert paused is not None and paused["status"] == "paused"
     assert paused["request"]["kind"] == "interrupted_tool_calls"
+    assert "the process stopped after they started" in paused["request"]["reason"]
     assert sent(files) == 1  # recovery did not send it again
     done = await process(files, anyio_backend, "resume", '{"kind": "reject"}')
     assert done is not None and done["status"] == "completed"
@@ -175,3 +177,123 @@ async def test_killed_after_the_outcome_is_journaled_the_tool_runs_once(
     assert done is not None and done["status"] == "completed"
     assert done["text"] == "done: mail 1 sent to ada"  # the journaled outcome, replayed
     assert sent(files) == 1
+
+
+# -- the budget across a crash: every model call made before counts -----------------------
+
+
+@pytest.mark.timeout(300)
+async def test_killed_after_a_model_call_it_counts_after_recovery(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    """Killed once its first model call ended (10 tokens), before that step's checkpoint:
+    a recovery with ``max_requests=1`` makes no model call and says 1 request; one without
+    a budget makes the model calls the run still needs, and says all of them."""
+    capped = {"db": tmp_path / "capped.db", "counter": tmp_path / "capped"}
+    free = {"db": tmp_path / "free.db", "counter": tmp_path / "free"}
+    for files in (capped, free):
+        assert await process(files, anyio_backend, "run", "--crash", "after_model") is None
+    done = await process(capped, anyio_backend, "recover", "--max-requests", "1")
+    assert done is not None and done["status"] == "completed"
+    assert done["model_requests"] == 0 and done["stop_reason"] == "usage_limit"
+    assert (done["usage"]["requests"], done["usage"]["total_tokens"]) == (1, 10)
+    assert sent(capped) == 0
+    done = await process(free, anyio_backend, "recover")
+    assert done is not None and done["text"] == "done: mail 1 sent to ada"
+    assert done["model_requests"] == 2  # the tool call asked again, then the answer
+    assert (done["usage"]["requests"], done["usage"]["total_tokens"]) == (3, 30)
+
+
+async def test_a_model_call_that_failed_counts_after_recovery() -> None:
+    from toolloop.agents import AgentModelError
+    from toolloop.models import UsageLimits
+
+    store = MemoryCheckpointStore()
+    broken = ScriptedChatModel()
+    broken.add_reply("half an ans", chunk_size=4, error_after=2, error=ConnectionError("reset"))
+    with pytest.raises(AgentModelError, match="reset"):
+        await create_agent(broken, store=store).run("hi", run_id="r")
+    model = mail_model()
+    limits = UsageLimits(max_requests=1)
+    agent = create_agent(model, store=store, usage_limits=limits, on_usage_limit="finish")
+    done = await agent.recover("r")
+    assert model.requests == []  # the failed call was one: the budget is spent
+    assert done.stop_reason == "usage_limit"
+    assert (done.usage.requests, done.usage.unreported_requests) == (1, 1)
+
+
+async def test_the_tools_model_calls_and_a_cut_off_model_call_count_after_recovery() -> None:
+    """A tool's model call is kept by the tools step's checkpoint; a model call cut off by
+    a cancellation is journaled as what it is (a request whose usage is unknown)."""
+    from toolloop.models import ChatRequest, stream_chat
+
+    helper = ScriptedChatModel()
+    helper.add_reply("short", usage={"total_tokens": 7})
+
+    async def summarize(text: str) -> str:
+        """Summarize a text with a model.
+
+        Args:
+            text: the text.
+        """
+        request = ChatRequest(messages=[{"role": "user", "content": text}])
+        async with stream_chat(helper, request) as deltas:
+            return "".join([delta.content async for delta in deltas])
+
+    asked = anyio.Event()
+
+    def second(request: Any) -> ScriptedChatReply:
+        asked.set()
+        return ScriptedChatReply("never", first_delay=60)  # cut off while it streams
+
+    store = MemoryCheckpointStore()
+    model = ScriptedChatModel(responder=second)
+    model.add_reply(tool_calls=[{"name": "summarize", "arguments": '{"text": "x"}'}], usage=TEN)
+    agent = create_agent(model, [summarize], store=store)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(functools.partial(agent.run, "summarize x", run_id="r"))
+        with anyio.fail_after(30):
+            await asked.wait()
+        tg.cancel_scope.cancel()
+    again = ScriptedChatModel()
+    again.add_reply("done", usage=TEN)
+    done = await create_agent(again, [summarize], store=store).recover("r")
+    assert done.text == "done" and len(helper.requests) == 1
+    usage = done.usage
+    assert (usage.requests, usage.total_tokens, usage.unreported_requests) == (4, 27, 1)
+
+
+TEN = {"total_tokens": 10}
+
+
+async def test_a_call_the_runs_timeout_ended_says_so_after_recovery() -> None:
+    from toolloop.errors import ExecutionTimeoutError
+
+    store = MemoryCheckpointStore()
+    mailer = Mailer(hold=True)
+    agent = create_agent(mail_model(), [mailer.send_mail], store=store)
+    with pytest.raises(ExecutionTimeoutError):
+        await agent.run("mail ada", run_id="r", timeout=0.5)
+    mailer = Mailer(hold=False)
+    agent = create_agent(mail_model(), [mailer.send_mail], store=store)
+    paused = await agent.recover("r")
+    request = paused.request
+    assert request is not None and request.kind == "interrupted_tool_calls"
+    assert "the run's timeout of 0.5 s ended them while they ran" in request.reason
+    assert "process stopped" not in request.reason
+    assert "the run's timeout of 0.5 s ended it" in str(request.tool_calls[0].why)
+    done = await agent.resume("r", Reject(message="sent already"))
+    assert mailer.sent == 0
+    answer = done.messages[-2]  # the call's answer, before the model's last word
+    assert "the run's timeout of 0.5 s ended it while it ran" in answer.content
+    assert "a human chose not to run it again (sent already)" in answer.content
+
+
+async def test_a_call_its_tools_timeout_ended_says_so() -> None:
+    mailer = Mailer(hold=True)
+    agent = create_agent(
+        mail_model(), [mailer.send_mail], store=MemoryCheckpointStore(), tool_timeout=0.2
+    )
+    done = await agent.run("mail ada", run_id="r")
+    assert done.status == "completed"
+    assert "did not finish within 0.2 s" in done.text

@@ -139,3 +139,28 @@ async def test_usage_limits_can_finish_the_run_with_what_it_has() -> None:
 def test_on_usage_limit_must_be_raise_or_finish() -> None:
     with pytest.raises(ValueError, match="on_usage_limit must be 'raise' or 'finish'"):
         create_agent(ScriptedChatModel(), on_usage_limit="stop")  # type: ignore[arg-type]
+
+
+async def test_the_model_calls_of_a_tool_that_ends_the_run_are_in_its_usage() -> None:
+    from toolloop.models import ChatRequest, stream_chat
+    from toolloop.tools import tool
+
+    helper = ScriptedChatModel()
+    helper.add_reply("short", usage={"total_tokens": 7})
+
+    @tool(return_direct=True)
+    async def summarize(text: str) -> str:
+        """Summarize a text with a model.
+
+        Args:
+            text: the text.
+        """
+        request = ChatRequest(messages=[{"role": "user", "content": text}])
+        async with stream_chat(helper, request) as deltas:
+            return "".join([delta.content async for delta in deltas])
+
+    model = ScriptedChatModel()
+    model.add_reply(tool_calls=[{"name": "summarize", "arguments": '{"text": "x"}'}], usage=TEN)
+    result = await create_agent(model, [summarize]).run("summarize x")
+    assert result.stop_reason == "tools"
+    assert (result.usage.requests, result.usage.total_tokens) == (2, 17)

@@ -243,6 +243,33 @@ async def test_an_intent_without_an_outcome_is_interrupted_never_rerun() -> None
     assert (source, counter.calls) == ("interrupted", 0)
 
 
+async def test_a_run_that_ends_itself_notes_the_calls_it_cut_off() -> None:
+    from toolloop.checkpoints import cut_off_causes, note_cut_off
+    from toolloop.errors import ExecutionTimeoutError
+
+    store = MemoryCheckpointStore()
+    run = await _run(store)
+    await run.record_intent(JournalEntry(call_id="c1", tool_name="bump", arguments={"by": 1}))
+    await run.record_intent(JournalEntry(call_id="c2", tool_name="bump"))
+    await run.record_outcome("c2", {"done": True})
+    assert run.open_calls == {"c1"}
+    await note_cut_off(run, KeyboardInterrupt())  # the process stops: a crash, no note
+    assert cut_off_causes(await run.journal()) == {}
+    await note_cut_off(run, ExecutionTimeoutError("late", timeout=5.0, step="tools"))
+    assert cut_off_causes(await run.journal()) == {"c1": "the timeout of 5 s of step 'tools'"}
+    command = ToolCommand(purpose="count", tool_name="bump", tool_kwargs={"by": 1})
+    counter = Counter()
+    record, source = await call_once(
+        run, "c1", command, Executor([counter.bump]), journal=await run.journal()
+    )
+    assert (source, counter.calls) == ("interrupted", 0)
+    assert record.error == (
+        "call 'c1' of tool 'bump' was interrupted: the timeout of 5 s of step 'tools' ended it "
+        "while it ran, before its outcome was recorded, so it may or may not have taken "
+        "effect; it was not run again"
+    )
+
+
 async def test_a_journaled_outcome_that_is_no_record_is_corrupt() -> None:
     store = MemoryCheckpointStore()
     run = await _run(store)

@@ -1,7 +1,7 @@
 """A durable loop run in a process of its own, for the SIGKILL tests.
 
     python durable_support.py run|resume STORE EFFECTS RUN_ID [--crash WHEN]
-        [--backend asyncio|trio] [--policy fail|retry]
+        [--backend asyncio|trio] [--policy fail|retry] [--metered] [--max-requests N]
 
 ``STORE`` is a SQLite file or ``postgresql://...#schema``. Every tool call appends a line to
 ``EFFECTS`` (its side effect, counted by the tests). ``--crash`` kills this process with
@@ -9,7 +9,10 @@ SIGKILL at one point of the run: ``planning`` (inside the planner of round 1), `
 (inside tool call ``c``, after its side effect), ``between_rounds`` (round 1 finished, before
 the next planner call and its checkpoint), ``final_checkpoint`` (while the completed
 checkpoint is written), ``after_final_checkpoint`` (once it is written, before the call
-returns). Prints the run's result as JSON.
+returns). ``--metered``: each planner call is one model call (10 tokens), counted by the
+run's usage; the result then has ``model_requests``, the model calls this process made.
+``--max-requests``: the resumed run's budget (``usage_limits``, finishing at the limit).
+Prints the run's result as JSON.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from toolloop.checkpoints import (
 )
 from toolloop.flow import FlowEvent
 from toolloop.loop import RoundFinished, async_plan_and_execute, async_resume_plan_and_execute
+from toolloop.models import ChatRequest, UsageLimits, stream_chat
+from toolloop.testing import ScriptedChatModel, ScriptedChatReply
 
 PLANS: list[dict[str, Any]] = [
     {
@@ -64,8 +69,13 @@ def main() -> None:
     parser.add_argument("--crash", default=None)
     parser.add_argument("--backend", default="asyncio")
     parser.add_argument("--policy", default="fail")
+    parser.add_argument("--metered", action="store_true")
+    parser.add_argument("--max-requests", type=int, default=None)
     args = parser.parse_args()
     crash = args.crash
+    model = ScriptedChatModel(
+        responder=lambda request: ScriptedChatReply("planning", usage={"total_tokens": 10})
+    )
 
     def effect(key: str) -> str:
         with args.effects.open("a") as f:
@@ -80,6 +90,11 @@ def main() -> None:
         async def plan(self, context: PlannerContext) -> dict[str, Any]:
             if crash == "planning" and context.round_index == 1:
                 die()
+            if args.metered:  # the model call a planner of a real model makes
+                request = ChatRequest(messages=[{"role": "user", "content": "plan"}])
+                async with stream_chat(model, request) as deltas:
+                    async for _ in deltas:
+                        pass
             return PLANS[min(context.round_index, len(PLANS) - 1)]
 
     def on_event(event: FlowEvent) -> None:
@@ -130,6 +145,8 @@ def main() -> None:
                                 planner=Planner(),
                                 unknown_outcome=args.policy,
                                 idempotent_tools=["effect"],
+                                usage_limits=UsageLimits(max_requests=args.max_requests),
+                                on_usage_limit="finish",
                             )
                             break
                         except RunNotResumableError as exc:
@@ -137,6 +154,8 @@ def main() -> None:
                                 raise
                             await anyio.sleep(0.05)
             data: dict[str, Any] = result.model_dump(mode="json")
+            if args.metered:
+                data["model_requests"] = len(model.requests)
             return data
 
     print(json.dumps(anyio.run(go, backend=args.backend)))

@@ -178,7 +178,9 @@ async def test_a_call_cut_off_mid_tool_is_never_silently_run_again(policy: Any) 
     if policy == "fail":
         assert "c" not in second.done
         assert records["third"].success is False
-        assert "was interrupted" in str(records["third"].error)
+        assert "was interrupted: the run's cancellation ended it while it ran" in str(
+            records["third"].error
+        )
     else:
         assert second.done.count("c") == 1
         assert records["third"].result == "did c"
@@ -313,7 +315,8 @@ def test_killed_mid_tool_the_unknown_call_follows_the_policy(
     third = resumed["done_plans"][2]
     if policy == "fail":  # not run again: the planner is told it was interrupted
         assert done["c"] == 1
-        assert third["success"] is False and "was interrupted" in third["error"]
+        assert third["success"] is False
+        assert "was interrupted: its process stopped after the call started" in third["error"]
         assert resumed["stop_reason"] == "response"
     else:  # an idempotent tool: run again, and the run ends as if nothing happened
         assert done["c"] == 2
@@ -539,3 +542,226 @@ async def test_needs_approval_refuses_a_name_that_is_no_tool() -> None:
             needs_approval="effect",
         )
     assert tools.done == []
+
+
+# -- the budget across resumes: every model call made before counts -----------------------
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_killed_mid_tool_the_model_calls_made_before_count_after_resume(
+    backend: str, tmp_path: Path
+) -> None:
+    """Killed inside round 1's tool, after 2 planner calls (one model call each): a resume
+    with ``max_requests=2`` makes no model call, and its usage says 2; a resume without a
+    budget makes one (round 2's plan), and its usage says 3."""
+    db = str(tmp_path / "runs.db")
+    for run_id in ("capped", "free"):
+        killed = ("run", db, str(tmp_path / run_id), run_id, "--crash", "mid_tool")
+        assert support(*killed, "--metered", "--backend", backend) is None
+    capped = support(
+        "resume", db, str(tmp_path / "capped"), "capped", "--metered", "--max-requests", "2",
+        "--backend", backend,
+    )  # fmt: skip
+    assert capped is not None
+    assert capped["model_requests"] == 0  # the budget was spent before the kill
+    assert capped["stop_reason"] == "usage_limit"
+    assert (capped["usage"]["requests"], capped["usage"]["total_tokens"]) == (2, 20)
+    free = support("resume", db, str(tmp_path / "free"), "free", "--metered", "--backend", backend)
+    assert free is not None and free["stop_reason"] == "response"
+    assert free["model_requests"] == 1
+    assert (free["usage"]["requests"], free["usage"]["total_tokens"]) == (3, 30)
+
+
+class PayingPlanner:
+    """Plans from a script (an exception in it is raised); every call first makes one
+    model call of 10 tokens, counted by the run."""
+
+    def __init__(self, script: list[Any]) -> None:
+        from toolloop.testing import ScriptedChatModel, ScriptedChatReply
+
+        self.script = script
+        self.model = ScriptedChatModel(
+            responder=lambda request: ScriptedChatReply("planning", usage={"total_tokens": 10})
+        )
+
+    async def plan(self, context: PlannerContext) -> Any:
+        from toolloop.models import ChatRequest, stream_chat
+
+        request = ChatRequest(messages=[{"role": "user", "content": "plan"}])
+        async with stream_chat(self.model, request) as deltas:
+            async for _ in deltas:
+                pass
+        item = self.script[context.round_index]
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+
+@pytest.mark.anyio
+async def test_a_planner_call_that_failed_after_its_model_call_counts_after_resume() -> None:
+    from toolloop.models import UsageLimits
+
+    store = MemoryCheckpointStore()
+    tools = Effects()
+    failing = PayingPlanner([SCRIPT[0], RuntimeError("model output unusable")])
+    with pytest.raises(PlannerError, match="model output unusable"):
+        await async_plan_and_execute(
+            "go", tools=[tools.effect], planner=failing, store=store, run_id="r"
+        )
+    planner = PayingPlanner(SCRIPT)
+    result = await async_resume_plan_and_execute(
+        "r",
+        store=store,
+        tools=[tools.effect],
+        planner=planner,
+        usage_limits=UsageLimits(max_requests=2),
+        on_usage_limit="finish",
+    )
+    assert planner.model.requests == []  # two calls were made: round 1 is not planned again
+    assert result.stop_reason == "usage_limit"
+    assert (result.usage.requests, result.usage.total_tokens) == (2, 20)
+
+
+@pytest.mark.anyio
+async def test_a_paused_run_reports_its_usage_and_its_budget_holds_after_the_decision() -> None:
+    from toolloop.checkpoints import Approve
+    from toolloop.models import UsageLimits
+
+    store = MemoryCheckpointStore()
+    mail, effects = Mail(), Effects()
+    tools = [mail.send, effects.effect]
+    paused = await async_plan_and_execute(
+        "mail ada",
+        tools=tools,
+        planner=PayingPlanner(MAIL_SCRIPT),
+        store=store,
+        run_id="m",
+        needs_approval=["send"],
+    )
+    assert paused.paused and paused.usage.requests == 1
+    planner = PayingPlanner(MAIL_SCRIPT)
+    done = await async_resume_plan_and_execute(
+        "m",
+        store=store,
+        tools=tools,
+        planner=planner,
+        decision=Approve(),
+        usage_limits=UsageLimits(max_requests=1),
+        on_usage_limit="finish",
+    )
+    assert mail.sent == ["ada"]  # the approved round ran, from its journaled plan
+    assert planner.model.requests == []  # and round 1 was not planned: the budget was spent
+    assert done.stop_reason == "usage_limit" and done.usage.requests == 1
+
+
+@pytest.mark.anyio
+async def test_model_calls_made_by_tools_count_after_resume() -> None:
+    """A tool's model calls are counted by the run; the checkpoint of the next round keeps
+    them, so a run cut off in that round counts them when it resumes."""
+    from toolloop.models import ChatRequest, stream_chat
+    from toolloop.testing import ScriptedChatModel, ScriptedChatReply
+
+    model = ScriptedChatModel(
+        responder=lambda request: ScriptedChatReply("summary", usage={"total_tokens": 7})
+    )
+    gate = Effects(hold="c")
+
+    async def summarize(key: str) -> str:
+        """Summarize with a model.
+
+        Args:
+            key: what to summarize.
+        """
+        request = ChatRequest(messages=[{"role": "user", "content": key}])
+        async with stream_chat(model, request) as deltas:
+            async for _ in deltas:
+                pass
+        return await gate.effect(key)
+
+    script = [
+        execute(cmd("summarize", "first", key="a")),
+        execute(cmd("summarize", "second", key="c")),
+        {"next_action": "response"},
+    ]
+    store = MemoryCheckpointStore()
+    with anyio.move_on_after(30):  # a hang guard: cancelled below, once c has started
+        async with anyio.create_task_group() as tg:
+
+            async def run() -> None:
+                await async_plan_and_execute(
+                    "go",
+                    tools=[summarize],
+                    planner=ScriptedPlanner(script),
+                    store=store,
+                    run_id="r",
+                )
+
+            tg.start_soon(run)
+            await gate.started.wait()
+            tg.cancel_scope.cancel()
+    assert len(model.requests) == 2  # round 0's tool, and round 1's before it was cut off
+    result = await async_resume_plan_and_execute(
+        "r", store=store, tools=[summarize], planner=ScriptedPlanner(script)
+    )
+    # round 0's call is in the checkpoint of round 1; round 1's was cut off with its round
+    # and is not known to the journal (see the durability guide's limits)
+    assert (result.usage.requests, result.usage.total_tokens) == (1, 7)
+
+
+# -- what cut a call off, said truthfully ------------------------------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("policy", ["fail", "retry"])
+async def test_a_call_the_runs_timeout_ended_says_so_after_resume(policy: Any) -> None:
+    from toolloop import ExecutionTimeoutError
+
+    store = MemoryCheckpointStore()
+    first = Effects(hold="c")
+    with pytest.raises(ExecutionTimeoutError):
+        await async_plan_and_execute(
+            "go",
+            tools=[first.effect],
+            planner=ScriptedPlanner(SCRIPT),
+            store=store,
+            run_id="r",
+            timeout=0.5,
+        )
+    assert first.done.count("c") == 1
+    second = Effects()
+    result = await async_resume_plan_and_execute(
+        "r",
+        store=store,
+        tools=[second.effect],
+        planner=ScriptedPlanner(SCRIPT),
+        unknown_outcome=policy,
+        idempotent_tools=["effect"],
+    )
+    third = result.done_plans[2]
+    if policy == "fail":  # the outcome is unknown all the same: not run again
+        assert "c" not in second.done and third.success is False
+        error = str(third.error)
+        assert "was interrupted: the run's timeout of 0.5 s ended it while it ran" in error
+        assert "process stopped" not in error
+    else:  # an idempotent tool: run again
+        assert second.done == ["c"] and third.result == "did c"
+
+
+@pytest.mark.anyio
+async def test_a_call_its_tools_timeout_ended_says_so() -> None:
+    tools = Effects(hold="c")
+    store = MemoryCheckpointStore()
+    result = await async_plan_and_execute(
+        "go",
+        tools=[tools.effect],
+        planner=ScriptedPlanner(SCRIPT),
+        store=store,
+        run_id="r",
+        tool_timeout=0.2,
+    )
+    third = result.done_plans[2]
+    assert third.success is False
+    assert str(third.error) == "tool 'effect' did not finish within 0.2 s; it was cancelled"
+    stored = await store.get("r")
+    assert stored is not None and stored.status == "completed"

@@ -2,12 +2,14 @@
 an agent in a subprocess (for the cross-process and crash tests).
 
     python status_support.py run|resume|recover DB COUNTER RUN_ID [DECISION] [--crash WHEN]
-        [--approval] [--backend trio]
+        [--approval] [--metered] [--backend trio]
 
 prints the result as one line of JSON. ``--crash after_outcome`` kills the process (SIGKILL)
 right after a tool call's outcome is journaled, before the checkpoint is written;
 ``--crash in_tool`` kills it inside the tool, after its effect and before its outcome is
-journaled.
+journaled; ``--crash after_analysis`` kills it once the analysis node ended, before its
+checkpoint. ``--metered``: the analysis asks a model (one call, 10 tokens); the result then
+has the run's usage and ``model_requests``, the model calls this process made.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ import anyio
 
 from toolloop.checkpoints import CheckpointStore, SQLiteCheckpointStore
 from toolloop.flow import FlowEvent
+from toolloop.models import ChatRequest, stream_chat
 from toolloop.status_agent._agent import StatusAgent, StatusAgentResult
 from toolloop.status_agent._steps import StatusView
+from toolloop.testing import ScriptedChatModel, ScriptedChatReply
 
 
 class Scripted:
@@ -140,9 +144,15 @@ def path_of(result: StatusAgentResult) -> list[str]:
 
 
 def mail_agent(
-    store: CheckpointStore, counter: Path, *, approval: bool, crash: str | None
+    store: CheckpointStore,
+    counter: Path,
+    *,
+    approval: bool,
+    crash: str | None,
+    model: ScriptedChatModel | None = None,
 ) -> StatusAgent:
-    """Mails Ada once; ``counter`` counts how often the mail really went out."""
+    """Mails Ada once; ``counter`` counts how often the mail really went out; with a
+    ``model``, the analysis asks it first."""
 
     def send_mail(to: str, body: str) -> str:
         """Send a mail.
@@ -166,9 +176,16 @@ def mail_agent(
             return calls(call("send_mail", "tell Ada", to="ada@example.org", body="hello"))
         return finish(summary(view))
 
+    async def analyze(view: StatusView) -> str:
+        if model is not None:
+            request = ChatRequest(messages=[{"role": "user", "content": view.user_input}])
+            async with stream_chat(model, request) as deltas:
+                return "".join([delta.content async for delta in deltas])
+        return "mail Ada"
+
     return StatusAgent(
         tools=[send_mail],
-        analyze=lambda view: "mail Ada",
+        analyze=analyze,
         plan=lambda view: ["send the mail"],
         decide=decide,
         reflect=lambda view: {"verdict": "finish", "answer": summary(view)},
@@ -178,23 +195,41 @@ def mail_agent(
     )
 
 
-def result_data(result: StatusAgentResult) -> dict[str, Any]:
-    return {
+def result_data(
+    result: StatusAgentResult, model: ScriptedChatModel | None = None
+) -> dict[str, Any]:
+    data: dict[str, Any] = {
         "status": result.status,
         "answer": result.answer,
         "request": None if result.request is None else result.request.model_dump(mode="json"),
         "path": path_of(result),
         "sources": [r.source for r in result.state.records],
     }
+    if model is not None:
+        data["usage"] = result.usage.model_dump(mode="json")
+        data["model_requests"] = len(model.requests)
+    return data
+
+
+def analyst() -> ScriptedChatModel:
+    """A model whose every answer costs 10 tokens."""
+    return ScriptedChatModel(
+        responder=lambda request: ScriptedChatReply("mail Ada", usage={"total_tokens": 10})
+    )
 
 
 async def _main(args: argparse.Namespace) -> None:
     def on_event(event: FlowEvent) -> None:
         if args.crash == "after_outcome" and event.kind == "tool_call_finished":
             os.kill(os.getpid(), signal.SIGKILL)  # after the outcome, before the checkpoint
+        if args.crash == "after_analysis" and event.kind == "status_changed":
+            os.kill(os.getpid(), signal.SIGKILL)  # the first node ended, before its checkpoint
 
+    model = analyst() if args.metered else None
     async with SQLiteCheckpointStore(args.db) as store:
-        agent = mail_agent(store, Path(args.counter), approval=args.approval, crash=args.crash)
+        agent = mail_agent(
+            store, Path(args.counter), approval=args.approval, crash=args.crash, model=model
+        )
         if args.command == "run":
             result = await agent.run("Mail Ada", run_id=args.run_id, on_event=on_event)
         elif args.command == "resume":
@@ -202,7 +237,7 @@ async def _main(args: argparse.Namespace) -> None:
             result = await agent.resume(args.run_id, decision, on_event=on_event)
         else:
             result = await agent.recover(args.run_id, on_event=on_event)
-    print(json.dumps(result_data(result)))
+    print(json.dumps(result_data(result, model)))
 
 
 def main(argv: Sequence[str]) -> None:
@@ -212,8 +247,9 @@ def main(argv: Sequence[str]) -> None:
     parser.add_argument("counter")
     parser.add_argument("run_id")
     parser.add_argument("decision", nargs="?", default="null")
-    parser.add_argument("--crash", choices=["after_outcome", "in_tool"])
+    parser.add_argument("--crash", choices=["after_outcome", "in_tool", "after_analysis"])
     parser.add_argument("--approval", action="store_true")
+    parser.add_argument("--metered", action="store_true")
     parser.add_argument("--backend", default="asyncio")
     args = parser.parse_args(argv)
     anyio.run(_main, args, backend=args.backend)

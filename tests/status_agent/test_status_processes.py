@@ -162,7 +162,22 @@ async def test_killed_inside_the_tool_the_call_is_put_to_a_human(
         assert paused.request is not None
         assert paused.request.kind == "interrupted_tool_calls"
         assert paused.request.tool_calls[0].call_id == "call-1"
+        assert "the process stopped after they started" in paused.request.reason
+        assert "its process stopped" in str(paused.state.records[0].record.error)
         done = await agent.resume("run-1", Reject(message="it was sent; do not resend"))
     assert done.status == "completed"
     assert done.answer is not None and "was interrupted" in done.answer
     assert files.sent == 1
+
+
+async def test_killed_after_a_model_call_its_usage_counts_after_recovery(
+    files: Files, anyio_backend: str
+) -> None:
+    # the analysis asked the model (10 tokens); the process is killed before its checkpoint
+    await process(
+        files, anyio_backend, "run", "--metered", "--crash", "after_analysis", killed=True
+    )
+    done = await process(files, anyio_backend, "recover", "--metered")
+    assert done["status"] == "completed" and files.sent == 1
+    assert done["model_requests"] == 1  # the analysis asked again
+    assert (done["usage"]["requests"], done["usage"]["total_tokens"]) == (2, 20)

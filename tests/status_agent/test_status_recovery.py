@@ -128,11 +128,15 @@ async def test_a_call_cut_short_is_interrupted_and_put_to_a_human() -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(functools.partial(agent.run, "deploy 1.2"))
         await started.wait()
-        tg.cancel_scope.cancel()  # the process "dies" while the tool runs
+        tg.cancel_scope.cancel()  # the run is cancelled while the tool runs
     (run_id,) = await agent.store.run_ids(status="running")
     checkpoint = await agent.store.get(run_id)
     assert checkpoint is not None
-    assert [e.state for e in checkpoint.journal] == ["started"]
+    # the call's intent, and a note of what cut it off
+    assert [(e.tool_name, e.state) for e in checkpoint.journal] == [
+        ("deploy", "started"),
+        ("<cut off>", "finished"),
+    ]
 
     paused = await agent.recover(run_id)
     assert runs == ["1.2"]  # not run again
@@ -143,9 +147,11 @@ async def test_a_call_cut_short_is_interrupted_and_put_to_a_human() -> None:
         ("call-1", {"version": "1.2"})
     ]
     assert "may or may not have taken effect" in request.reason
+    assert "the run's cancellation ended them while they ran" in request.reason
+    assert "process stopped" not in request.reason
     assert paused.state.records[0].source == "interrupted"
     journal = (await agent.store.get(run_id)).journal  # type: ignore[union-attr]
-    assert [e.state for e in journal] == ["interrupted"]
+    assert [e.state for e in journal if e.tool_name == "deploy"] == ["interrupted"]
 
     done = await agent.resume(run_id, Reject(message="it did deploy; leave it"))
     assert done.answer == "not deployed"
@@ -287,3 +293,117 @@ async def test_progress_is_not_a_cycle_but_max_steps_bounds_every_run() -> None:
     assert result.stop_reason is not None
     assert result.stop_reason.startswith("loop guard: the run took 12 steps (max_steps)")
     assert len(result.state.history) == 12
+
+
+# -- usage: every model call made before a pause, a failure or a crash counts -------------
+
+
+def paying_step(model: Any, output: Any) -> Any:
+    """A step that asks ``model`` (one call), then answers ``output`` (raised if an
+    exception)."""
+    from toolloop.models import ChatRequest, stream_chat
+
+    async def step(view: Any) -> Any:
+        request = ChatRequest(messages=[{"role": "user", "content": view.user_input}])
+        async with stream_chat(model, request) as deltas:
+            async for _ in deltas:
+                pass
+        if isinstance(output, BaseException):
+            raise output
+        return output
+
+    return step
+
+
+def ten_tokens() -> Any:
+    from toolloop.testing import ScriptedChatModel, ScriptedChatReply
+
+    return ScriptedChatModel(
+        responder=lambda request: ScriptedChatReply("ok", usage={"total_tokens": 10})
+    )
+
+
+async def test_the_usage_of_a_paused_run_is_kept_by_its_checkpoint() -> None:
+    model = ten_tokens()
+    agent = make_agent(
+        analyze=paying_step(model, "mail ada"),
+        plan=paying_step(model, ["mail"]),
+        decide=Scripted(calls(call("send_mail", to="ada", body="hi")), finish("sent")),
+        require_approval=["send_mail"],
+    )
+    paused = await agent.run("mail ada", run_id="r")
+    assert paused.paused and paused.usage.requests == 2
+    stored = await agent.store.get("r")
+    assert stored is not None and stored.snapshot.state["usage"]["requests"] == 2
+    done = await agent.resume("r", Approve())
+    assert done.status == "completed" and len(model.requests) == 2
+    assert (done.usage.requests, done.usage.total_tokens) == (2, 20)
+
+
+async def test_a_step_that_failed_after_its_model_call_counts_after_recovery() -> None:
+    model = ten_tokens()
+    plan = Scripted(paying_step(model, ValueError("no plan in that answer")), [])
+    agent = make_agent(analyze=paying_step(model, "hi"), plan=plan)
+    with pytest.raises(StepFailedError, match="no plan in that answer"):
+        await agent.run("hi", run_id="r")
+    result = await agent.recover("r")
+    assert result.answer == "hello!" and len(model.requests) == 2
+    assert (result.usage.requests, result.usage.total_tokens) == (2, 20)
+
+
+async def test_a_call_the_runs_timeout_ended_says_so_after_recovery() -> None:
+    runs: list[str] = []
+
+    async def deploy(version: str) -> str:
+        """Deploy a version.
+
+        Args:
+            version: which.
+        """
+        runs.append(version)
+        await anyio.sleep(10)
+        return f"deployed {version}"
+
+    agent = StatusAgent(
+        tools=[deploy],
+        analyze=lambda view: "",
+        plan=lambda view: ["deploy"],
+        decide=Scripted(calls(call("deploy", version="1.2")), finish("not deployed")),
+        reflect=lambda view: {"verdict": "finish"},
+        converse=lambda view: "",
+    )
+    with pytest.raises(ExecutionTimeoutError):
+        await agent.run("deploy 1.2", run_id="r", timeout=0.5)
+    paused = await agent.recover("r")
+    assert runs == ["1.2"]  # not run again
+    request = paused.request
+    assert request is not None and request.kind == "interrupted_tool_calls"
+    assert "the run's timeout of 0.5 s ended them while they ran" in request.reason
+    assert "process stopped" not in request.reason
+    error = str(paused.state.records[0].record.error)
+    assert "was interrupted: the run's timeout of 0.5 s ended it while it ran" in error
+
+
+async def test_a_call_its_tools_timeout_ended_says_so() -> None:
+    async def deploy(version: str) -> str:
+        """Deploy a version.
+
+        Args:
+            version: which.
+        """
+        await anyio.sleep(10)
+        return f"deployed {version}"
+
+    agent = StatusAgent(
+        tools=[deploy],
+        analyze=lambda view: "",
+        plan=lambda view: ["deploy"],
+        decide=Scripted(calls(call("deploy", version="1.2"))),
+        reflect=lambda view: {"verdict": "finish"},
+        converse=lambda view: "",
+        tool_timeout=0.2,
+    )
+    paused = await agent.run("deploy 1.2", run_id="r")
+    record = paused.state.records[0]
+    assert record.source == "ran"
+    assert record.record.error == "tool 'deploy' did not finish within 0.2 s; it was cancelled"

@@ -12,7 +12,7 @@ import sniffio
 from pydantic import ValidationError
 
 from .._errors import ResumeError
-from ..checkpoints import CheckpointedRun, CheckpointStore, HumanRequest
+from ..checkpoints import CheckpointedRun, CheckpointStore, HumanRequest, usage_since
 from ..flow import Execution, Flow, FlowEvent, FlowResult, FlowSnapshot, TraceEntry
 from ..models import ChatModel, ModelSettings, Usage, UsageLimits, UsageMeter, check_settings
 from ..runner import ToolCommand, ToolExecutionRecord, progress_reporter
@@ -377,6 +377,9 @@ class Agent:
         pauses and asks a human (a :class:`~toolloop.checkpoints.HumanRequest` of kind
         ``interrupted_tool_calls``: resume with approve or edit to run them again, or
         reject). A run that was being resumed goes on with the answer it was resumed with.
+        Every model call made before counts against the agent's ``usage_limits`` and in
+        ``result.usage``: each one's usage is journaled when it ends (a call the crash
+        itself cut off never reported what it cost, and is not counted).
 
         Args:
             force: take the run over even if its owning process may still run it (on
@@ -392,6 +395,10 @@ class Agent:
             raise ResumeError("recover() needs a store: build the agent with store=...")
         agent_deps = self._deps(context, deps)
         checkpoint, execution, event, value = await load_interrupted(self.store, run_id, agent_deps)
+        state = execution.state  # its usage: the model calls before the checkpoint, and those
+        spent = usage_since(checkpoint.journal, state.model_calls, Usage.model_validate, run_id)
+        if spent:  # journaled since (their checkpoint was never written)
+            state.usage = sum(spent, state.usage)
         if event == ANSWERED:
             where, middleware = self._paused_by(execution)
             if middleware is None:

@@ -9,7 +9,9 @@ a call with a journaled outcome is not run again (its outcome is replayed), and 
 started without an outcome (it may or may not have taken effect) is put to a human, as the
 status agent does: the run pauses with a :class:`~toolloop.checkpoints.HumanRequest` of kind
 ``interrupted_tool_calls``; approve (or edit) runs it again, reject answers it with an error.
-No tool ever runs twice on its own.
+No tool ever runs twice on its own. What cut such a call off is said truthfully: its process
+stopped, or the run's own timeout, cancellation or error ended it (journaled by
+:func:`~toolloop.checkpoints.note_cut_off` when the run ended).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import anyio
 from pydantic import ValidationError
 
 from ..checkpoints import (
@@ -30,6 +33,8 @@ from ..checkpoints import (
     Reject,
     RequestedCall,
     check_decision,
+    cut_off_causes,
+    interruption,
 )
 from ..flow import FlowSnapshot, Wait
 from ..runner import json_safe
@@ -42,6 +47,7 @@ __all__ = [
     "RECOVERY",
     "apply_recovery_answer",
     "check_recovery_answer",
+    "interrupted",
     "interrupted_request",
     "journaled_call",
     "progress_snapshot",
@@ -52,10 +58,14 @@ RECOVER = "recover"
 RECOVERY = "toolloop.recovery"
 """Who paused a run that recovery found interrupted calls in (not a middleware)."""
 
-INTERRUPTED = (
-    "the call was interrupted: its process stopped after the call started and before its "
-    "outcome was recorded, so it may or may not have taken effect; it was not run again"
-)
+
+def interrupted(cause: str | None) -> str:
+    """The answer of a call that was cut off (``cause``: what ended the run while it ran,
+    ``None``: its process stopped)."""
+    return (
+        f"the call was interrupted: {interruption(cause)}, so it may or may not have taken "
+        "effect; it was not run again"
+    )
 
 
 def progress_snapshot(state: AgentState, execution_id: str, step: str, route: str) -> FlowSnapshot:
@@ -110,34 +120,36 @@ async def journaled_call(
         entry = await run.record_intent(mine)
         if entry.state == "started" and entry.started_at == mine.started_at:
             outcome = await call_tool()
-            await run.record_outcome(key, _dump(outcome))
+            with anyio.CancelScope(shield=True):  # written even while cancelled: it did run
+                await run.record_outcome(key, _dump(outcome))
             return outcome
     if entry.state == "started":
-        await run.record_outcome(
-            key, _dump(ToolOutcome(error_message(call, INTERRUPTED))), state="interrupted"
-        )
+        answer = error_message(call, interrupted(cut_off_causes(journal).get(key)))
+        await run.record_outcome(key, _dump(ToolOutcome(answer)), state="interrupted")
         return None
     if entry.state == "interrupted":
         return None
     return _load(entry.outcome, run.run_id, key)
 
 
-def interrupted_request(calls: list[ToolCall]) -> dict[str, Any]:
-    """The pause of a recovered run with interrupted calls (where, and what it asks)."""
+def interrupted_request(calls: list[ToolCall], causes: Mapping[str, str]) -> dict[str, Any]:
+    """The pause of a recovered run with interrupted calls (where, and what it asks);
+    ``causes``: what ended the run while each ran, by call id (none: its process stopped)."""
+    what = "; ".join(dict.fromkeys(interruption(causes.get(c.id), plural=True) for c in calls))
     request = HumanRequest(
         kind="interrupted_tool_calls",
         reason=(
-            f"{len(calls)} tool call(s) were interrupted: the process stopped after they "
-            "started and before their outcome was recorded, so they may or may not have "
-            "taken effect. They were not run again: approve (or edit) to run them again, "
-            "or reject to tell the model they did not finish"
+            f"{len(calls)} tool call(s) were interrupted: {what}, so they may or may not "
+            "have taken effect. They were not run again: approve (or edit) to run them "
+            "again, or reject to tell the model they did not finish"
         ),
         tool_calls=[
             RequestedCall(
                 call_id=c.id,
                 tool_name=c.name,
                 arguments=c.args if isinstance(c.args, dict) else {},
-                why="interrupted: it may or may not have taken effect",
+                why=f"interrupted: {interruption(causes.get(c.id))}; it may or may not have "
+                "taken effect",
             )
             for c in calls
         ],
@@ -149,6 +161,7 @@ def interrupted_request(calls: list[ToolCall]) -> dict[str, Any]:
         "index": 0,
         "jump": None,
         "request": request.model_dump(mode="json"),
+        "causes": {c.id: causes[c.id] for c in calls if c.id in causes},
     }
 
 
@@ -169,9 +182,12 @@ def check_recovery_answer(answer: Any, request: Any) -> dict[str, HumanDecision]
     return per_call
 
 
-def apply_recovery_answer(state: AgentState, decisions: dict[str, HumanDecision]) -> None:
+def apply_recovery_answer(
+    state: AgentState, decisions: dict[str, HumanDecision], causes: Mapping[str, str]
+) -> None:
     """Approved (or edited) calls get a fresh id, so they run once more; rejected ones are
-    answered with an error. The model sees the outcome either way."""
+    answered with an error (saying what cut them off: ``causes``, by call id). The model
+    sees the outcome either way."""
     i = last_assistant(state.messages)
     message = state.messages[i]
     assert isinstance(message, AssistantMessage)
@@ -181,8 +197,9 @@ def apply_recovery_answer(state: AgentState, decisions: dict[str, HumanDecision]
         decision = decisions.get(call.id)
         if isinstance(decision, Reject):
             said = decision.message or "no reason given"
+            cut = interrupted(causes.get(call.id))
             answers.append(
-                error_message(call, f"{INTERRUPTED}; a human chose not to run it again ({said})")
+                error_message(call, f"{cut}; a human chose not to run it again ({said})")
             )
         elif decision is not None:
             args = decision.arguments[call.id] if isinstance(decision, Edit) else call.args

@@ -30,7 +30,7 @@ from time import perf_counter
 from typing import Any, Literal
 
 from .._errors import DefinitionError, ExecutionError, UsageLimitError
-from ..checkpoints import CheckpointedRun
+from ..checkpoints import CheckpointedRun, cut_off_causes, record_usage
 from ..flow import Context, Flow, Step, Target
 from ..models import current_meter
 from ..runner import (
@@ -42,10 +42,10 @@ from ..runner import (
 )
 from ..tools import RunScope
 from ._durable import (
-    INTERRUPTED,
     RECOVER,
     RECOVERY,
     apply_recovery_answer,
+    interrupted,
     interrupted_request,
     journaled_call,
     progress_snapshot,
@@ -127,11 +127,21 @@ def _paused(
 
 
 async def _progress(ctx: AgentContext, step: str, route: Route) -> Route:
-    """With a store, write a progress checkpoint: the state, and where the run goes next."""
+    """With a store, write a progress checkpoint: the state (its usage counting the tools'
+    model calls too), and where the run goes next."""
     run = ctx.deps.run
     if run is not None:
+        _count_usage(ctx.state)
         await run.save(progress_snapshot(ctx.state, ctx.execution_id, step, route))
     return route
+
+
+def _count_usage(state: AgentState) -> None:
+    """The state's usage as the run's meter counts it: the model calls of the tools too
+    (the model step keeps its own)."""
+    meter = current_meter()
+    if meter is not None:
+        state.usage = meter.usage
 
 
 async def begin(messages: list[Message], ctx: AgentContext) -> Route:
@@ -198,6 +208,10 @@ async def _call_model(ctx: AgentContext, deps: AgentDeps) -> JumpTo | None:
     finally:
         if meter is not None:
             state.usage = meter.usage  # kept in the state: the limits hold across pauses
+            if deps.run is not None and meter.calls > mark:  # and journaled: across a crash
+                spent = meter.since(mark)
+                assert spent is not None
+                await record_usage(deps.run, index, spent.model_dump(mode="json"))
     message = response.message
     if message.id is None:
         message = message.model_copy(update={"id": new_id()})
@@ -281,7 +295,7 @@ async def resume_step(value: tuple[dict[str, Any], Any], ctx: AgentContext) -> R
     _runtime(ctx, deps)
     state.paused_at = None
     if where["by"] == RECOVERY:  # a human answered about interrupted calls
-        apply_recovery_answer(state, answer)
+        apply_recovery_answer(state, answer, where.get("causes") or {})
         return await _progress(ctx, "resume", route_after_model(state))
     return await _progress(ctx, "resume", await _answered(where, answer, ctx))
 
@@ -340,7 +354,7 @@ async def tools_step(_: Any, ctx: AgentContext) -> Route:
 
     run = deps.run
     journal = await run.journal() if run is not None else {}
-    interrupted: list[ToolCall] = []
+    cut_off: list[tuple[ToolCall, str | None]] = []  # and what cut it off (None: a crash)
 
     async def call_tool(call: ToolCall, started: Callable[[], None]) -> ToolOutcome:
         started()  # the onion (middleware included) is the call
@@ -350,10 +364,12 @@ async def tools_step(_: Any, ctx: AgentContext) -> Route:
 
         if run is None:
             return await onion()
-        outcome = await journaled_call(run, journal, f"{turn}.{call.id}", call, onion)
+        key = f"{turn}.{call.id}"
+        outcome = await journaled_call(run, journal, key, call, onion)
         if outcome is None:  # an earlier attempt's outcome is unknown: ask, do not re-run
-            interrupted.append(call)
-            return ToolOutcome(error_message(call, INTERRUPTED))
+            cause = cut_off_causes(journal).get(key)
+            cut_off.append((call, cause))
+            return ToolOutcome(error_message(call, interrupted(cause)))
         return outcome
 
     def on_start(k: int, call: ToolCall) -> None:
@@ -391,11 +407,12 @@ async def tools_step(_: Any, ctx: AgentContext) -> Route:
     )
     async with batch:
         await batch.run_here(calls)
-    if interrupted:  # answer the others; the interrupted ones wait for a human
-        asked = {call.id for call in interrupted}
+    if cut_off:  # answer the others; the interrupted ones wait for a human
+        asked = {call.id for call, _ in cut_off}
         done = [o for o in batch.results if o.message.tool_call_id not in asked]
         after_tools(done, ctx)
-        state.paused_at = interrupted_request(interrupted)
+        causes = {call.id: cause for call, cause in cut_off if cause is not None}
+        state.paused_at = interrupted_request([call for call, _ in cut_off], causes)
         return await _progress(ctx, "tools", "pause")
     return await _progress(ctx, "tools", after_tools(batch.results, ctx))
 
@@ -439,6 +456,7 @@ async def finish(_: Any, ctx: AgentContext) -> None:
     """Answer the calls a jump left behind; run the ``after_agent`` hooks."""
     state, deps = ctx.state, _deps(ctx)
     runtime = deps.runtime
+    _count_usage(state)
     left = pending_tool_calls(state.messages)
     if left:  # a jump ended the run before them: answer them, so the conversation stays valid
         state.messages.extend(

@@ -21,6 +21,7 @@ from ..checkpoints import (
     CorruptCheckpointError,
     RunNotResumableError,
     expect_status,
+    note_cut_off,
     restore,
 )
 from ..flow import Execution, FlowResult
@@ -164,12 +165,14 @@ async def drive(
     try:
         result = await started
     except Exception as exc:
+        await note_cut_off(run, exc)  # a timeout, an error: what ended the calls it ran
         try:
             await run.fail(f"{type(exc).__name__}: {exc}")
         except Exception:  # the run's own error matters more than this write's
             run.release()
         raise
-    except BaseException:  # cancelled: nothing more is written (its lease is given back)
+    except BaseException as exc:  # cancelled: it stays running (its lease is given back)
+        await note_cut_off(run, exc)
         await run.abandon()
         raise
     if result.paused:

@@ -7,9 +7,10 @@ snapshot plus status, request, owner and metadata) and the journal of its tool c
 :class:`PostgresCheckpointStore` serves many workers on many machines (runs are leased, see
 :class:`LeasingStore`); :class:`MemoryCheckpointStore` serves tests.
 :class:`CheckpointedRun` writes one run's checkpoints; :func:`call_once` runs a tool call
-through the journal; :class:`HumanRequest` and the decisions (:class:`Approve`,
-:class:`Edit`, :class:`Reject`, :class:`Replan`, :class:`Continue`, :class:`Stop`) are how
-a paused run talks with a person.
+through the journal, :func:`note_cut_off` journals what ended a run while its calls ran, and
+:func:`record_usage` what its model calls cost; :class:`HumanRequest` and the decisions
+(:class:`Approve`, :class:`Edit`, :class:`Reject`, :class:`Replan`, :class:`Continue`,
+:class:`Stop`) are how a paused run talks with a person.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ from ._human import parse_answer as parse_answer
 from ._human import parse_decision as parse_decision
 from ._journal import CallSource as CallSource
 from ._journal import call_once as call_once
+from ._journal import cut_off_causes as cut_off_causes
+from ._journal import interrupted_error as interrupted_error
+from ._journal import interruption as interruption
+from ._journal import note_cut_off as note_cut_off
 from ._memory import MemoryCheckpointStore as MemoryCheckpointStore
 from ._model import Checkpoint as Checkpoint
 from ._model import CheckpointStatus as CheckpointStatus
@@ -50,6 +55,8 @@ from ._run import restore as restore
 from ._sqlite import SQLiteCheckpointStore as SQLiteCheckpointStore
 from ._store import CheckpointStore as CheckpointStore
 from ._store import LeasingStore as LeasingStore
+from ._usage import record_usage as record_usage
+from ._usage import usage_since as usage_since
 
 __all__ = [
     "Approve",
@@ -84,8 +91,14 @@ __all__ = [
     "Stop",
     "call_once",
     "check_decision",
+    "cut_off_causes",
     "expect_status",
+    "interrupted_error",
+    "interruption",
+    "note_cut_off",
     "parse_answer",
     "parse_decision",
+    "record_usage",
     "restore",
+    "usage_since",
 ]

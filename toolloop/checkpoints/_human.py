@@ -48,8 +48,10 @@ __all__ = [
 DecisionKind = Literal["approve", "edit", "reject", "replan", "continue", "stop"]
 RequestKind = Literal["approve_tool_calls", "interrupted_tool_calls", "review"]
 """``approve_tool_calls``: calls wait for approval before they run; ``interrupted_tool_calls``:
-calls started but their process stopped before their outcome was recorded (they may have
-taken effect); ``review``: something needs a look (errors, repeated calls, a failed answer)."""
+calls started but were cut off before their outcome was recorded (their process stopped, or
+the run's own timeout, cancellation or error ended them: the request says which), so they may
+have taken effect; ``review``: something needs a look (errors, repeated calls, a failed
+answer)."""
 
 
 class RequestedCall(BaseModel):

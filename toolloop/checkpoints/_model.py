@@ -34,8 +34,9 @@ the last one written before, so it can be retried)."""
 
 JournalState = Literal["started", "finished", "interrupted"]
 """``started``: the intent is written, no outcome yet; ``finished``: the outcome is written;
-``interrupted``: the call started but its process stopped before the outcome was written,
-and the run was recovered since (the call may or may not have taken effect)."""
+``interrupted``: the call started but was cut off before the outcome was written (its
+process stopped, or the run's own end stopped it), and the run was recovered since (the call
+may or may not have taken effect)."""
 
 
 class Owner(BaseModel):

@@ -79,11 +79,12 @@ class CheckpointedRun:
     Made by :meth:`begin` (a new run) or :meth:`claim` (a stored one).
     """
 
-    __slots__ = ("checkpoint", "store")
+    __slots__ = ("_open", "checkpoint", "store")
 
     def __init__(self, store: CheckpointStore, checkpoint: Checkpoint) -> None:
         self.store = store
         self.checkpoint = checkpoint
+        self._open: set[str] = set()
         if checkpoint.owner is not None:
             _LIVE.add(checkpoint.owner.token)
 
@@ -268,9 +269,23 @@ class CheckpointedRun:
         if self.checkpoint.owner is not None:
             _LIVE.discard(self.checkpoint.owner.token)
 
+    @property
+    def open_calls(self) -> frozenset[str]:
+        """The calls whose intent this process journaled and whose outcome it has not (yet):
+        the calls running now, or those the run's own end cut off."""
+        return frozenset(self._open)
+
+    def reopen(self, call_id: str) -> None:
+        """Count ``call_id`` as running here: a call whose intent was journaled before, run
+        once more under that intent (its outcome is still to come)."""
+        self._open.add(call_id)
+
     async def record_intent(self, entry: JournalEntry) -> JournalEntry:
         """Journal a call before it starts (see :meth:`CheckpointStore.record_intent`)."""
-        return await self.store.record_intent(self.run_id, entry)
+        stored = await self.store.record_intent(self.run_id, entry)
+        if stored.state == "started" and stored.started_at == entry.started_at:
+            self._open.add(entry.call_id)  # ours: the call starts now
+        return stored
 
     async def record_outcome(
         self,
@@ -280,7 +295,9 @@ class CheckpointedRun:
         state: Literal["finished", "interrupted"] = "finished",
     ) -> JournalEntry:
         """Journal what came of a call (see :meth:`CheckpointStore.record_outcome`)."""
-        return await self.store.record_outcome(self.run_id, call_id, outcome, state=state)
+        entry = await self.store.record_outcome(self.run_id, call_id, outcome, state=state)
+        self._open.discard(call_id)
+        return entry
 
     async def journal(self) -> dict[str, JournalEntry]:
         """The run's journal as stored now, by call id."""

@@ -353,8 +353,11 @@ async def async_resume_plan_and_execute(
     returns its stored result and runs nothing. The arguments not listed below (``store``,
     ``tools``, ``planner``, ``concurrency``, ``limiter``, ``timeout``, ``tool_timeout``,
     ``planner_timeout``, ``on_timeout``, ``on_event``, ``usage_limits``, ``on_usage_limit``,
-    ``deps``) are those of :func:`async_plan_and_execute`; a budget counts the model calls
-    the run made before it was resumed too.
+    ``deps``) are those of :func:`async_plan_and_execute`. A budget counts every model call
+    the run made before it was resumed too, and so does ``result.usage``: the usage of a
+    round's plan is journaled with the plan, that of a planner call that raised on its own,
+    and that of the tools' model calls with the checkpoint of the next round (a call the
+    crash itself cut off never reported what it cost, and is not counted).
 
     Args:
         unknown_outcome: what to do with a tool call that started and has no recorded

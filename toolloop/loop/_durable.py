@@ -10,10 +10,16 @@ runs: the loop's per-call path is unchanged.
 Resuming a run (:func:`resume_plan_and_execute`) restores the round state of its last
 checkpoint and goes on: a round whose plan is journaled is not planned again (the same
 commands come back), a tool call whose outcome is journaled is not run again (its record
-comes back), and a call whose intent is journaled without an outcome (its process died while
+comes back), and a call whose intent is journaled without an outcome (it was cut off while
 it ran: it may or may not have taken effect) is handled by the caller's policy, never
-silently re-run: ``"fail"`` makes it a failed record that says so, for the planner to decide;
-``"retry"`` runs it again if its tool is named idempotent (else as ``"fail"``).
+silently re-run: ``"fail"`` makes it a failed record that says what cut it off (its process
+stopped, or the run's own timeout, cancellation or error ended it), for the planner to
+decide; ``"retry"`` runs it again if its tool is named idempotent (else as ``"fail"``).
+
+What the planner's model calls cost is journaled with the plan they paid for (and, for a
+planner call that raised, on its own), so a resumed run counts every model call made before
+it: its checkpoint's usage (the calls before the checkpoint's round was planned) and the
+usage journaled from that round on. A budget holds exactly across resumes.
 """
 
 from __future__ import annotations
@@ -45,9 +51,15 @@ from ..checkpoints import (
     RequestedCall,
     RunNotResumableError,
     check_decision,
+    cut_off_causes,
+    note_cut_off,
     parse_decision,
+    record_usage,
+    usage_since,
 )
+from ..checkpoints import interrupted_error as call_interrupted
 from ..flow import Execution, FlowSnapshot
+from ..models import Usage, current_meter
 from ..planners import PlannerContext, PlannerLike, PlannerReply, call_planner
 from ..runner import Executor, ToolCommand, ToolExecutionRecord, json_safe
 from ._flow import LoopDeps, RoundState, loop_flow
@@ -81,13 +93,12 @@ PLANNER = "<planner>"
 """The ``tool_name`` of a journaled planner output."""
 
 
-def interrupted_error(call_id: str, tool_name: str) -> str:
-    """The error of the record of a call whose outcome is unknown."""
+def interrupted_error(call_id: str, tool_name: str, cause: str | None = None) -> str:
+    """The error of the record of a call whose outcome is unknown (``cause``: what ended the
+    run while it ran, ``None`` when its process stopped)."""
     return (
-        f"call {call_id!r} of tool {tool_name!r} was interrupted: its process stopped after the "
-        "call started and before its outcome was recorded, so it may or may not have taken "
-        "effect; it was not run again (resume with unknown_outcome='retry' and the tool in "
-        "idempotent_tools to run such a call again)"
+        f"{call_interrupted(call_id, tool_name, cause)} (resume with unknown_outcome='retry' "
+        "and the tool in idempotent_tools to run such a call again)"
     )
 
 
@@ -126,6 +137,8 @@ class DurableLoop:
         "_saved_round",
         "_seen",
         "approval",
+        "base_usage",
+        "cuts",
         "decisions",
         "idempotent",
         "journal",
@@ -158,6 +171,11 @@ class DurableLoop:
         for entry in self.journal.values():
             if entry.tool_name == DECISIONS and entry.state == "finished":
                 self.decisions.update(_read_decisions(entry.outcome, run.run_id))
+        self.cuts = cut_off_causes(self.journal)
+        """What the run's own end cut off, by call key (see :func:`note_cut_off`)."""
+        self.base_usage = state.usage
+        """The usage the last checkpoint holds: the model calls made before the current
+        round was planned (the round's own are journaled)."""
         self.limits = (64, 256 * 1024)
         self._saved_round = state.round_index
         self._seen: dict[str, int] = {}
@@ -235,12 +253,32 @@ class DurableLoop:
             )
         return command
 
+    def count_journaled_usage(self) -> None:
+        """Add to the state's usage what the journal holds from the checkpoint's round on:
+        the model calls a resumed run made before, that its checkpoint does not count."""
+        at = self.state.round_index
+        run_id = self.run.run_id
+        spent = usage_since(self.journal, at, Usage.model_validate, run_id)
+        for key, entry in self.journal.items():
+            if entry.tool_name != PLANNER or entry.state != "finished":
+                continue
+            data = entry.outcome
+            used = data.get("usage") if isinstance(data, dict) else None
+            if used is not None and _round_of(key) >= at:
+                spent.append(_read_usage(used, key, run_id))
+        if spent:
+            self.state.usage = sum(spent, self.state.usage or Usage())
+
     async def checkpoint_round(self) -> None:
         """Write a checkpoint of the round state if a round ended since the last one."""
         state = self.state
         if state.round_index == self._saved_round:
             return
         self._saved_round = state.round_index
+        meter = current_meter()
+        if meter is not None and meter.usage.requests:  # the tools' model calls too
+            state.usage = meter.usage
+        self.base_usage = state.usage
         await self.run.save(self.snapshot())
 
     async def journaled(self, key: str, command: ToolCommand, run: Any) -> ToolExecutionRecord:
@@ -258,10 +296,12 @@ class DurableLoop:
                 return record
         if entry.state == "started":
             if self.runs_again(entry):
+                self.run.reopen(key)  # running here now, under the intent journaled before
                 record = await run()
                 await self._outcome(key, record, "finished")
                 return record
-            record = ToolExecutionRecord.failed(command, interrupted_error(key, command.tool_name))
+            error = interrupted_error(key, command.tool_name, self.cuts.get(key))
+            record = ToolExecutionRecord.failed(command, error)
             await self._outcome(key, record, "interrupted")
             return record
         try:
@@ -288,9 +328,12 @@ class DurableLoop:
 
     def snapshot(self) -> FlowSnapshot:
         """The checkpointed picture of the run between rounds: its round state as JSON
-        (each record made JSON once, not at every checkpoint)."""
+        (each record made JSON once, not at every checkpoint), its usage the one before the
+        round was planned (see :attr:`base_usage`)."""
         state = self.state
-        rest = state.model_copy(update={"done_plans": [], "last_round_records": []})
+        rest = state.model_copy(
+            update={"done_plans": [], "last_round_records": [], "usage": self.base_usage}
+        )
         data = json_safe(rest)
         data["done_plans"] = [self.record_data(r) for r in state.done_plans]
         data["last_round_records"] = [self.record_data(r) for r in state.last_round_records]
@@ -313,6 +356,24 @@ class DurableLoop:
 
 DECISIONS = "<human>"
 """The ``tool_name`` of a journaled human decision (its outcome: decisions by call key)."""
+
+
+def _round_of(key: str) -> int:
+    """The round of a planner output's key, ``r{i}/plan``."""
+    try:
+        return int(key[1 : key.index("/")])
+    except ValueError:
+        return -1
+
+
+def _read_usage(data: Any, key: str, run_id: str) -> Usage:
+    try:
+        return Usage.model_validate(data)
+    except ValidationError as exc:
+        raise CorruptCheckpointError(
+            f"the usage journaled with {key!r} of run {run_id!r} is no usage "
+            f"({exc.error_count()} problems); it was left as it is"
+        ) from exc
 
 
 def _read_decisions(data: Any, run_id: str) -> dict[str, HumanDecision]:
@@ -413,9 +474,11 @@ class JournaledPlanner:
     async def _plan(self, context: PlannerContext) -> Any:
         durable = self.durable
         await durable.checkpoint_round()
-        key = f"r{context.round_index}/plan"
+        index = context.round_index
+        key = f"r{index}/plan"
         entry = durable.journal.get(key)
         if entry is not None and entry.state == "finished":
+            # replayed: what it cost is counted already (see count_journaled_usage)
             data = entry.outcome if isinstance(entry.outcome, dict) else {}
             if data.get("reply"):
                 return PlannerReply(
@@ -423,7 +486,17 @@ class JournaledPlanner:
                     short_circuited=bool(data.get("short_circuited")),
                 )
             return data.get("output")
-        raw = await call_planner(self.inner, context)
+        run = durable.run
+        meter = current_meter()
+        mark = meter.calls if meter is not None else 0
+        try:
+            raw = await call_planner(self.inner, context)
+        except BaseException:  # no plan, but the model calls it made were made
+            spent = meter.since(mark) if meter is not None else None
+            if spent is not None:
+                await record_usage(run, index, spent.model_dump(mode="json"))
+            raise
+        spent = meter.since(mark) if meter is not None else None
         if isinstance(raw, PlannerReply):
             data = {
                 "reply": True,
@@ -432,7 +505,8 @@ class JournaledPlanner:
             }
         else:
             data = {"reply": False, "output": json_safe(raw)}
-        run = durable.run
+        if spent is not None:  # the plan and what it cost: one write
+            data["usage"] = spent.model_dump(mode="json")
         await run.record_intent(JournalEntry(call_id=key, tool_name=PLANNER))
         await run.record_outcome(key, data)
         return raw
@@ -560,6 +634,7 @@ async def run_durable(
         idempotent_tools=idempotent_tools,
         needs_approval=needs_approval,
     )
+    durable.count_journaled_usage()
     try:
         result = await run(execution)
     except PlannerError as exc:
@@ -580,12 +655,15 @@ async def run_durable(
             planner_text=state.planner_text,
             run_id=execution.id,
             request=request,
+            usage=state.usage,
         )
     except Exception as exc:
+        await note_cut_off(checkpointed, exc)  # a timeout, an error: what ended its calls
         with anyio.CancelScope(shield=True):
             await checkpointed.fail(f"{type(exc).__name__}: {exc}")
         raise
-    except BaseException:  # cancelled: the run stays running, to be recovered
+    except BaseException as exc:  # cancelled: the run stays running, to be recovered
+        await note_cut_off(checkpointed, exc)
         await checkpointed.abandon()
         raise
     await checkpointed.complete(json_safe(result))

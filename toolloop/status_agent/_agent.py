@@ -14,7 +14,8 @@ Every node's transition is checkpointed in the store; a run whose process died i
 with :meth:`StatusAgent.recover`. Tool calls go through the store's journal (intent before,
 outcome after, keyed by a call id stable for the run), so no tool ever runs twice: a call
 with a recorded outcome is replayed from the journal, and a call that started but has no
-outcome (the process died while it ran) is marked ``interrupted`` and put to a human — never
+outcome (the process died while it ran, or the run's own timeout, cancellation or error
+ended it, which its record says) is marked ``interrupted`` and put to a human — never
 silently run again.
 """
 
@@ -41,8 +42,10 @@ from ..checkpoints import (
     RunNotResumableError,
     check_decision,
     expect_status,
+    note_cut_off,
     parse_answer,
     restore,
+    usage_since,
 )
 from ..flow import Execution, FlowEvent, FlowResult
 from ..models import ChatModel, Usage, UsageMeter
@@ -290,7 +293,9 @@ class StatusAgent:
         """Continue a run whose process died (or whose step failed) from its last checkpoint.
 
         Tool calls with a journaled outcome are not run again; calls that started without
-        an outcome are marked interrupted and put to a human.
+        an outcome are marked interrupted and put to a human. The run's usage counts every
+        model call made before: each node's is journaled when the node ends (a call the
+        crash itself cut off never reported what it cost, and is not counted).
 
         Args:
             force: take the run over even if its owning process may still be running it
@@ -305,6 +310,11 @@ class StatusAgent:
         expect_status(checkpoint, _INTERRUPTED)
         deps = self._deps(deps)
         execution = self._restore(checkpoint, deps)
+        state = execution.state  # its usage: the model calls before the checkpoint, and those
+        at = len(state.history)
+        spent = usage_since(checkpoint.journal, at, Usage.model_validate, run_id)
+        if spent:  # journaled since (their node's checkpoint was never written)
+            state.usage = sum(spent, state.usage)
         waits = [w.event for w in execution.waiting]
         value: Any = None
         if checkpoint.resume_event == HUMAN_EVENT and waits == [HUMAN_EVENT]:
@@ -397,12 +407,14 @@ class StatusAgent:
                 finally:
                     execution.state.usage = meter.usage
         except Exception as exc:
+            await note_cut_off(run, exc)  # a timeout, an error: what ended the calls it ran
             try:
                 await run.fail(f"{type(exc).__name__}: {exc}")
             except Exception:  # the run's own error matters more than this write's
                 run.release()
             raise
-        except BaseException:  # cancelled: the run stays "running", to be recovered
+        except BaseException as exc:  # cancelled: the run stays "running", to be recovered
+            await note_cut_off(run, exc)
             await run.abandon()  # (its lease, with a leasing store, is given back)
             raise
         state = result.state

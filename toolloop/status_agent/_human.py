@@ -21,6 +21,7 @@ stop         the run ends; the message is its answer                     human_s
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..checkpoints import (
@@ -35,6 +36,7 @@ from ..checkpoints import (
     Replan,
     RequestedCall,
     Stop,
+    interruption,
 )
 from ..runner import ToolExecutionRecord
 from ._state import Note, StatusAgentState, StatusCallRecord, StatusToolCall
@@ -77,15 +79,21 @@ def approval_request(calls: list[StatusToolCall], model_reason: str = "") -> Hum
     )
 
 
-def interrupted_request(records: list[StatusCallRecord]) -> HumanRequest:
-    """Ask what to do about calls a crash interrupted (they may have taken effect)."""
+def interrupted_request(
+    records: list[StatusCallRecord], causes: Mapping[str, str] | None = None
+) -> HumanRequest:
+    """Ask what to do about calls that were cut off (they may have taken effect);
+    ``causes``: what ended the run while each ran, by call id (none: its process stopped)."""
+    causes = causes or {}
+    what = "; ".join(
+        dict.fromkeys(interruption(causes.get(r.call_id), plural=True) for r in records)
+    )
     return HumanRequest(
         kind="interrupted_tool_calls",
         reason=(
-            f"{len(records)} tool call(s) were interrupted: the process stopped after they "
-            "started and before their outcome was recorded, so they may or may not have "
-            "taken effect. They were not run again: approve (or edit) to run them again, "
-            "reject or continue to go on without them, replan, or stop"
+            f"{len(records)} tool call(s) were interrupted: {what}, so they may or may not "
+            "have taken effect. They were not run again: approve (or edit) to run them "
+            "again, reject or continue to go on without them, replan, or stop"
         ),
         tool_calls=[
             RequestedCall(
@@ -93,7 +101,8 @@ def interrupted_request(records: list[StatusCallRecord]) -> HumanRequest:
                 tool_name=r.record.tool_name,
                 arguments=r.record.kwargs,
                 purpose=r.record.purpose,
-                why="interrupted: it may or may not have taken effect",
+                why=f"interrupted: {interruption(causes.get(r.call_id))}; it may or may not "
+                "have taken effect",
             )
             for r in records
         ],

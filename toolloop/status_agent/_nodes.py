@@ -2,9 +2,10 @@
 checkpointed.
 
 Every node is wrapped the same way (:func:`node`): the loop guard counts the entry (and may
-end the run), the node's body runs and sets the status, the transition is noted and
-published, and a progress checkpoint is written (a snapshot that a crashed run is recovered
-from). Transitions are idempotent: a node entered again from the same state (after a
+end the run), the node's body runs and sets the status, what its model calls cost is
+journaled (also when it raises or is cancelled) and counted in the state, the transition is
+noted and published, and a progress checkpoint is written (a snapshot that a crashed run is
+recovered from). Transitions are idempotent: a node entered again from the same state (after a
 recovery) does the same thing, and tool calls go through the journal, so none runs twice.
 """
 
@@ -25,8 +26,11 @@ from ..checkpoints import (
     Replan,
     Stop,
     call_once,
+    cut_off_causes,
+    record_usage,
 )
 from ..flow import Context, FlowSnapshot, Step, Wait
+from ..models import UsageMeter, current_meter
 from ..runner import (
     Executor,
     ToolBatch,
@@ -151,7 +155,17 @@ def node(name: NodeName) -> Callable[[NodeBody], Step]:
                         ctx.publish(_event(LoopGuardTripped, ctx, node=name, reason=reason))
                     ctx.end(state.answer)
                     return
-            await body(value, state, deps, ctx)
+            meter = current_meter()
+            mark = meter.calls if meter is not None else 0
+            at = len(state.history)  # the position of this node's transition
+            try:
+                await body(value, state, deps, ctx)
+            except BaseException:
+                await _spent(deps, meter, mark, at)
+                raise
+            await _spent(deps, meter, mark, at)
+            if meter is not None:
+                state.usage = meter.usage  # the checkpoint below counts it
             state.node = name
             state.history.append(Transition(node=name, status=state.status))
             if ctx.observed:
@@ -172,6 +186,14 @@ def node(name: NodeName) -> Callable[[NodeBody], Step]:
         return Step(run_node, name=name)
 
     return decorate
+
+
+async def _spent(deps: StatusDeps, meter: UsageMeter | None, mark: int, at: int) -> None:
+    """Journal what the node's model calls cost (if it made any) at position ``at``: a
+    crash before its checkpoint does not lose them."""
+    spent = meter.since(mark) if meter is not None else None
+    if spent is not None and deps.run is not None:
+        await record_usage(deps.run, at, spent.model_dump(mode="json"))
 
 
 def _event(cls: Callable[..., Any], ctx: Context[State], **fields: Any) -> Any:
@@ -328,8 +350,9 @@ async def reflection(value: Any, state: State, deps: StatusDeps, ctx: Context[St
     repeated = [r for r in last if _call_key(r) in done]
     view = _view(state, deps)
     state.unreflected = []
-    if interrupted:
-        state.question = interrupted_request(interrupted)
+    if interrupted:  # what cut them off: a crash, or the run's own end (the journal says)
+        causes = cut_off_causes(await deps.checkpoint.journal())
+        state.question = interrupted_request(interrupted, causes)
         state.status = "needs_human"
         return
     if failed or repeated:
