@@ -765,3 +765,55 @@ async def test_a_call_its_tools_timeout_ended_says_so() -> None:
     assert str(third.error) == "tool 'effect' did not finish within 0.2 s; it was cancelled"
     stored = await store.get("r")
     assert stored is not None and stored.status == "completed"
+
+
+@pytest.mark.anyio
+async def test_a_resumed_run_sends_the_journaled_reply_back_with_its_reasoning() -> None:
+    """DeepSeek's thinking mode answers HTTP 400 to a tool-call turn sent back without its
+    reasoning: the reply of a round planned before the pause is journaled whole, so the
+    round after the resume sends it back as it was (reasoning, call ids)."""
+    from toolloop.checkpoints import Approve
+    from toolloop.models import OpenAIChatModel
+    from toolloop.planners import ToolCallingPlanner
+    from toolloop.testing import FakeOpenAIServer
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+        body = {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return f"data: {json.dumps(body)}\n\n"
+
+    call = {"index": 0, "id": "call_7", "type": "function",
+            "function": {"name": "send", "arguments": '{"to": "ada"}'}}  # fmt: skip
+    store = MemoryCheckpointStore()
+    mail = Mail()
+    async with FakeOpenAIServer() as server:
+        server.add_raw(
+            [
+                chunk({"role": "assistant", "reasoning_content": "Ada must be told."}),
+                chunk({"tool_calls": [call]}, "tool_calls"),
+                "data: [DONE]\n\n",
+            ]
+        )
+        server.add_reply("Ada is told.")
+        async with OpenAIChatModel("m", base_url=server.base_url, api_key="k") as model:
+            planner = ToolCallingPlanner(model)
+            paused = await async_plan_and_execute(
+                "mail ada",
+                tools=[mail.send],
+                planner=planner,
+                store=store,
+                run_id="r",
+                needs_approval=["send"],
+            )
+            assert paused.paused and mail.sent == []
+            done = await async_resume_plan_and_execute(
+                "r", store=store, tools=[mail.send], planner=planner, decision=Approve()
+            )
+        bodies = [r.body for r in server.requests if r.path == "/v1/chat/completions"]
+    assert done.stop_reason == "response" and mail.sent == ["ada"]
+    assert len(bodies) == 2  # round 0 planned once, before the pause
+    sent = bodies[1]["messages"]
+    assistant = next(m for m in sent if m["role"] == "assistant")
+    assert assistant["reasoning_content"] == "Ada must be told."
+    assert [c["id"] for c in assistant["tool_calls"]] == ["call_7"]
+    answer = next(m for m in sent if m["role"] == "tool")
+    assert answer["tool_call_id"] == "call_7" and "sent to ada" in answer["content"]

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from toolloop import async_plan_and_execute
+from toolloop.loop import PlanDecided
 from toolloop.planners import PlannerReply
 from toolloop.testing import ScriptedPlanner
 from toolloop.tracing import (
@@ -265,6 +266,11 @@ async def test_a_thinking_model_s_reasoning_is_in_the_trace_and_the_plan_span(
     tracer, memory = exporter
     recorder = TraceRecorder()
     spans = OpenTelemetrySpans(tracer)
+
+    def both(event: Any) -> None:
+        recorder(event)
+        spans(event)
+
     async with FakeOpenAIServer() as server:
         server.add_raw(
             [
@@ -280,7 +286,7 @@ async def test_a_thinking_model_s_reasoning_is_in_the_trace_and_the_plan_span(
                 "Oslo?",
                 tools=[get_weather],
                 planner=ToolCallingPlanner(model),
-                on_event=lambda event: (recorder(event), spans(event)),
+                on_event=both,
             )
         sent = server.requests[1].body["messages"]
     assistant = next(m for m in sent if m["role"] == "assistant")
@@ -288,7 +294,7 @@ async def test_a_thinking_model_s_reasoning_is_in_the_trace_and_the_plan_span(
     out = io.StringIO()
     recorder.write(out)
     events = read_trace(io.StringIO(out.getvalue())).events
-    decided = [e for e in events if e.kind == "plan_decided"]
+    decided = [e for e in events if isinstance(e, PlanDecided)]
     assert [e.reasoning for e in decided] == ["Oslo's weather: a tool tells it.", None]
     plans = sorted(
         (s for s in finished_spans(memory) if s.name == "toolloop.plan"),

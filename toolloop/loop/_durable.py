@@ -455,6 +455,13 @@ class JournaledExecutor(Executor):
         return await durable.journaled(key, command, run)
 
 
+_REPLY_FIELDS = frozenset(
+    {"short_circuited", "finish_reason", "notes", "reasoning", "refusal", "message"}
+)
+"""What a journaled plan keeps of its reply besides the output: a replayed round says what
+the first did (its notes, a refusal) and sends the same reply back to the model."""
+
+
 class JournaledPlanner:
     """The run's planner, its output journaled per round: a round planned before a crash is
     not planned again. Before each call, the round state is checkpointed."""
@@ -480,11 +487,9 @@ class JournaledPlanner:
         if entry is not None and entry.state == "finished":
             # replayed: what it cost is counted already (see count_journaled_usage)
             data = entry.outcome if isinstance(entry.outcome, dict) else {}
-            if data.get("reply"):
-                return PlannerReply(
-                    output=data.get("output"),
-                    short_circuited=bool(data.get("short_circuited")),
-                )
+            if data.get("reply"):  # the reply as it was: its message goes back to the model
+                kept = {k: data[k] for k in _REPLY_FIELDS if data.get(k) is not None}
+                return PlannerReply.model_validate({**kept, "output": data.get("output")})
             return data.get("output")
         run = durable.run
         meter = current_meter()
@@ -500,8 +505,8 @@ class JournaledPlanner:
         if isinstance(raw, PlannerReply):
             data = {
                 "reply": True,
+                **raw.model_dump(mode="json", include=set(_REPLY_FIELDS)),
                 "output": json_safe(raw.output),
-                "short_circuited": raw.short_circuited,
             }
         else:
             data = {"reply": False, "output": json_safe(raw)}
