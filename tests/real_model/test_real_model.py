@@ -656,17 +656,27 @@ async def test_usage_totals_from_the_real_stream(server: Server) -> None:
     async with openai_model(server) as inner:
         model = RecordingModel(inner)
         planner = StructuredPlanner(model, max_tokens=MAX_TOKENS)
-        result = await async_plan_and_execute(
-            "What is 2 + 3?",
-            tools=toolbox.registry,
-            planner=planner,
-            max_rounds=2,
-            timeout=RUN_TIMEOUT,
-            usage_limits=UsageLimits(max_requests=1),
-            on_usage_limit="finish",
-        )
+        cut: PlannerError | None = None
+        try:
+            result = await async_plan_and_execute(
+                "What is 2 + 3?",
+                tools=toolbox.registry,
+                planner=planner,
+                max_rounds=2,
+                timeout=RUN_TIMEOUT,
+                usage_limits=UsageLimits(max_requests=1),
+                on_usage_limit="finish",
+            )
+        except PlannerError as exc:  # a base model may ramble past max_tokens: its plan is cut
+            if "token limit" not in str(exc):
+                raise
+            cut = exc
     model.report("usage totals, at most one request")
-    usage = result.usage
+    if cut is not None:
+        assert cut.state is not None and cut.state.usage is not None
+        usage = cut.state.usage  # the run's usage is kept with the error
+    else:
+        usage = result.usage
     print(f"  usage: {usage!r}")
     assert len(model.exchanges) == 1 == usage.requests
     reported = usage.requests - usage.unreported_requests
@@ -676,7 +686,8 @@ async def test_usage_totals_from_the_real_stream(server: Server) -> None:
         assert usage.total_tokens == usage.input_tokens + usage.output_tokens
     else:  # this server does not report usage, or the short-circuit hung up first
         assert usage.total_tokens is None
-    assert result.stop_reason in ("usage_limit", "response", "no_commands", "invalid_plan")
+    if cut is None:
+        assert result.stop_reason in ("usage_limit", "response", "no_commands", "invalid_plan")
 
 
 CLI_TOOLS = '''

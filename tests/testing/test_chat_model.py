@@ -261,3 +261,19 @@ async def test_the_planner_reports_a_broken_stream() -> None:
     model.add_reply('{"next_action": "execute", "execution_commands": [', finish_reason="length")
     with pytest.raises(ModelOutputError, match="token limit"):
         await StructuredPlanner(model).plan(PlannerContext(user_input="hi"))
+
+
+async def test_a_thinking_model_s_reasoning_and_a_refusal_are_scripted() -> None:
+    from toolloop.agents import AssistantMessage, create_agent
+
+    model = ScriptedChatModel()
+    model.add_reply("Fine.", reasoning="The user greets me.", chunk_size=8)
+    model.add_reply(refusal="I can't help with that.")
+    deltas = await read_all(model)
+    assert "".join(d.reasoning for d in deltas) == "The user greets me."
+    assert {d.reasoning_field for d in deltas if d.reasoning} == {"reasoning_content"}
+    assert "".join(d.content for d in deltas) == "Fine."
+    result = await create_agent(model).run("Help me.")
+    last = result.messages[-1]
+    assert isinstance(last, AssistantMessage)
+    assert result.stop_reason == "refusal" and result.refusal == "I can't help with that."

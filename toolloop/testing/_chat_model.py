@@ -57,6 +57,11 @@ class ScriptedChatReply:
     error: BaseException | None = None
     error_after: int | None = None
     usage: Usage | Mapping[str, int] | None = None
+    reasoning: str = ""
+    """What a thinking model reasons before its answer: streamed first, in ``chunk_size``
+    pieces, as ``reasoning_content`` (DeepSeek's field)."""
+    refusal: str | None = None
+    """A refusal (OpenAI's ``refusal``), streamed after the content."""
 
     def __post_init__(self) -> None:
         if self.usage is not None and not isinstance(self.usage, Usage):
@@ -85,7 +90,10 @@ class ScriptedChatReply:
 
     def deltas(self) -> list[ChatDelta]:
         """Every delta of the reply, in order (the finish delta last)."""
-        out: list[ChatDelta] = []
+        out: list[ChatDelta] = [
+            ChatDelta(reasoning=piece, reasoning_field="reasoning_content")
+            for piece in _split(self.reasoning, self.chunk_size)
+        ]
         if self.chunks is not None:
             pieces = [c for c in self.chunks if c]
         else:
@@ -98,6 +106,8 @@ class ScriptedChatReply:
                 ChatDelta(tool_calls=(ToolCallDelta(index=index, arguments=piece),))
                 for piece in _split(call.arguments, self.chunk_size)
             )
+        if self.refusal:
+            out.append(ChatDelta(refusal=self.refusal))
         finish = self.finish_reason or ("tool_calls" if self.tool_calls else "stop")
         out.append(ChatDelta(finish_reason=finish))
         if isinstance(self.usage, Usage):
@@ -189,6 +199,8 @@ class ScriptedChatModel:
         error: BaseException | None = None,
         error_after: int | None = None,
         usage: Usage | Mapping[str, int] | None = None,
+        reasoning: str = "",
+        refusal: str | None = None,
     ) -> ScriptedChatReply:
         """Queue a reply (see :class:`ScriptedChatReply`); tool calls may be dicts with
         ``name``, ``arguments`` and optionally ``id``."""
@@ -206,6 +218,8 @@ class ScriptedChatModel:
             error=error,
             error_after=error_after,
             usage=usage,
+            reasoning=reasoning,
+            refusal=refusal,
         )
         self._queue.append(reply)
         return reply
