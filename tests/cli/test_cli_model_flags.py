@@ -141,9 +141,9 @@ async def test_tool_choice_required_reaches_the_tool_calling_planner(tools_modul
 
 async def test_tool_choice_names_a_tool(tools_module: Path) -> None:
     async with FakeOpenAIServer() as server:
-        server.add_reply("no tool needed")
+        server.add_reply(tool_calls=[{"name": "get_weather", "arguments": '{"city": "Oslo"}'}])
         await async_run(
-            options(server, planner="tool-calling", tool_choice="get_weather"),
+            options(server, planner="tool-calling", tool_choice="get_weather", max_rounds=1),
             out=io.StringIO(),
             display=PlainDisplay(io.StringIO()),
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import pytest
@@ -475,3 +475,54 @@ async def test_reasoning_goes_back_except_to_a_server_that_refuses_it() -> None:
         assert sent == {"role": "assistant", "content": "Hello"}
     for model in (groq, here, told):
         await model.aclose()
+
+
+def _sse_reply(text: str = "Hello world") -> list[str]:
+    chunk = {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": "stop"}]}
+    return [f"data: {json.dumps(chunk)}\n\n", "data: [DONE]\n\n"]
+
+
+@pytest.mark.parametrize("end", ["hold", "drop"])
+async def test_a_whole_reply_ends_when_the_body_stays_open_or_breaks_after_it(
+    end: Literal["hold", "drop"],
+) -> None:
+    """The reply ended (its finish reason, [DONE]): a proxy that keeps the body open, or
+    drops it without its last chunk, does not make a whole reply fail or hang."""
+    async with serving(api_key="k", timeout=60) as (server, model):
+        server.add_raw(_sse_reply(), end=end)
+        with anyio.fail_after(30):  # a hang guard: the drain gives up after 2 s
+            deltas = await read_all(model, ChatRequest(messages=MESSAGES))
+    assert content(deltas) == "Hello world"
+    assert [d.finish_reason for d in deltas if d.finish_reason] == ["stop"]
+
+
+async def test_a_stream_labelled_json_is_read_as_the_stream_it_is() -> None:
+    async with serving(api_key="k") as (server, model):
+        server.add_raw(_sse_reply("Hi"), headers={"content-type": "application/json"})
+        deltas = await read_all(model, ChatRequest(messages=MESSAGES))
+    assert content(deltas) == "Hi"
+
+
+async def test_an_error_quoting_the_key_is_scrubbed_before_it_is_cut() -> None:
+    key = "sk-proj-ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    said = "x" * 290 + key  # the key straddles where the quote is cut
+    error = {"error": {"message": said, "code": 500}}
+    async with serving(api_key=key) as (server, model):
+        server.add_raw(["data: " + json.dumps(error) + "\n\n"])
+        with pytest.raises(ModelCallError) as info:
+            await read_all(model, ChatRequest(messages=MESSAGES))
+    assert key[:8] not in str(info.value)
+
+
+async def test_a_cancelled_retry_wait_does_not_carry_the_server_s_answer() -> None:
+    """While probing structured-output modes, a 429 is waited out as the client would: a
+    run cancelled in that wait must not chain the 429 (which echoed the key)."""
+    import traceback
+
+    key = "hunter2-pw-xyz"
+    async with serving(api_key=key, max_retries=2) as (server, model):
+        server.add_error(429, f"rate limited for key {key}", headers={"retry-after": "30"})
+        with pytest.raises(TimeoutError) as info:
+            with anyio.fail_after(0.5):
+                await read_all(model)
+    assert key not in "".join(traceback.format_exception(info.value))

@@ -541,3 +541,25 @@ async def test_a_server_that_ignores_required_with_several_tools_is_a_clear_erro
     assert isinstance(cause, ModelOutputError)
     assert "ignored tool_choice='required'" in str(cause)
     assert "The answer is 5." in str(cause) and "StructuredPlanner" in str(cause)
+
+
+async def test_calls_of_one_reply_with_the_same_id_are_told_apart_in_the_history() -> None:
+    """A server that numbers the calls of a reply "0", "0": each gets an id of its own in
+    the next request, so each result answers its own call."""
+    tools = Tools()
+    async with serving() as (server, model):
+        server.add_reply(
+            tool_calls=[
+                {"name": "add", "arguments": '{"a": 1, "b": 2}', "id": "0"},
+                {"name": "add", "arguments": '{"a": 3, "b": 7}', "id": "0"},
+            ]
+        )
+        server.add_reply("3 and 10.")
+        await async_plan_and_execute(
+            "sums", tools=tools.registry(), planner=ToolCallingPlanner(model), max_rounds=2
+        )
+        sent = server.requests[1].body["messages"]
+    ids = [c["id"] for m in sent if m["role"] == "assistant" for c in m["tool_calls"]]
+    answers = {m["tool_call_id"]: m["content"] for m in sent if m["role"] == "tool"}
+    assert len(set(ids)) == 2 and ids[0] == "0"
+    assert [answers[i] for i in ids] == ["3", "10"]

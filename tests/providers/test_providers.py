@@ -66,6 +66,12 @@ class Case:
         return list(self.want["tool_calls"])
 
     @property
+    def empty(self) -> bool:
+        """Nothing to act on: no text, no call, no refusal (e.g. a content filter's stop)."""
+        want = self.want
+        return not (want["text"] or want["tool_calls"] or want["refusal"])
+
+    @property
     def runnable(self) -> list[dict[str, Any]]:
         """The calls a product runs: those with a name and a JSON object of arguments."""
         return [c for c in self.calls if c["name"] and isinstance(c["arguments"], dict)]
@@ -301,6 +307,10 @@ async def test_the_tool_calling_planner(case: Case, streamed: bool) -> None:
             with pytest.raises(ModelCallError, match="inside its reply"):
                 await plan()
             return
+        if case.empty:  # nothing to act on: an error that says so, never a silent answer
+            with pytest.raises(ModelOutputError, match="no text and no tool call"):
+                await plan()
+            return
         reply = await plan()
     commands = reply.output["execution_commands"]
     assert [(c["tool_name"], c["tool_kwargs"]) for c in commands] == [
@@ -360,10 +370,11 @@ async def test_the_loop(case: Case, streaming_dispatch: bool) -> None:
             )
 
         want = case.want
-        if want["error"] is not None:
+        if want["error"] is not None or case.empty:
             with pytest.raises(PlannerError) as info:
                 await run()
-            assert want["error"] in str(info.value.__cause__)
+            said = want["error"] if want["error"] is not None else "no text and no tool call"
+            assert said in str(info.value.__cause__)
             assert tools.ran == []  # nothing runs from a reply the server broke off
             return
         result = await run()
@@ -394,8 +405,7 @@ async def test_the_middleware_agent(case: Case) -> None:
         server.add_reply(FOLLOW_UP)
         agent = create_agent(model, tools=tools.tools)
         want = case.want
-        empty = not (want["text"] or want["tool_calls"] or want["refusal"])
-        if want["error"] is not None or empty:
+        if want["error"] is not None or case.empty:
             with pytest.raises(AgentModelError) as info:
                 await agent.run("Please help.")
             cause = str(info.value.__cause__)

@@ -181,7 +181,12 @@ def _retry_delay(exc: openai.APIStatusError) -> float:
 
 
 _MAX_JSON_BODY = 32 * 1024 * 1024
-_AFTER_DONE = 8  # pieces read after [DONE], so the connection can be reused
+_MAX_SHOWN = 300  # characters of a server's words quoted in an error (scrubbed first)
+_DRAIN_PIECES = 8  # pieces read after the reply's end, so the connection can be reused
+_DRAIN_TIMEOUT = 2.0
+"""Seconds the rest of a body may take once the reply has ended (its finish reason, or
+``[DONE]``): a server that keeps the body open, or drops it without its last chunk, ends
+the reply there instead of failing it."""
 
 
 class _AllModesRefused(Exception):
@@ -195,17 +200,18 @@ class _AllModesRefused(Exception):
 class _Deltas:
     """The reply's body as :class:`ChatDelta` values, read from the HTTP response itself: a
     Server-Sent Events stream, or one JSON completion when a server (or a proxy) answers
-    ``stream: true`` with a plain body. No async generator, so an early exit leaves nothing
-    to finalize."""
+    ``stream: true`` with a plain body, whatever its content type says (the first byte
+    tells). No async generator, so an early exit leaves nothing to finalize."""
 
     __slots__ = (
-        "_after",
         "_base_url",
         "_body",
         "_buffer",
+        "_drained",
         "_failure",
         "_json",
         "_queue",
+        "_request_id",
         "_secret",
         "_sse",
         "_state",
@@ -219,18 +225,17 @@ class _Deltas:
         self._body: AsyncIterator[bytes] = response.aiter_bytes()
         self._base_url = base_url
         self._secret = secret
-        kind = response.headers.get("content-type", "").lower()
-        # None: not known yet (the first bytes tell); True: one JSON body; False: SSE
-        self._json: bool | None = (
-            False if "event-stream" in kind else True if "json" in kind else None
-        )
+        self._request_id: str | None = response.headers.get("x-request-id")
+        self._json: bool | None = None  # the first byte that is not blank tells
         self._sse = SSEDecoder()
         self._buffer = bytearray()
         self._wire = WireReader()
         self._queue: deque[ChatDelta] = deque()
         self._failure: Exception | None = None
-        self._state = 0  # 0: reading, 1: [DONE] seen, 2: ended
-        self._after = 0
+        # 0: reading; 1: the reply has ended (a finish reason, or [DONE]), only its usage and
+        # the body's end may follow; 2: done
+        self._state = 0
+        self._drained = 0
 
     def __aiter__(self) -> _Deltas:
         return self
@@ -245,7 +250,28 @@ class _Deltas:
                 raise failure
             if self._state == 2:
                 raise StopAsyncIteration
-            await self._read()
+            if self._state == 1:
+                await self._drain()
+            else:
+                await self._read()
+
+    async def _drain(self) -> None:
+        """After the reply's end: read what is left of the body, briefly. A body that stays
+        open or breaks now ends the reply (it is whole); it does not fail it."""
+        piece: bytes | None = None
+        with anyio.move_on_after(_DRAIN_TIMEOUT):
+            try:
+                piece = await self._body.__anext__()
+            except Exception:  # the end, or a broken connection: nothing of the reply is lost
+                piece = None
+        self._drained += 1
+        if piece is not None and self._json is False:
+            self._feed(piece)  # e.g. the usage chunk after the finish
+        if piece is None or self._drained > _DRAIN_PIECES:
+            if self._json is False:
+                self._events(self._sse.close())
+                self._queue.extend(self._wire.end())
+            self._state = 2
 
     async def _read(self) -> None:
         """Read one piece of the body, queueing what it completes."""
@@ -260,11 +286,6 @@ class _Deltas:
         if failure is not None:  # raised outside the except block: nothing foreign chained
             self._failure = failure
             return
-        if self._state == 1:  # after [DONE]: only the end of the body should follow
-            self._after += 1
-            if piece is None or self._after > _AFTER_DONE:
-                self._state = 2
-            return
         if self._json is None and piece:
             head = piece.lstrip()
             if head:
@@ -276,7 +297,17 @@ class _Deltas:
             self._queue.extend(self._wire.end())
             self._state = 2
         else:
-            self._events(self._sse.feed(piece))
+            self._feed(piece)
+
+    def _feed(self, piece: bytes) -> None:
+        try:
+            events = self._sse.feed(piece)
+        except ValueError as exc:  # one event of tens of megabytes: no chat chunk is
+            self._failure = ModelOutputError(
+                f"the model server at {self._base_url} sent {exc}; the stream was dropped"
+            )
+            return
+        self._events(events)
 
     def _collect(self, piece: bytes | None) -> None:
         """A JSON body: kept until it ends, then read as one completion."""
@@ -292,7 +323,7 @@ class _Deltas:
         try:
             data = json.loads(self._buffer)
         except ValueError as exc:
-            shown = _clean(self._buffer[:200].decode("utf-8", "replace"), self._secret)
+            shown = self._shown(self._buffer[: _MAX_SHOWN * 4].decode("utf-8", "replace"))
             self._failure = ModelOutputError(
                 f"the model server at {self._base_url} answered a streamed request with a "
                 f"body that is neither a stream nor JSON ({exc}): {shown!r}"
@@ -305,38 +336,46 @@ class _Deltas:
 
     def _events(self, events: Sequence[Any]) -> None:
         for event in events:
-            if self._state != 0:
+            if self._state == 2 or self._failure is not None:
                 return
             data = event.data
             if data.strip() == "[DONE]":
                 self._state = 1
-                self._queue.extend(self._wire.end())
                 continue
             try:
                 chunk = json.loads(data)
             except ValueError as exc:
                 self._failure = ModelOutputError(
                     f"the model server at {self._base_url} sent a stream event that is not "
-                    f"JSON ({_clean(str(exc), self._secret)[:200]}); the stream was dropped: "
-                    "try again, or check what stands between toolloop and the server (a proxy?)"
+                    f"JSON ({self._shown(str(exc))}); the stream was dropped: try again, or "
+                    "check what stands between toolloop and the server (a proxy?)"
                 )
                 return
             delta, failure = self._wire.chunk(chunk)
             if delta is not None:
                 self._queue.append(delta)
+                if delta.finish_reason is not None and self._state == 0:
+                    self._state = 1  # the reply has ended: its usage may still follow
             if failure is not None:
                 self._failure = self._server_error(failure)
                 return
+
+    def _shown(self, text: str) -> str:
+        """``text`` as an error may quote it: scrubbed of secrets first, then cut (a key cut
+        in two would no longer be found)."""
+        said = _clean(text, self._secret)
+        return said if len(said) <= _MAX_SHOWN else said[:_MAX_SHOWN] + "…"
 
     def _server_error(self, failure: StreamFailure) -> ModelCallError:
         code = f" ({failure.code})" if failure.code is not None else ""
         return ModelCallError(
             _clean(
                 f"the model server at {self._base_url} sent an error inside its reply{code}: "
-                f"{failure.message}",
+                f"{self._shown(failure.message)}",
                 self._secret,
             ),
             status=failure.code if failure.code is not None and failure.code >= 400 else None,
+            request_id=self._request_id,
         )
 
     def _broken(self, exc: Exception) -> ModelCallError:
@@ -345,9 +384,9 @@ class _Deltas:
         else:
             said = (
                 f"the model server at {self._base_url} broke off the stream before its end "
-                f"({type(exc).__name__}: {exc}); try again"
+                f"({type(exc).__name__}: {self._shown(str(exc))}); try again"
             )
-        return ModelCallError(_clean(said, self._secret))
+        return ModelCallError(_clean(said, self._secret), request_id=self._request_id)
 
 
 class OpenAIChatModel:
@@ -554,11 +593,14 @@ class OpenAIChatModel:
         except openai.APIStatusError as exc:
             if _is_refusal(exc) or retries < 1 or not _retryable(exc):
                 raise  # a refusal moves on to the next mode at once; the rest is an error
-            await anyio.sleep(_retry_delay(exc))
+            delay = _retry_delay(exc)
         except openai.APIConnectionError:
             if retries < 1:
                 raise
-            await anyio.sleep(_RETRY_DELAY)
+            delay = _RETRY_DELAY
+        # waited outside the except block: a cancellation while waiting must not carry the
+        # server's answer (which may echo the key) as its context
+        await anyio.sleep(delay)
         return await _create(self.client.with_options(max_retries=retries - 1), params)
 
     @asynccontextmanager

@@ -11,7 +11,10 @@ from __future__ import annotations
 import codecs
 from dataclasses import dataclass
 
-__all__ = ["SSEDecoder", "ServerEvent"]
+__all__ = ["MAX_EVENT_CHARS", "SSEDecoder", "ServerEvent"]
+
+MAX_EVENT_CHARS = 32 * 1024 * 1024
+"""One event larger than this (no chat-completions chunk comes near it) fails the stream."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,19 +28,36 @@ class ServerEvent:
 class SSEDecoder:
     """Feed it the body's bytes as they come; it hands back every event they complete."""
 
-    __slots__ = ("_data", "_event", "_pending", "_text")
+    __slots__ = ("_data", "_event", "_pending", "_size", "_text")
 
     def __init__(self) -> None:
         self._text = codecs.getincrementaldecoder("utf-8")("replace")
-        self._pending = ""  # a line not ended yet
+        self._pending: list[str] = []  # the pieces of a line not ended yet
         self._data: list[str] = []
         self._event: str | None = None
+        self._size = 0  # characters of the event so far
 
     def feed(self, chunk: bytes) -> list[ServerEvent]:
-        """The events completed by ``chunk``."""
-        text = self._pending + self._text.decode(chunk)
+        """The events completed by ``chunk``.
+
+        Raises:
+            ValueError: one event grew past :data:`MAX_EVENT_CHARS`.
+        """
+        text = self._text.decode(chunk)
+        self._size += len(text)
+        if "\n" not in text:  # the line goes on: kept in pieces, joined once it ends
+            if text:
+                self._pending.append(text)
+            if self._size > MAX_EVENT_CHARS:
+                raise ValueError(f"an event of over {MAX_EVENT_CHARS:,} characters")
+            return []
         lines = text.split("\n")
-        self._pending = lines.pop()
+        if self._pending:
+            lines[0] = "".join(self._pending) + lines[0]
+            self._pending = []
+        last = lines.pop()
+        if last:
+            self._pending.append(last)
         events: list[ServerEvent] = []
         for line in lines:
             self._line(line[:-1] if line.endswith("\r") else line, events)
@@ -46,8 +66,8 @@ class SSEDecoder:
     def close(self) -> list[ServerEvent]:
         """The body ended: the events left open (a last line without its blank line)."""
         events: list[ServerEvent] = []
-        rest = self._pending + self._text.decode(b"", final=True)
-        self._pending = ""
+        rest = "".join(self._pending) + self._text.decode(b"", final=True)
+        self._pending = []
         if rest:
             self._line(rest.removesuffix("\r"), events)
         self._line("", events)
@@ -59,6 +79,7 @@ class SSEDecoder:
                 events.append(ServerEvent("\n".join(self._data), self._event))
             self._data = []
             self._event = None
+            self._size = 0
             return
         if line.startswith(":"):
             return  # a comment: servers send them to keep the connection alive

@@ -237,7 +237,7 @@ class WireReader:
     def chunk(self, data: Any) -> tuple[ChatDelta | None, StreamFailure | None]:
         """One streamed chunk: its delta (``None``: nothing in it) and an error it carries."""
         if not isinstance(data, Mapping):
-            return None, StreamFailure(f"a stream event that is no JSON object: {data!r:.200}")
+            return None, StreamFailure(f"a stream event that is no JSON object: {data!r}")
         failure = _failure(data)
         usage = _usage(data)
         choice = _choice(data)
@@ -257,7 +257,7 @@ class WireReader:
     def completion(self, data: Any) -> tuple[list[ChatDelta], StreamFailure | None]:
         """A whole ``chat.completion`` (a server that answered ``stream: true`` with one)."""
         if not isinstance(data, Mapping):
-            return [], StreamFailure(f"a body that is no JSON object: {data!r:.200}")
+            return [], StreamFailure(f"a body that is no JSON object: {data!r}")
         failure = _failure(data)
         choice = _choice(data)
         usage = _usage(data)

@@ -62,6 +62,9 @@ ToolChoice: TypeAlias = str | Mapping[str, Any]
 the OpenAI object ``{"type": "function", "function": {"name": ...}}``."""
 
 _MODES = frozenset({"auto", "required", "none"})
+_FINISHED = frozenset({None, "stop", "tool_calls", "function_call", "end_turn", "eos"})
+"""Finish reasons of a reply that ended as the model meant it to (``None``: the server said
+none); another (``content_filter``, ``insufficient_system_resource``, ...) is noted."""
 _TRAILING_DELTAS = 8
 
 
@@ -192,22 +195,21 @@ def _made_up_id(round_index: int, k: int) -> str:
 
 
 def _kept_message(reply: ChatReply, round_index: int) -> dict[str, Any]:
-    """The reply as the next rounds send it back: every call with an id (made up, nine
-    letters and digits, where the server gave none)."""
-    calls = tuple(
-        call
-        if call.id
-        else ReplyToolCall(
-            f"c{round_index % 1000:03d}{k:05d}", call.name, call.arguments, call.extra
-        )
-        for k, call in enumerate(reply.tool_calls)
-    )
+    """The reply as the next rounds send it back: every call with an id of its own (made
+    up, nine letters and digits, where the server gave none or gave one twice)."""
+    seen: set[str] = set()
+    calls: list[ReplyToolCall] = []
+    for k, call in enumerate(reply.tool_calls):
+        if not call.id or call.id in seen:
+            call = ReplyToolCall(_made_up_id(round_index, k), call.name, call.arguments, call.extra)
+        seen.add(call.id or "")
+        calls.append(call)
     # "" rather than None: some servers (llama-cpp-python) refuse a null content
     return ChatReply(
         text=reply.text,
         reasoning=reply.reasoning,
         refusal=None,
-        tool_calls=calls,
+        tool_calls=tuple(calls),
         finish_reason=reply.finish_reason,
         usage=None,
         extra=reply.extra,
@@ -425,7 +427,7 @@ class ToolCallingPlanner:
         # a stream may end without a finish_reason (Snowflake Cortex): its end is the end
         complete(len(calls))
         reply = reader.reply()
-        if reply.deltas == 0:
+        if reply.empty and not reply.cut_off:  # nothing to act on: never a silent "response"
             raise ModelOutputError(reply.why_empty())
         if decided_after is None:
             decided_after = perf_counter() - started
@@ -447,6 +449,8 @@ class ToolCallingPlanner:
         notes: tuple[str, ...] = ()
         if reply.cut_off:
             notes = (self._cut_off(commands, chars, reply),)
+        elif reply.finish_reason not in _FINISHED:  # e.g. content_filter: said, not hidden
+            notes = (f"the model's reply ended with finish_reason={reply.finish_reason!r}",)
         return PlannerReply(
             output=output,
             decided_after=decided_after,

@@ -168,6 +168,9 @@ class FakeRawReply:
     provider sends (toolloop's own suite replays such recordings through every product).
 
     ``delay`` seconds pass before each piece after the first. Strings are sent as UTF-8.
+    ``end``: how the body ends after its last piece: ``"close"`` (the chunked body's end, as
+    servers do), ``"hold"`` (never: the connection stays open until the client goes, as a
+    proxy that keeps it) or ``"drop"`` (the connection is closed without the body's end).
     """
 
     body: tuple[bytes | str, ...]
@@ -176,6 +179,7 @@ class FakeRawReply:
         default_factory=lambda: {"content-type": "text/event-stream"}, hash=False
     )
     delay: float = 0.0
+    end: Literal["close", "hold", "drop"] = "close"
 
     def __post_init__(self) -> None:
         if isinstance(self.body, (bytes, str)):

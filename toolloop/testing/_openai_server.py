@@ -268,15 +268,18 @@ class FakeOpenAIServer:
         status: int = 200,
         headers: Mapping[str, str] | None = None,
         delay: float = 0.0,
+        end: Literal["close", "hold", "drop"] = "close",
     ) -> FakeRawReply:
         """Queue a response sent exactly as given (see `FakeRawReply`): `body` in pieces,
-        each written on its own; `headers` (`content-type: text/event-stream` when none)."""
+        each written on its own; `headers` (`content-type: text/event-stream` when none);
+        `end`: how the body ends (`"hold"`: never, `"drop"`: the connection just closes)."""
         pieces = (body,) if isinstance(body, (bytes, str)) else tuple(body)
         reply = FakeRawReply(
             body=pieces,
             status=status,
             headers=dict(headers) if headers is not None else {"content-type": "text/event-stream"},
             delay=delay,
+            end=end,
         )
         self._queue.append(reply)
         return reply
@@ -472,7 +475,12 @@ class FakeOpenAIServer:
             {"x-request-id": request_id(), **headers, "transfer-encoding": "chunked"},
         )
         events = [StreamEvent(piece, reply.delay if i else 0.0) for i, piece in enumerate(pieces)]
-        return await self._send_stream(connection, head, events, None, index, empty=not pieces)
+        if reply.end == "close":
+            return await self._send_stream(connection, head, events, None, index, empty=not pieces)
+        # the body's end is never sent: dropped at once, or held until the client goes
+        return await self._send_stream(
+            connection, head, events, len(events), index, hold=reply.end == "hold"
+        )
 
     async def _stream(
         self,
@@ -503,6 +511,7 @@ class FakeOpenAIServer:
         index: int,
         *,
         empty: bool = False,
+        hold: bool = False,
     ) -> bool:
         record = StreamRecord(
             request_index=index,
@@ -516,6 +525,8 @@ class FakeOpenAIServer:
                 try:
                     await connection.send(head + (b"0\r\n\r\n" if empty else b""))
                     await _send_events(connection, record, events, disconnect_after)
+                    if hold:
+                        await record.ended.wait()  # the EOF watcher sees the client go
                 except DISCONNECTS:
                     record._end(client_gone=True)
                 task_group.cancel_scope.cancel()
