@@ -17,15 +17,20 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import AbstractContextManager, asynccontextmanager
 from contextvars import ContextVar, Token
-from typing import Any
+from time import perf_counter
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
 from .._errors import UsageLimitError
 from ._chat import ChatDelta, ChatModel, ChatRequest
 
+if TYPE_CHECKING:
+    from ._reply import ChatReply, ReplyReader
+
 __all__ = [
     "NO_USAGE",
+    "CallObserver",
     "Usage",
     "UsageLimits",
     "UsageMeter",
@@ -188,9 +193,11 @@ class UsageMeter:
         limits: the run's budget (``None``: count only).
     """
 
-    __slots__ = ("_calls", "_token", "calls", "limits", "usage")
+    __slots__ = ("_calls", "_token", "calls", "limits", "observer", "started", "usage")
 
-    def __init__(self, limits: UsageLimits | None = None) -> None:
+    def __init__(
+        self, limits: UsageLimits | None = None, *, observer: CallObserver | None = None
+    ) -> None:
         self._token: Token[UsageMeter | None] | None = None  # while the meter is active
         self.limits = limits
         self.usage = NO_USAGE
@@ -198,6 +205,12 @@ class UsageMeter:
         self.calls = 0
         """How many calls this meter counted (a mark for :meth:`since`)."""
         self._calls: list[Usage] | None = None  # made at the first call (most runs: none)
+        self.observer = observer
+        """Told of every call (see :class:`CallObserver`); ``None``: nobody listens, and a
+        call costs nothing more than its counting."""
+        self.started = 0
+        """The index of the next call an observer is told of (set it to go on from an
+        earlier run's count)."""
 
     def since(self, mark: int) -> Usage | None:
         """The usage of the calls counted after ``mark`` (:attr:`calls` then); ``None`` when
@@ -363,23 +376,55 @@ def _in_progress(
     )
 
 
+class CallObserver(Protocol):
+    """Told of every model call a run makes (see :attr:`UsageMeter.observer`): the kernel
+    turns these into the run's ``ModelCallStarted`` / ``ModelCallFinished`` events."""
+
+    def call_started(self, index: int) -> None:
+        """Call ``index`` (0 for the run's first) is about to be made."""
+
+    def call_finished(
+        self,
+        index: int,
+        reply: ChatReply,
+        usage: Usage | None,
+        duration: float,
+        *,
+        closed_early: bool,
+        error: BaseException | None,
+    ) -> None:
+        """Call ``index`` ended: ``reply`` as read, ``closed_early`` when the reader left
+        before its end, ``error`` when it failed."""
+
+
 class _MeteredDeltas:
-    """A stream's deltas, watched: the last usage reported, and the budget while it runs."""
+    """A stream's deltas, watched: the last usage reported, and the budget while it runs;
+    with an observer, the reply read as it comes."""
 
-    __slots__ = ("_deltas", "_meter", "_watch", "pieces", "reported")
+    __slots__ = ("_deltas", "_meter", "_watch", "ended", "pieces", "reader", "reported")
 
-    def __init__(self, deltas: AsyncIterator[ChatDelta], meter: UsageMeter) -> None:
+    def __init__(
+        self, deltas: AsyncIterator[ChatDelta], meter: UsageMeter, reader: ReplyReader | None
+    ) -> None:
         self._deltas = deltas
         self._meter = meter
         self._watch = meter.limits is not None and meter.limits.limits_tokens
         self.reported: Usage | None = None
         self.pieces = 0
+        self.reader = reader
+        self.ended = False
 
     def __aiter__(self) -> _MeteredDeltas:
         return self
 
     async def __anext__(self) -> ChatDelta:
-        delta = await self._deltas.__anext__()
+        try:
+            delta = await self._deltas.__anext__()
+        except StopAsyncIteration:
+            self.ended = True
+            raise
+        if self.reader is not None:
+            self.reader.feed(delta)
         if delta.usage is not None:
             self.reported = delta.usage  # cumulative: the last one counts
         if delta.content or delta.tool_calls or delta.reasoning or delta.refusal:
@@ -399,7 +444,7 @@ async def stream_chat(
 
     Before the call the run's limits are checked; while the stream runs a token budget
     that is passed closes it; when it ends its usage is added (unknown when the server
-    reported none).
+    reported none), and the meter's observer, if any, is told of the call.
 
     Raises:
         UsageLimitError: a limit of the run was reached before the call, or passed during
@@ -411,10 +456,44 @@ async def stream_chat(
             yield deltas
         return
     meter.check_before_call()
-    async with model.stream(request) as deltas:
-        metered = _MeteredDeltas(deltas, meter)
-        try:
-            yield metered
-        finally:
-            reported = metered.reported
-            meter.add(Usage.unknown() if reported is None else reported)
+    observer = meter.observer
+    if observer is None:
+        async with model.stream(request) as deltas:
+            metered = _MeteredDeltas(deltas, meter, None)
+            try:
+                yield metered
+            finally:
+                reported = metered.reported
+                meter.add(Usage.unknown() if reported is None else reported)
+        return
+    from ._reply import ReplyReader  # (it imports this module)
+
+    index = meter.started
+    meter.started = index + 1
+    observer.call_started(index)
+    started = perf_counter()
+    reader = ReplyReader()
+    error: BaseException | None = None
+    watched: _MeteredDeltas | None = None
+    usage: Usage | None = None
+    try:
+        async with model.stream(request) as deltas:
+            watched = _MeteredDeltas(deltas, meter, reader)
+            try:
+                yield watched
+            finally:
+                reported = watched.reported
+                usage = Usage.unknown() if reported is None else reported
+                meter.add(usage)
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        observer.call_finished(
+            index,
+            reader.reply(),
+            usage,
+            perf_counter() - started,
+            closed_early=watched is not None and not watched.ended,
+            error=error,
+        )

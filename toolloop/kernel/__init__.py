@@ -1,0 +1,67 @@
+"""The run kernel: what every run of every product has, written once.
+
+The loop, the middleware agent and the status agent are their turn logic on top of it:
+the same options (limits, timeouts, budget, store, approvals, deps), the same vocabulary
+(stop reasons, one tool-call shape, one wording per failure), the same events, the same
+journal of tool calls, the same human decisions, the same result and the same verbs to
+resume and recover a run.
+"""
+
+from __future__ import annotations
+
+from ._approval import Approval as Approval
+from ._approval import ApprovalRule as ApprovalRule
+from ._approval import ApprovalSpec as ApprovalSpec
+from ._approval import approval_rule as approval_rule
+from ._decisions import Decided as Decided
+from ._decisions import Run as Run
+from ._decisions import Skip as Skip
+from ._decisions import Verdict as Verdict
+from ._decisions import decide as decide
+from ._decisions import replanned_error as replanned_error
+from ._events import CheckpointSaved as CheckpointSaved
+from ._events import ModelCallFinished as ModelCallFinished
+from ._events import ModelCallStarted as ModelCallStarted
+from ._events import RunEvent as RunEvent
+from ._events import RunFinished as RunFinished
+from ._journal import Interrupted as Interrupted
+from ._journal import journaled_call as journaled_call
+from ._journal import record_interrupted as record_interrupted
+from ._options import OnEvent as OnEvent
+from ._options import OnLimit as OnLimit
+from ._options import RunOptions as RunOptions
+from ._options import UnknownOutcome as UnknownOutcome
+from ._result import RunResult as RunResult
+from ._result import RunStatus as RunStatus
+from ._vocabulary import StopReason as StopReason
+from ._vocabulary import interrupted_error as interrupted_error
+from ._vocabulary import rejected_error as rejected_error
+
+__all__ = [
+    "Approval",
+    "ApprovalRule",
+    "ApprovalSpec",
+    "CheckpointSaved",
+    "Decided",
+    "Interrupted",
+    "ModelCallFinished",
+    "ModelCallStarted",
+    "OnEvent",
+    "OnLimit",
+    "Run",
+    "RunEvent",
+    "RunFinished",
+    "RunOptions",
+    "RunResult",
+    "RunStatus",
+    "Skip",
+    "StopReason",
+    "UnknownOutcome",
+    "Verdict",
+    "approval_rule",
+    "decide",
+    "interrupted_error",
+    "journaled_call",
+    "record_interrupted",
+    "rejected_error",
+]

@@ -1,0 +1,86 @@
+"""The events every run publishes, whatever the product: one class per fact.
+
+- :class:`ModelCallStarted` / :class:`ModelCallFinished`: each request to a model the run
+  makes (the loop's planners, the middleware agent's turns, the status agent's steps, the
+  final answer), told at the one place every model call passes;
+- :class:`CheckpointSaved`: a durable run wrote a checkpoint;
+- :class:`RunFinished`: the run completed, and why (a paused run ends with the engine's
+  :class:`~toolloop.flow.ExecutionPaused`, whose request is what it asks).
+
+The runner's :class:`~toolloop.runner.ToolCallStarted`, :class:`~toolloop.runner.ToolCallFinished`
+and :class:`~toolloop.runner.ToolProgress` tell the tool calls, the same in every product.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from ..flow import FlowEvent
+from ..models import Usage
+from ._vocabulary import StopReason
+
+__all__ = [
+    "CheckpointSaved",
+    "ModelCallFinished",
+    "ModelCallStarted",
+    "RunEvent",
+    "RunFinished",
+]
+
+
+class RunEvent(FlowEvent):
+    """Base of the events every run publishes."""
+
+
+class ModelCallStarted(RunEvent):
+    """The run is about to call a model (its budget allowed it)."""
+
+    kind: Literal["model_call_started"] = "model_call_started"
+    call_index: int
+    """0 for the run's first model call (counted across pauses and resumes)."""
+
+
+class ModelCallFinished(RunEvent):
+    """A model call ended: read to its end, closed early (the short-circuit, a budget), or
+    failed. What the model said is here as it was read."""
+
+    kind: Literal["model_call_finished"] = "model_call_finished"
+    call_index: int
+    duration: float
+    """Seconds from the request to the end of the reply."""
+    usage: Usage | None = None
+    """This call's usage (unknown counts when the server reported none)."""
+    text: str = ""
+    reasoning: str | None = None
+    refusal: str | None = None
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
+    """``{"id", "name", "arguments"}`` of each tool call of the reply, arguments as text."""
+    finish_reason: str | None = None
+    closed_early: bool = False
+    """The reader left before the reply's end (the short-circuit, a token budget)."""
+    error: str | None = None
+    """What made the call fail, when it did."""
+
+
+class CheckpointSaved(RunEvent):
+    """A durable run wrote a checkpoint (after a step, a round, a pause)."""
+
+    kind: Literal["checkpoint_saved"] = "checkpoint_saved"
+    step: str
+    """Where the run was: the step or round the checkpoint follows."""
+
+
+class RunFinished(RunEvent):
+    """The run completed."""
+
+    kind: Literal["run_finished"] = "run_finished"
+    stop_reason: StopReason
+    records: int
+    """Tool calls the run made (one record each)."""
+    usage: Usage | None = None
+    """The run's model calls, summed (across pauses and resumes); ``None``: none counted."""
+    turns: int = 0
+    """The turns it took: the loop's rounds, the agent's model calls, the status agent's
+    steps."""

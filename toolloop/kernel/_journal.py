@@ -1,0 +1,118 @@
+"""One journaled tool call for every product: the intent before, the outcome after, never
+twice.
+
+:func:`journaled_call` runs a call of a checkpointed run under its ``call_id``:
+
+- no entry: the intent is written, the call runs, its outcome is written (even while the run
+  is being cancelled: it did run) and comes back;
+- an entry with an outcome: the call does not run; the outcome comes back, read again;
+- an intent without an outcome (the call was cut off while it ran, so it may or may not have
+  taken effect): what the run's ``unknown_outcome`` policy says (see
+  :data:`~toolloop.kernel.UnknownOutcome`). Under ``"retry"`` an idempotent tool runs again
+  under the same intent; otherwise an :class:`Interrupted` comes back, saying what cut the
+  call off, and the product ends the call as the policy says (a failed record, or a question
+  to a human) with :func:`record_interrupted`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio
+
+from ..checkpoints import (
+    CheckpointedRun,
+    CorruptCheckpointError,
+    JournalEntry,
+    cut_off_causes,
+    interrupted_error,
+)
+from ._options import UnknownOutcome
+
+__all__ = ["Interrupted", "journaled_call", "record_interrupted"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Interrupted:
+    """A call whose intent is journaled without an outcome: it may or may not have taken
+    effect. ``cause`` is what ended the run while it ran (``None``: its process stopped)."""
+
+    call_id: str
+    tool_name: str
+    cause: str | None = None
+    answered: Any = None
+    """What the journal already says of it (it was marked interrupted before), if
+    anything."""
+
+    @property
+    def error(self) -> str:
+        """What the call's record (or the model's answer to it) says."""
+        return interrupted_error(self.call_id, self.tool_name, self.cause)
+
+
+async def journaled_call(
+    run: CheckpointedRun,
+    journal: Mapping[str, JournalEntry],
+    call_id: str,
+    *,
+    tool_name: str,
+    arguments: Mapping[str, Any],
+    call: Callable[[], Awaitable[T]],
+    dump: Callable[[T], Any],
+    load: Callable[[Any], T],
+    unknown_outcome: UnknownOutcome = "fail",
+    idempotent_tools: Collection[str] = (),
+) -> T | Interrupted:
+    """The outcome of the call ``call_id``, its tool run at most once ever (see the module
+    docs); an :class:`Interrupted` when its outcome is unknown and it does not run again.
+
+    Args:
+        journal: the run's journal, as read when this process took the run over.
+        call: runs the tool (once) and gives its outcome.
+        dump: the outcome as JSON data, for the journal.
+        load: an outcome read back from the journal (raising on data that is none).
+
+    Raises:
+        CorruptCheckpointError: a journaled outcome that ``load`` refuses.
+    """
+    entry = journal.get(call_id)
+    if entry is None:
+        mine = JournalEntry(call_id=call_id, tool_name=tool_name, arguments=dict(arguments))
+        entry = await run.record_intent(mine)
+        if entry.state == "started" and entry.started_at == mine.started_at:
+            return await _run_and_record(run, call_id, call, dump)
+    if entry.state == "started":
+        if unknown_outcome == "retry" and tool_name in idempotent_tools:
+            run.reopen(call_id)  # running here now, under the intent journaled before
+            return await _run_and_record(run, call_id, call, dump)
+        return Interrupted(call_id, tool_name, cut_off_causes(journal).get(call_id))
+    if entry.state == "interrupted":
+        cause = cut_off_causes(journal).get(call_id)
+        return Interrupted(call_id, tool_name, cause, answered=entry.outcome)
+    try:
+        return load(entry.outcome)
+    except Exception as exc:
+        raise CorruptCheckpointError(
+            f"the journaled outcome of call {call_id!r} of run {run.run_id!r} cannot be read "
+            f"back ({type(exc).__name__}: {exc}); it was left as it is"
+        ) from exc
+
+
+async def _run_and_record(
+    run: CheckpointedRun, call_id: str, call: Callable[[], Awaitable[T]], dump: Callable[[T], Any]
+) -> T:
+    outcome = await call()
+    with anyio.CancelScope(shield=True):  # written even while cancelled: it did run
+        await run.record_outcome(call_id, dump(outcome))
+    return outcome
+
+
+async def record_interrupted(run: CheckpointedRun, call_id: str, outcome: Any) -> None:
+    """Write how an interrupted call ended (e.g. its failed record), marking it
+    ``interrupted``: it never runs again on its own."""
+    with anyio.CancelScope(shield=True):
+        await run.record_outcome(call_id, outcome, state="interrupted")

@@ -1,0 +1,148 @@
+"""What every run of every product takes: its limits, budget, durability, approvals, deps.
+
+The same keyword arguments, with the same defaults, in the loop's calls, the agents' runs,
+resumes and recoveries (the agents' constructors take them as defaults a call overrides).
+:class:`RunOptions` holds them, checked once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+import anyio
+
+from ..models import UsageLimits
+
+if TYPE_CHECKING:
+    from ..checkpoints import CheckpointStore
+    from ..flow import FlowEvent
+    from ._approval import ApprovalSpec
+
+__all__ = ["OnEvent", "OnLimit", "RunOptions", "UnknownOutcome"]
+
+OnLimit: TypeAlias = Literal["raise", "finish"]
+"""What a run does when its ``timeout`` or its budget is reached: raise, or finish with what
+it has (the stop reason says which)."""
+
+UnknownOutcome: TypeAlias = Literal["fail", "retry", "ask"]
+"""What a resumed or recovered run does with a tool call whose outcome is unknown (it
+started, and its process died or the run ended before the outcome was recorded: it may or
+may not have taken effect). ``"fail"``: the call ends as a failed record that says what cut
+it off, and the model decides; ``"retry"``: it runs again when its tool is in
+``idempotent_tools``, else as ``"fail"``; ``"ask"``: the run pauses and asks a human
+(a :class:`~toolloop.checkpoints.HumanRequest` of kind ``interrupted_tool_calls``). Such a
+call is never run again silently."""
+
+OnEvent: TypeAlias = "Callable[[FlowEvent], None]"
+
+_POLICIES = ("raise", "finish")
+_UNKNOWN = ("fail", "retry", "ask")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunOptions:
+    """The options of a run, the same in every product (see the module docs).
+
+    Attributes:
+        concurrency: at most this many tool calls of the run at once.
+        limiter: a :class:`anyio.CapacityLimiter` shared by many runs (both limits hold).
+        tool_timeout: seconds for each tool call (a tool's own, smaller timeout wins).
+        model_timeout: seconds for each model call (the loop: each planner call).
+        timeout: seconds for the run (this call of it: a resume has its own).
+        on_timeout: ``"raise"`` :class:`~toolloop.ExecutionTimeoutError`, or ``"finish"``
+            with what the run has (stop reason ``"timeout"``).
+        max_turns: the iteration bound: the loop's rounds, the middleware agent's model
+            calls, the status agent's steps (``None``: the product's default).
+        usage_limits: the run's budget (:class:`~toolloop.models.UsageLimits`), checked
+            before each model call of the run and while a stream runs.
+        on_usage_limit: ``"raise"`` :class:`~toolloop.errors.UsageLimitError`, or
+            ``"finish"`` (stop reason ``"usage_limit"``).
+        store: a :class:`~toolloop.checkpoints.CheckpointStore`: the run is durable.
+        run_id: the run's id (in the store); a new one by default.
+        needs_approval: which tool calls wait for a human (see
+            :data:`~toolloop.kernel.ApprovalSpec`).
+        unknown_outcome: see :data:`UnknownOutcome`.
+        idempotent_tools: the tools safe to run twice (for ``unknown_outcome="retry"``).
+        deps: your dependencies (a DB pool, an HTTP client...): ``ctx.deps`` of every tool
+            that takes a :class:`~toolloop.tools.RunContext`, ``runtime.deps`` of the
+            agent's hooks. Not saved: give them again to a resume.
+        on_event: called with every event of the run, as it happens.
+    """
+
+    concurrency: int = 4
+    limiter: anyio.CapacityLimiter | None = None
+    tool_timeout: float | None = None
+    model_timeout: float | None = None
+    timeout: float | None = None
+    on_timeout: OnLimit = "raise"
+    max_turns: int | None = None
+    usage_limits: UsageLimits | None = None
+    on_usage_limit: OnLimit = "raise"
+    store: CheckpointStore | None = None
+    run_id: str | None = None
+    needs_approval: ApprovalSpec = ()
+    unknown_outcome: UnknownOutcome = "fail"
+    idempotent_tools: Collection[str] = field(default=())
+    deps: Any = None
+    on_event: OnEvent | None = None
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Refuse a value no run can take, saying what was expected.
+
+        Raises:
+            ValueError, TypeError: an option of the wrong kind or out of range.
+        """
+        if not isinstance(self.concurrency, int) or self.concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {self.concurrency!r}")
+        for name in ("tool_timeout", "model_timeout", "timeout"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, (int, float)) or value <= 0):
+                raise ValueError(f"{name} must be a number of seconds above 0, got {value!r}")
+        for name in ("on_timeout", "on_usage_limit"):
+            if getattr(self, name) not in _POLICIES:
+                raise ValueError(f"{name} must be 'raise' or 'finish', got {getattr(self, name)!r}")
+        if self.max_turns is not None and (
+            not isinstance(self.max_turns, int) or self.max_turns < 0
+        ):
+            raise ValueError(f"max_turns must be 0 or more, got {self.max_turns!r}")
+        if self.usage_limits is not None and not isinstance(self.usage_limits, UsageLimits):
+            raise TypeError(
+                "usage_limits must be a toolloop.models.UsageLimits, got "
+                f"{type(self.usage_limits).__name__}"
+            )
+        if self.unknown_outcome not in _UNKNOWN:
+            raise ValueError(
+                f"unknown_outcome must be one of {list(_UNKNOWN)}, got {self.unknown_outcome!r}"
+            )
+        if isinstance(self.idempotent_tools, str):
+            raise TypeError(
+                "idempotent_tools takes tool names (a list or set), not one str: "
+                f"idempotent_tools=[{self.idempotent_tools!r}]"
+            )
+        if self.limiter is not None and not isinstance(self.limiter, anyio.CapacityLimiter):
+            raise TypeError(
+                f"limiter must be an anyio.CapacityLimiter, got {type(self.limiter).__name__}"
+            )
+
+    def turns(self, default: int) -> int:
+        """``max_turns``, or the product's ``default`` when it is not given."""
+        return default if self.max_turns is None else self.max_turns
+
+    def merged(self, **given: Any) -> RunOptions:
+        """These options with those ``given`` that are not ``None`` replacing them (a call's
+        options over an agent's defaults)."""
+        changes = {k: v for k, v in given.items() if v is not None}
+        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
+        if unknown:
+            raise TypeError(f"no run option named {unknown}")
+        return dataclasses.replace(self, **changes) if changes else self
+
+    def as_dict(self) -> Mapping[str, Any]:
+        """The options by name (what a resume is given again: they are configuration)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
