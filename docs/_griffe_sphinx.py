@@ -30,7 +30,7 @@ PUBLIC_MODULES = (
     "testing",
     "models",
     "agents",
-    "middleware",
+    "agents.middleware",
     "checkpoints",
     "tracing",
     "cli",
@@ -62,7 +62,7 @@ def _public_paths(package: griffe.Module) -> dict[str, str]:
     paths: dict[str, str] = {}
     modules: list[griffe.Module] = [package]
     for name in PUBLIC_MODULES:
-        member = package.members.get(name)
+        member = _lookup(package, f"{ROOT}.{name}")
         if isinstance(member, griffe.Module):
             modules.append(member)
     for module in modules:

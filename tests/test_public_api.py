@@ -23,7 +23,6 @@ PUBLIC_MODULES = [
     "toolloop.flow",
     "toolloop.loop",
     "toolloop.mcp",
-    "toolloop.middleware",
     "toolloop.models",
     "toolloop.planners",
     "toolloop.ray",
@@ -128,6 +127,11 @@ def test_import_toolloop_is_light() -> None:
 def test_a_name_has_one_path(module: str, name: str) -> None:
     with pytest.raises(AttributeError, match=f"no attribute {name!r}"):
         getattr(importlib.import_module(module), name)
+
+
+def test_the_middleware_have_one_module() -> None:
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("toolloop.middleware")  # toolloop.agents.middleware
 
 
 def test_only_menu_names_are_imported_on_first_use() -> None:
