@@ -5,7 +5,7 @@ The docstrings are Google style, but they name other objects with Sphinx roles
 ``::``. Markdown knows neither, so before mkdocstrings renders a docstring this extension
 
 - turns each role into an autorefs link to the object's public page entry
-  (``[Flow][toolloop.Flow]``) when the object is part of the rendered API, and into plain
+  (``[Flow][toolloop.flow.Flow]``) when the object is part of the rendered API, and into plain
   code (`` `anyio.CapacityLimiter` ``) otherwise, so ``mkdocs build --strict`` never meets
   a link it cannot resolve;
 - turns ``text::`` followed by an indented block into ``text:`` and a fenced code block.
@@ -30,7 +30,7 @@ PUBLIC_MODULES = (
     "testing",
     "models",
     "agents",
-    "middleware",
+    "agents.middleware",
     "checkpoints",
     "tracing",
     "cli",
@@ -62,7 +62,7 @@ def _public_paths(package: griffe.Module) -> dict[str, str]:
     paths: dict[str, str] = {}
     modules: list[griffe.Module] = [package]
     for name in PUBLIC_MODULES:
-        member = package.members.get(name)
+        member = _lookup(package, f"{ROOT}.{name}")
         if isinstance(member, griffe.Module):
             modules.append(member)
     for module in modules:

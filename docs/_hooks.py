@@ -2,7 +2,7 @@
 
 A line of its own in a page::
 
-    <!-- flow-mermaid: toolloop.loop_flow -->
+    <!-- flow-mermaid: toolloop.loop.loop_flow -->
 
 becomes a ``mermaid`` code block holding ``loop_flow.to_mermaid()``, so a picture cannot
 drift from the code. The target is either an import path (``package.module.attribute``) or

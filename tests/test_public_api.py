@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import pkgutil
 import subprocess
@@ -22,7 +23,6 @@ PUBLIC_MODULES = [
     "toolloop.flow",
     "toolloop.loop",
     "toolloop.mcp",
-    "toolloop.middleware",
     "toolloop.models",
     "toolloop.planners",
     "toolloop.ray",
@@ -112,16 +112,41 @@ def test_import_toolloop_is_light() -> None:
     assert done.stdout.strip() == "[]"
 
 
-def test_names_the_top_level_used_to_offer_still_resolve() -> None:
-    from toolloop.flow import Flow
-    from toolloop.loop import PlanDecided
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [
+        ("toolloop", "Flow"),  # toolloop.flow
+        ("toolloop", "PlanDecided"),  # toolloop.loop
+        ("toolloop", "ToolDefinitionError"),  # toolloop.errors
+        ("toolloop", "CommandStarted"),  # toolloop.runner.ToolCallStarted
+        ("toolloop.agents", "ToolCallFinished"),  # toolloop.runner
+        ("toolloop.agents", "StatusAgent"),  # toolloop.status_agent
+        ("toolloop.agents", "ApprovalPolicy"),  # toolloop.status_agent.RequireApproval
+    ],
+)
+def test_a_name_has_one_path(module: str, name: str) -> None:
+    with pytest.raises(AttributeError, match=f"no attribute {name!r}"):
+        getattr(importlib.import_module(module), name)
 
-    assert toolloop.Flow is Flow
-    assert toolloop.PlanDecided is PlanDecided
-    from toolloop import agents, runner
 
-    assert toolloop.CommandStarted is runner.ToolCallStarted  # renamed: one vocabulary
-    assert agents.ToolCallFinished is runner.ToolCallFinished
+def test_the_middleware_have_one_module() -> None:
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("toolloop.middleware")  # toolloop.agents.middleware
+
+
+def test_only_menu_names_are_imported_on_first_use() -> None:
+    """A module-level ``__getattr__`` keeps an import light; it serves no other path."""
+    root = Path(toolloop.__file__).parent
+    lazy = {
+        str(p.relative_to(root))
+        for p in root.rglob("*.py")
+        if any(
+            isinstance(node, ast.FunctionDef) and node.name == "__getattr__"
+            for node in ast.parse(p.read_text()).body
+        )
+    }
+    assert lazy == {"__init__.py", "models/__init__.py"}  # the menu; OpenAIChatModel
+    assert set(toolloop._HOME) <= set(toolloop.__all__)
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
         toolloop.nothing_here  # noqa: B018
 

@@ -109,63 +109,13 @@ _HOME = {
     "SQLiteCheckpointStore": "checkpoints",
 }
 
-# Names the top level offered before it became a menu: they still resolve (from their
-# subpackage, where the documentation now shows them), but are not part of the menu.
-_FORMERLY = {
-    **dict.fromkeys(
-        (
-            "DefinitionError ExecutionError ExecutionStalledError FlowDefinitionError "
-            "ResumeError RunError StepFailedError ToolArgumentsError ToolDefinitionError "
-            "ToolNotFoundError ToolTimeoutError"
-        ).split(),
-        "errors",
-    ),
-    **dict.fromkeys("Executor OnFinish OnStart".split(), "runner"),
-    "DEFAULT_PURPOSE": "runner",
-    "final_answer_messages": "loop",
-    **dict.fromkeys(
-        (
-            "Agent AgentDefinitionError AgentMiddleware AgentModelError AgentResult "
-            "AgentState Command ModelCallLimitError Pause ProviderStrategy "
-            "StructuredOutputError Todo ToolCallLimitError ToolStrategy agent_flow"
-        ).split(),
-        "agents",
-    ),
-    **dict.fromkeys("StatusAgentResult status_agent_flow".split(), "status_agent"),
-    **dict.fromkeys(
-        "Context Flow FlowEvent FlowResult FlowSnapshot Step TraceEntry".split(), "flow"
-    ),
-    **dict.fromkeys(
-        (
-            "EXTRA_INSTRUCTION LoopEvent LoopFinished "
-            "LoopStream NormalizedPlan PlanDecided PlanItem RoundFinished RoundStarted "
-            "RoundState StopReason loop_flow normalize_plan to_action_results"
-        ).split(),
-        "loop",
-    ),
-    **dict.fromkeys(
-        (
-            "PLANNER_SYSTEM_PROMPT TOOL_CALLING_SYSTEM_PROMPT Dispatch Planner PlannerLike "
-            "PlannerReply PlannerSchema StreamingPlanner ToolChoice planner_messages "
-            "planner_schema tool_calling_messages"
-        ).split(),
-        "planners",
-    ),
-    **dict.fromkeys("ToolRegistry async_call_tool".split(), "tools"),
-}
-
-
-# Renamed when the three products came to share one vocabulary of tool-call events.
-_RENAMED = {"CommandStarted": "ToolCallStarted", "CommandFinished": "ToolCallFinished"}
-
 
 def __getattr__(name: str) -> Any:
-    home = _HOME.get(name) or _FORMERLY.get(name)
-    if home is None and name in _RENAMED:
-        home = "runner"
+    # The menu's names are imported on first use; nothing else is served here.
+    home = _HOME.get(name)
     if home is None:
         raise AttributeError(f"module 'toolloop' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), _RENAMED.get(name, name))
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
     globals()[name] = value
     return value
 

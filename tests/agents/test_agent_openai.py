@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 from toolloop.agents import AgentModelError, ToolMessage, create_agent
-from toolloop.middleware import TodoListMiddleware
+from toolloop.agents.middleware import TodoListMiddleware
 from toolloop.models import OpenAIChatModel
 from toolloop.testing import FakeOpenAIServer
 

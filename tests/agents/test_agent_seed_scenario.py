@@ -13,7 +13,7 @@ import json
 import pytest
 
 from toolloop.agents import AssistantMessage, Todo, ToolMessage, create_agent
-from toolloop.middleware import TODO_SYSTEM_PROMPT, TodoListMiddleware
+from toolloop.agents.middleware import TODO_SYSTEM_PROMPT, TodoListMiddleware
 from toolloop.testing import ScriptedChatModel
 
 pytestmark = pytest.mark.anyio

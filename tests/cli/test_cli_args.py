@@ -104,7 +104,9 @@ def test_help_and_version() -> None:
     assert code == 0 and out.startswith("toolloop ")
 
 
-@pytest.mark.parametrize("argv", [["graph"], ["graph", "loop"], ["graph", "toolloop:loop_flow"]])
+@pytest.mark.parametrize(
+    "argv", [["graph"], ["graph", "loop"], ["graph", "toolloop.loop:loop_flow"]]
+)
 def test_graph_prints_the_loop_flow(argv: list[str]) -> None:
     code, out, err = run(*argv)
     assert (code, err) == (0, "")
@@ -161,7 +163,7 @@ def test_bad_tools(tools_dir: Path, spec: str, words: str) -> None:
 
 def test_tools_load_from_a_module_a_file_a_registry_and_one_function(tools_dir: Path) -> None:
     (tools_dir / "cli_test_more.py").write_text(
-        "from toolloop import ToolRegistry\n"
+        "from toolloop.tools import ToolRegistry\n"
         "def find_fare(destination: str) -> float:\n"
         '    """A fare.\n\n    Args:\n        destination: where to.\n    """\n'
         "    return 1.0\n"

@@ -19,12 +19,12 @@ from toolloop.agents import (
     ToolMessage,
     create_agent,
 )
-from toolloop.checkpoints import Approve, DecisionError, Edit, HumanRequest, Reject, Stop
-from toolloop.errors import ResumeError
-from toolloop.middleware import (
+from toolloop.agents.middleware import (
     ApprovalPolicy,
     HumanApprovalMiddleware,
 )
+from toolloop.checkpoints import Approve, DecisionError, Edit, HumanRequest, Reject, Stop
+from toolloop.errors import ResumeError
 from toolloop.testing import ScriptedChatModel
 
 pytestmark = pytest.mark.anyio

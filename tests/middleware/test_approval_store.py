@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from toolloop.agents import Agent, AgentModelError, create_agent
+from toolloop.agents.middleware import HumanApprovalMiddleware
 from toolloop.checkpoints import (
     CheckpointConflictError,
     CheckpointStore,
@@ -20,7 +21,6 @@ from toolloop.checkpoints import (
     SQLiteCheckpointStore,
 )
 from toolloop.errors import ResumeError
-from toolloop.middleware import HumanApprovalMiddleware
 from toolloop.testing import ScriptedChatModel
 
 pytestmark = pytest.mark.anyio

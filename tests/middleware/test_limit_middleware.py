@@ -14,7 +14,7 @@ from toolloop.agents import (
     ToolMessage,
     create_agent,
 )
-from toolloop.middleware import ModelCallLimitMiddleware, ToolCallLimitMiddleware
+from toolloop.agents.middleware import ModelCallLimitMiddleware, ToolCallLimitMiddleware
 from toolloop.testing import FakeToolCall, ScriptedChatModel, ScriptedChatReply
 
 pytestmark = pytest.mark.anyio

@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from toolloop.agents import ToolMessage, create_agent
-from toolloop.middleware import ToolRetryMiddleware
+from toolloop.agents.middleware import ToolRetryMiddleware
 from toolloop.testing import ScriptedChatModel
 
 pytestmark = pytest.mark.anyio

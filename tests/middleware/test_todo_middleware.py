@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from toolloop.agents import Todo, ToolMessage, create_agent
-from toolloop.middleware import TODO_SYSTEM_PROMPT, TodoListMiddleware, write_todos
+from toolloop.agents.middleware import TODO_SYSTEM_PROMPT, TodoListMiddleware, write_todos
 from toolloop.testing import ScriptedChatModel
 
 pytestmark = pytest.mark.anyio

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from typing_extensions import assert_type
 
-from toolloop import Tool, ToolDefinitionError, async_plan_and_execute, tool
+from toolloop import Tool, async_plan_and_execute, tool
 from toolloop.agents import create_agent
+from toolloop.errors import ToolDefinitionError
 from toolloop.flow import FlowEvent
 from toolloop.runner import Executor, ToolCommand, ToolProgress
 from toolloop.testing import ScriptedChatModel, ScriptedPlanner

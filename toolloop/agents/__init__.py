@@ -4,7 +4,7 @@
 agent; ``await agent.run("...")`` calls the model, runs the tools it asks for (each call its
 own task), shows it their results, and so on until it answers without a tool call.
 Middleware (:class:`AgentMiddleware`) hook into every step; built-in ones are in
-:mod:`toolloop.middleware`.
+:mod:`toolloop.agents.middleware`.
 """
 
 from __future__ import annotations
@@ -104,14 +104,3 @@ __all__ = [
     "wrap_model_call",
     "wrap_tool_call",
 ]
-
-
-def __getattr__(name: str) -> object:
-    # The status-routed agent lives in toolloop.status_agent; its names used to be here.
-    from .. import runner, status_agent
-
-    if name in ("ToolCallStarted", "ToolCallFinished"):  # one vocabulary: the runner's
-        return getattr(runner, name)
-    if name in status_agent.__all__ or name == "ApprovalPolicy":
-        return getattr(status_agent, "RequireApproval" if name == "ApprovalPolicy" else name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -47,7 +47,7 @@ class AgentResult:
         snapshot: when paused, everything needed to resume the run, here or in another
             process (``snapshot.model_dump(mode="json")`` is plain JSON, for any store).
         pause_request: when paused, what the middleware asks, as JSON data (for
-            :class:`~toolloop.middleware.HumanApprovalMiddleware`, a
+            :class:`~toolloop.agents.middleware.HumanApprovalMiddleware`, a
             :class:`~toolloop.checkpoints.HumanRequest`'s: see :attr:`request`).
         paused_by: when paused, the name of the middleware that paused.
         execution_id: the run's id, the same across pauses (its ``run_id`` in a store).
@@ -315,7 +315,7 @@ class Agent:
                 object, its JSON data or its JSON text (e.g. from your own store, in another
                 process: the agent must be built with the same middleware).
             answer: what the middleware that paused expects (for
-                :class:`~toolloop.middleware.HumanApprovalMiddleware`: one decision per
+                :class:`~toolloop.agents.middleware.HumanApprovalMiddleware`: one decision per
                 action).
 
         Raises:

@@ -56,7 +56,7 @@ class AgentState(BaseModel):
 
     Attributes:
         messages: the conversation, in order.
-        todos: the todo list (kept by :class:`~toolloop.middleware.TodoListMiddleware`).
+        todos: the todo list (kept by :class:`~toolloop.agents.middleware.TodoListMiddleware`).
         structured_response: the validated final answer when the agent has a
             ``response_format`` (a model instance for a pydantic schema; after a snapshot is
             restored, its JSON data).

@@ -127,7 +127,7 @@ class StatusAgent:
         tools: typed functions, :class:`~toolloop.Tool` objects, or a registry.
         model: the chat model of the default steps (any step given below replaces its
             default; without a model, all five must be given).
-        analyze: the analysis step (each step sees a :class:`~toolloop.agents.StatusView`).
+        analyze: the analysis step (each step sees a :class:`~toolloop.status_agent.StatusView`).
         plan: the planning step.
         decide: the decision step.
         reflect: the reflection step.
