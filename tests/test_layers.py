@@ -15,12 +15,17 @@ ROOT = Path(toolloop.__file__).parent
 
 # package -> the toolloop packages it must not import
 KNOWS_NOTHING_OF = {
-    "flow": {"tools", "runner", "models", "planners", "loop", "agents", "status_agent", "ray"},
-    "tools": {"flow", "runner", "models", "planners", "loop", "agents", "status_agent", "ray"},
-    "runner": {"models", "planners", "loop", "agents", "status_agent", "checkpoints", "ray"},
-    "models": {"flow", "tools", "runner", "loop", "agents", "status_agent", "ray"},
-    "planners": {"flow", "loop", "agents", "status_agent", "checkpoints", "ray"},
-    "checkpoints": {"loop", "agents", "status_agent", "models", "planners", "ray"},
+    "flow": {"tools", "runner", "models", "planners", "kernel", "loop", "agents", "status_agent"}
+    | {"ray"},
+    "tools": {"flow", "runner", "models", "planners", "kernel", "loop", "agents", "status_agent"}
+    | {"ray"},
+    "runner": {"models", "planners", "kernel", "loop", "agents", "status_agent", "checkpoints"}
+    | {"ray"},
+    "models": {"flow", "tools", "runner", "kernel", "loop", "agents", "status_agent", "ray"},
+    "planners": {"flow", "kernel", "loop", "agents", "status_agent", "checkpoints", "ray"},
+    "checkpoints": {"loop", "agents", "status_agent", "models", "planners", "ray", "kernel"},
+    # the kernel: what every run has, under the three products (it knows none of them)
+    "kernel": {"loop", "agents", "status_agent", "planners", "ray", "cli", "viewer", "mcp"},
     "loop": {"agents", "status_agent", "ray"},
     "agents": {"loop", "status_agent", "ray"},
     "status_agent": {"loop", "agents", "ray"},

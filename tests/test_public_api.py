@@ -21,6 +21,7 @@ PUBLIC_MODULES = [
     "toolloop.cli",
     "toolloop.errors",
     "toolloop.flow",
+    "toolloop.kernel",
     "toolloop.loop",
     "toolloop.mcp",
     "toolloop.models",
