@@ -45,6 +45,11 @@ __all__ = ["Execution", "ExecutionStatus"]
 _LOG = logging.getLogger("toolloop")
 
 
+Closing = Callable[[str, "Exception | None"], "Sequence[FlowEvent]"]
+"""``closing(status, failure)``: the events to publish as an execution's session ends (see
+:meth:`Execution.on_close`)."""
+
+
 def _is_async_callable(callback: Any) -> bool:
     return inspect.iscoroutinefunction(callback) or inspect.iscoroutinefunction(
         getattr(callback, "__call__", None)  # noqa: B004 - async callable objects
@@ -92,6 +97,7 @@ class Execution(Generic[S]):
 
     __slots__ = (
         "_closers",
+        "_closing",
         "_collected",
         "_done",
         "_elapsed_before",
@@ -121,6 +127,7 @@ class Execution(Generic[S]):
         # replaced, never changed in place: cheap to iterate while callbacks subscribe
         self._observers: tuple[Callable[[FlowEvent], None], ...] = ()
         self._closers: tuple[Callable[[], None], ...] = ()
+        self._closing: Closing | None = None
         self._collected: dict[str, dict[str, Any]] | None = None  # made by a join
         self._waits: list[Wait] = _NO_WAITS  # shared while empty: replaced, never changed
         self._tg: TaskGroup | None = None
@@ -145,6 +152,20 @@ class Execution(Generic[S]):
     def waiting(self) -> list[Wait]:
         """The external events a paused execution waits for."""
         return list(self._waits)
+
+    @property
+    def observed(self) -> bool:
+        """Whether anyone listens to the execution's events."""
+        return bool(self._observers)
+
+    def on_close(self, closing: Closing | None) -> None:
+        """Call ``closing(status, failure)`` as each session of the execution ends, while
+        its observers still listen: the events it returns are published before the
+        engine's last one (``ExecutionFinished``, ``ExecutionPaused`` or ``ExecutionFailed``).
+        ``status`` is ``completed``, ``paused`` or ``failed`` (then ``failure`` is the error
+        about to be raised). Called only when someone observes the execution; one hook per
+        execution (a later call replaces it, ``None`` removes it)."""
+        self._closing = closing
 
     def run(
         self, value: Any = None, *, timeout: float | None = None
@@ -345,6 +366,7 @@ class Execution(Generic[S]):
             self.status = "failed"
             failure.trace = materialize(self._trace)  # the whole story, cancellations too
             if self._observers:
+                self._closed("failed", failure)
                 self._publish(
                     ExecutionFailed(
                         execution_id=self.id, at=elapsed, duration=elapsed, error=str(failure)
@@ -355,11 +377,13 @@ class Execution(Generic[S]):
         if self._done:
             self.status = "completed"
             if self._observers:
+                self._closed("completed", None)
                 self._publish(ExecutionFinished(execution_id=self.id, at=elapsed, duration=elapsed))
             self._close_observers()
             return FlowResult("completed", self._result, self.state, self._trace, self.id)
         self.status = "paused"
         if self._observers:
+            self._closed("paused", None)
             self._publish(
                 ExecutionPaused(
                     execution_id=self.id,
@@ -489,6 +513,18 @@ class Execution(Generic[S]):
             self._done = True
             if self._tg is not None:
                 self._tg.cancel_scope.cancel()
+
+    def _closed(self, status: str, failure: Exception | None) -> None:
+        closing = self._closing
+        if closing is None:
+            return
+        try:
+            events = closing(status, failure)
+        except Exception:  # a closing hook's bug never changes how the run ended
+            _LOG.warning("the closing hook of execution %s raised", self.id, exc_info=True)
+            return
+        for event in events:
+            self._publish(event)
 
     def _close_observers(self) -> None:
         closers, self._closers = self._closers, ()

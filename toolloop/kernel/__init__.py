@@ -19,6 +19,10 @@ from ._decisions import Skip as Skip
 from ._decisions import Verdict as Verdict
 from ._decisions import decide as decide
 from ._decisions import replanned_error as replanned_error
+from ._drive import Ended as Ended
+from ._drive import TurnLogic as TurnLogic
+from ._drive import drive as drive
+from ._drive import finish_reason_of as finish_reason_of
 from ._events import CheckpointSaved as CheckpointSaved
 from ._events import ModelCallFinished as ModelCallFinished
 from ._events import ModelCallStarted as ModelCallStarted
@@ -43,6 +47,7 @@ __all__ = [
     "ApprovalSpec",
     "CheckpointSaved",
     "Decided",
+    "Ended",
     "Interrupted",
     "ModelCallFinished",
     "ModelCallStarted",
@@ -56,10 +61,13 @@ __all__ = [
     "RunStatus",
     "Skip",
     "StopReason",
+    "TurnLogic",
     "UnknownOutcome",
     "Verdict",
     "approval_rule",
     "decide",
+    "drive",
+    "finish_reason_of",
     "interrupted_error",
     "journaled_call",
     "record_interrupted",

@@ -1,0 +1,225 @@
+"""Driving one run of any product: what happens around its flow, written once.
+
+:func:`drive` runs (or resumes) one execution of a product's flow and does everything a run
+has besides its turns: the caller's observer, the usage meter (seeded with what the run
+spent before a pause or a crash, so a budget holds across them; every model call told as
+``ModelCallStarted`` / ``ModelCallFinished``), the tools' run context, what a timeout or a
+spent budget does (``on_timeout``, ``on_usage_limit``), the store's bookkeeping of a durable
+run (paused, completed, failed, or left to be recovered; the calls its own end cut off
+noted), and the ``RunFinished`` event. The product then builds its result from the
+:class:`Ended` it gets back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from .._errors import ExecutionTimeoutError, UsageLimitError
+from ..checkpoints import CheckpointedRun, note_cut_off
+from ..flow import Execution, FlowEvent, FlowResult
+from ..models import ChatReply, Usage, UsageMeter
+from ..runner import ToolExecutionRecord
+from ..tools import RunScope
+from ._events import ModelCallFinished, ModelCallStarted, RunFinished
+from ._options import RunOptions
+from ._result import RunStatus
+from ._vocabulary import StopReason
+
+__all__ = ["Ended", "TurnLogic", "drive", "finish_reason_of"]
+
+S = TypeVar("S")
+S_contra = TypeVar("S_contra", contravariant=True)
+
+
+class TurnLogic(Protocol[S_contra]):
+    """What a product tells the kernel about its runs' states."""
+
+    def stop_reason(self, state: S_contra) -> StopReason | None:
+        """Why a completed run stopped."""
+
+    def records(self, state: S_contra) -> list[ToolExecutionRecord]:
+        """The run's records so far."""
+
+    def turns(self, state: S_contra) -> int:
+        """The turns the run took so far."""
+
+
+@dataclass(slots=True)
+class Ended(Generic[S]):
+    """How a session of a run ended: completed (with why), or paused (with what it asks)."""
+
+    status: RunStatus
+    state: S
+    stop_reason: StopReason | None
+    flow: FlowResult[S] | None = None
+    """The engine's result; ``None`` when a limit ended the run with ``"finish"``."""
+    request: Any = None
+    """What a paused run asks (its pause's request, as the product wrote it)."""
+
+
+def finish_reason_of(options: RunOptions, failure: BaseException | None) -> StopReason | None:
+    """The stop reason a run ends with instead of raising ``failure`` (``on_timeout`` and
+    ``on_usage_limit`` set to ``"finish"``), or ``None`` when it raises."""
+    if isinstance(failure, ExecutionTimeoutError):
+        if options.on_timeout == "finish" and failure.step is None:
+            return "timeout"
+    elif isinstance(failure, UsageLimitError) and options.on_usage_limit == "finish":
+        return "usage_limit"
+    return None
+
+
+class _ModelCalls:
+    """The meter's observer: each model call of the run as its two events."""
+
+    __slots__ = ("_execution",)
+
+    def __init__(self, execution: Execution[Any]) -> None:
+        self._execution = execution
+
+    def call_started(self, index: int) -> None:
+        ctx = self._execution.context_for("model")
+        ctx.publish(
+            ModelCallStarted(execution_id=ctx.execution_id, at=ctx.elapsed(), call_index=index)
+        )
+
+    def call_finished(
+        self,
+        index: int,
+        reply: ChatReply,
+        usage: Usage | None,
+        duration: float,
+        *,
+        closed_early: bool,
+        error: BaseException | None,
+    ) -> None:
+        ctx = self._execution.context_for("model")
+        reasoning = reply.reasoning.text if reply.reasoning is not None else None
+        ctx.publish(
+            ModelCallFinished(
+                execution_id=ctx.execution_id,
+                at=ctx.elapsed(),
+                call_index=index,
+                duration=duration,
+                usage=usage,
+                text=reply.text,
+                reasoning=reasoning or None,
+                refusal=reply.refusal,
+                tool_calls=[
+                    {"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls
+                ],
+                finish_reason=reply.finish_reason,
+                closed_early=closed_early and error is None,
+                error=None if error is None else f"{type(error).__name__}: {error}",
+            )
+        )
+
+
+def _usage_of(state: Any) -> Usage | None:
+    usage = getattr(state, "usage", None)
+    return usage if isinstance(usage, Usage) else None
+
+
+def _keep_usage(state: Any, meter: UsageMeter) -> None:
+    if meter.calls or _usage_of(state) is not None:
+        state.usage = meter.usage
+
+
+async def drive(
+    execution: Execution[S],
+    start: Callable[[], Awaitable[FlowResult[S]]],
+    options: RunOptions,
+    logic: TurnLogic[S],
+    *,
+    scope: RunScope | None = None,
+    run: CheckpointedRun | None = None,
+    completed: Callable[[Ended[S]], Any] | None = None,
+) -> Ended[S]:
+    """Run one session of ``execution`` (``start()`` runs or resumes it) as a run of the
+    kernel (see the module docs).
+
+    Args:
+        logic: what the product tells of its states (stop reason, records, turns).
+        scope: the tools' run context, made active for the run (``None``: no tool takes one).
+        run: the store's handle of a durable run: how the session ends is written there.
+        completed: what the store keeps of a completed run (its result's data).
+
+    Raises:
+        Whatever the run raised, unless ``options`` turn it into a finish (a timeout, a
+        spent budget); the error keeps the run's state. A cancelled run stays ``running``
+        in the store, to be recovered.
+    """
+    state = execution.state
+    if options.on_event is not None:
+        execution.subscribe(options.on_event)
+    meter = UsageMeter(
+        options.usage_limits, observer=_ModelCalls(execution) if execution.observed else None
+    )
+    spent = _usage_of(state)
+    if spent is not None:  # a resumed run: its budget counts what came before
+        meter.usage = spent
+        meter.started = spent.requests
+
+    def closing(status: str, failure: Exception | None) -> Sequence[FlowEvent]:
+        if status == "paused":
+            return ()
+        stop = logic.stop_reason(state) if status == "completed" else None
+        stop = stop or finish_reason_of(options, failure)
+        if stop is None:
+            return ()
+        ctx = execution.context_for("run")
+        _keep_usage(state, meter)
+        return (
+            RunFinished(
+                execution_id=execution.id,
+                at=ctx.elapsed(),
+                stop_reason=stop,
+                records=len(logic.records(state)),
+                usage=_usage_of(state),
+                turns=logic.turns(state),
+            ),
+        )
+
+    execution.on_close(closing)
+    active: AbstractContextManager[Any] = scope.active() if scope is not None else nullcontext()
+    try:
+        with meter, active:
+            result = await start()
+    except Exception as exc:
+        _keep_usage(state, meter)
+        stop = finish_reason_of(options, exc)
+        if run is not None:
+            await note_cut_off(run, exc)  # a timeout, an error: what ended the calls it ran
+        if stop is None:
+            if run is not None:
+                await _fail(run, exc)
+            raise
+        ended: Ended[S] = Ended("completed", state, stop)
+        if run is not None:
+            await run.complete(completed(ended) if completed is not None else None)
+        return ended
+    except BaseException as exc:  # cancelled: the run stays "running", to be recovered
+        _keep_usage(state, meter)
+        if run is not None:
+            await note_cut_off(run, exc)
+            await run.abandon()  # (its lease, with a leasing store, is given back)
+        raise
+    _keep_usage(state, meter)
+    if result.paused:
+        if run is not None:
+            await run.pause(result)
+        request = result.waiting[0].request if result.waiting else None
+        return Ended("paused", state, None, result, request)
+    ended = Ended("completed", state, logic.stop_reason(state), result)
+    if run is not None:
+        await run.complete(completed(ended) if completed is not None else None)
+    return ended
+
+
+async def _fail(run: CheckpointedRun, exc: Exception) -> None:
+    try:
+        await run.fail(f"{type(exc).__name__}: {exc}")
+    except Exception:  # the run's own error matters more than this write's
+        run.release()
