@@ -34,6 +34,7 @@ from ._journal import record_interrupted as record_interrupted
 from ._options import OnEvent as OnEvent
 from ._options import OnLimit as OnLimit
 from ._options import RunOptions as RunOptions
+from ._options import RunOverrides as RunOverrides
 from ._options import UnknownOutcome as UnknownOutcome
 from ._result import RunResult as RunResult
 from ._result import RunStatus as RunStatus
@@ -57,6 +58,7 @@ __all__ = [
     "RunEvent",
     "RunFinished",
     "RunOptions",
+    "RunOverrides",
     "RunResult",
     "RunStatus",
     "Skip",

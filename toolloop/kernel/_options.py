@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import anyio
+from typing_extensions import TypedDict
 
 from ..models import UsageLimits
 
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from ..flow import FlowEvent
     from ._approval import ApprovalSpec
 
-__all__ = ["OnEvent", "OnLimit", "RunOptions", "UnknownOutcome"]
+__all__ = ["OnEvent", "OnLimit", "RunOptions", "RunOverrides", "UnknownOutcome"]
 
 OnLimit: TypeAlias = Literal["raise", "finish"]
 """What a run does when its ``timeout`` or its budget is reached: raise, or finish with what
@@ -135,8 +136,8 @@ class RunOptions:
         return default if self.max_turns is None else self.max_turns
 
     def merged(self, **given: Any) -> RunOptions:
-        """These options with those ``given`` that are not ``None`` replacing them (a call's
-        options over an agent's defaults)."""
+        """These options with those ``given`` replacing them (a call's options over an
+        agent's defaults); a ``None`` given keeps the default."""
         changes = {k: v for k, v in given.items() if v is not None}
         unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
         if unknown:
@@ -146,3 +147,25 @@ class RunOptions:
     def as_dict(self) -> Mapping[str, Any]:
         """The options by name (what a resume is given again: they are configuration)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+class RunOverrides(TypedDict, total=False):
+    """The options a call of an agent's ``run``, ``resume`` or ``recover`` may give to
+    override the agent's defaults (``**options``): any of :class:`RunOptions`."""
+
+    concurrency: int
+    limiter: anyio.CapacityLimiter | None
+    tool_timeout: float | None
+    model_timeout: float | None
+    timeout: float | None
+    on_timeout: OnLimit
+    max_turns: int | None
+    usage_limits: UsageLimits | None
+    on_usage_limit: OnLimit
+    store: CheckpointStore | None
+    run_id: str | None
+    needs_approval: ApprovalSpec
+    unknown_outcome: UnknownOutcome
+    idempotent_tools: Collection[str]
+    deps: Any
+    on_event: OnEvent | None
