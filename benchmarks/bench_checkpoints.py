@@ -78,7 +78,7 @@ async def batch(store: CheckpointStore | None) -> float:
             "go",
             tools=[echo],
             planner=planner,
-            max_rounds=ROUNDS,
+            max_turns=ROUNDS,
             store=store,
             run_id=None if store is None else uuid.uuid4().hex,
         )

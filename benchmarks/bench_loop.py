@@ -1,11 +1,11 @@
 """What the plan/execute loop costs over a hand-written anyio loop doing the same work.
 
 The workload, the same for both sides: three planner rounds from one ``ScriptedPlanner``
-(round 0: four tool commands, round 1: four more, round 2: ``{"next_action": "response"}``)
+(round 0: four tool commands, round 1: four more, round 2: ``{"next_action": "answered"}``)
 over four typed async tools; per round the commands run concurrently, at most four at once.
 
 - ``toolloop``: ``await async_plan_and_execute(...)`` with a ``ToolRegistry`` built once
-  (``max_rounds=5, concurrency=4``). It does everything it promises: normalizes the plan,
+  (``max_turns=5, concurrency=4``). It does everything it promises: normalizes the plan,
   checks each command's arguments against the tool's JSON schema, builds pydantic records,
   runs the flow engine, folds the records into ``LoopResult.prompt``/``extra``.
 - ``baseline``: the minimal honest hand-written loop: a ``for`` loop over rounds that calls
@@ -13,7 +13,7 @@ over four typed async tools; per round the commands run concurrently, at most fo
   in an anyio task group under a ``CapacityLimiter(4)``, collects one result dict per call
   in order, and builds ``{purpose: result}`` at the end. No schema check, no models.
 
-Every run is checked (toolloop: 8 successful records, ``stop_reason == "response"``, 2
+Every run is checked (toolloop: 8 successful records, ``stop_reason == "answered"``, 2
 rounds, 8 action results; baseline: 8 successful results), so nothing is measured that did
 not really happen. The workloads:
 
@@ -176,7 +176,7 @@ PLANNER_OUTPUTS: list[dict[str, Any]] = [
             _command("budget in GBP", "convert_currency", amount=450.0, to="GBP"),
         ],
     },
-    {"next_action": "response"},
+    {"next_action": "answered"},
 ]
 
 
@@ -215,7 +215,7 @@ def check_toolloop(result: LoopResult) -> None:
     records = result.done_plans
     if (
         len(records) != COMMANDS_PER_RUN
-        or result.stop_reason != "response"
+        or result.stop_reason != "answered"
         or result.rounds != EXECUTING_ROUNDS
         or not all(r.success for r in records)
         or len(result.action_results or ()) != COMMANDS_PER_RUN
@@ -242,7 +242,7 @@ async def toolloop_run(work: Workload) -> LoopResult:
         USER_INPUT,
         tools=work.registry,
         planner=work.planner,
-        max_rounds=MAX_ROUNDS,
+        max_turns=MAX_ROUNDS,
         concurrency=CONCURRENCY,
     )
 
@@ -365,7 +365,7 @@ async def checked_toolloop_functions(work: Workload) -> None:
         USER_INPUT,
         tools=work.functions,
         planner=work.planner,
-        max_rounds=MAX_ROUNDS,
+        max_turns=MAX_ROUNDS,
         concurrency=CONCURRENCY,
     )
     check_toolloop(result)

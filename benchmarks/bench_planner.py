@@ -450,14 +450,14 @@ async def one_run(
         USER_INPUT,
         tools=registry,
         planner=planner,
-        max_rounds=3,
+        max_turns=3,
         concurrency=4,
         streaming_dispatch=dispatch,
         on_event=on_event,
     )
     wall = time.monotonic() - started
     records = result.done_plans
-    check(result.stop_reason == "response", f"stop_reason={result.stop_reason!r}")
+    check(result.stop_reason == "answered", f"stop_reason={result.stop_reason!r}")
     check(result.rounds == 1, f"{result.rounds} executing rounds, expected 1")
     check(
         [r.tool_name for r in records] == [c["tool_name"] for c in COMMANDS],

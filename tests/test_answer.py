@@ -58,11 +58,11 @@ def with_records() -> LoopResult:
             error="not run: no tool named 'uv'",
         ),
     ]
-    return LoopResult.build(QUESTION, records, rounds=1, stop_reason="response")
+    return LoopResult.build(QUESTION, records, rounds=1, stop_reason="answered")
 
 
 def without_records() -> LoopResult:
-    return LoopResult.build(QUESTION, [], rounds=0, stop_reason="response")
+    return LoopResult.build(QUESTION, [], rounds=0, stop_reason="answered")
 
 
 async def test_the_request_carries_input_results_and_instruction() -> None:
@@ -148,7 +148,7 @@ async def test_after_a_short_circuit_the_answer_is_the_only_other_request() -> N
         server.add_reply(content="Sunglasses: yes.")
         result = await async_plan_and_execute(QUESTION, tools=[], planner=StructuredPlanner(model))
         answer = await final_answer(model, result)
-    assert result.stop_reason == "response"
+    assert result.stop_reason == "answered"
     assert result.done_plans == []
     assert answer == "Sunglasses: yes."
     assert len(server.requests) == 2  # the planner's, then the answer: no extra round

@@ -7,7 +7,7 @@ scripted plan of ``context["round_index"]`` (the same outputs as toolloop's
 ``ScriptedPlanner``), so no model request is built and no model output is parsed, as in
 toolloop's run. The agent is built once per tool delay, with the four functions registered
 through ``use_tools``, and each run gets a prompt of its own and calls
-``await agent.async_get_action_result(prompt, max_rounds=5, concurrency=4,
+``await agent.async_get_action_result(prompt, max_turns=5, concurrency=4,
 store_for_reply=False)``.
 """
 
@@ -46,7 +46,7 @@ def build(delay: float) -> RunFn:
         prompt = Agently.create_prompt()
         prompt.set("input", USER_INPUT)
         records = await agent.async_get_action_result(
-            prompt, max_rounds=MAX_ROUNDS, concurrency=CONCURRENCY, store_for_reply=False
+            prompt, max_turns=MAX_ROUNDS, concurrency=CONCURRENCY, store_for_reply=False
         )
         if not all(r.get("success") for r in records):
             raise CheckFailed(f"agently run: {records!r}")

@@ -1,7 +1,7 @@
 """The two reference sides, exactly as ``bench_loop.py`` runs them: toolloop and the baseline.
 
 - ``toolloop``: ``await async_plan_and_execute(...)`` with a ``ToolRegistry`` built once and
-  a ``ScriptedPlanner`` (``max_rounds=5, concurrency=4``).
+  a ``ScriptedPlanner`` (``max_turns=5, concurrency=4``).
 - ``baseline``: the minimal honest hand-written anyio loop (a ``for`` loop over rounds, each
   round's calls in a task group under a ``CapacityLimiter(4)``, no schema check, no models).
 """

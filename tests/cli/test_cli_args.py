@@ -69,7 +69,7 @@ def tools_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
         (["run"], "required: REQUEST, --model"),
         (["run", "hi"], "required: --model"),
         (["run", "hi", "--model", "m", "--concurrency", "0"], "expected 1 or more, got 0"),
-        (["run", "hi", "--model", "m", "--max-rounds", "many"], "expected a whole number"),
+        (["run", "hi", "--model", "m", "--max-turns", "many"], "expected a whole number"),
         (["run", "hi", "--model", "m", "--timeout", "-1"], "expected more than 0 seconds"),
         (["run", "hi", "--model", "m", "--planner", "psychic"], "invalid choice: 'psychic'"),
         (["run", "hi", "--model", "m", "--structured-output", "xml"], "invalid choice: 'xml'"),

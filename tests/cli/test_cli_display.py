@@ -12,7 +12,8 @@ from toolloop import ToolCommand, ToolExecutionRecord
 from toolloop.cli import LiveDisplay, PlainDisplay, main
 from toolloop.cli._session import make_display
 from toolloop.flow import ExecutionFailed, FlowEvent, StepStarted
-from toolloop.loop import LoopFinished, PlanDecided, RoundFinished, RoundStarted
+from toolloop.kernel import RunFinished
+from toolloop.loop import PlanDecided, RoundFinished, RoundStarted
 from toolloop.runner import ToolCallFinished, ToolCallStarted, ToolProgress
 from toolloop.tracing import read_trace
 
@@ -67,9 +68,7 @@ def events() -> list[FlowEvent]:
             duration=0.012,
             short_circuited=True,
         ),
-        LoopFinished(
-            execution_id=E, at=0.512, round_index=1, stop_reason="response", rounds=1, records=2
-        ),
+        RunFinished(execution_id=E, at=0.512, turns=1, stop_reason="answered", records=2),
     ]
 
 
@@ -90,7 +89,7 @@ def test_plain_mode_one_line_per_event() -> None:
         "   0.500s  round 1  planning",
         "   0.512s  round 1  plan: response, short-circuit: the stream was closed as soon as "
         "'response' was settled (12 ms)",
-        "   0.512s  finished: response after 1 round, 2 records",
+        "   0.512s  finished: answered after 1 round, 2 records",
     ]
 
 
@@ -148,7 +147,7 @@ async def test_the_live_display() -> None:
     assert "✗ #1 find_fare 10 ms  tool 'find_fare' raised KeyError: 'Faro'" in screen
     assert "plan: ⚡ response, short-circuit" in screen
     assert "done: 1 ok, 1 failed (round 500 ms, tools 300 ms)" in screen
-    assert "finished: response after 1 round, 2 records" in screen
+    assert "finished: answered after 1 round, 2 records" in screen
     assert "sk-secret" not in screen
     # once closed, output is plain
     display.message("after")
@@ -212,7 +211,7 @@ def test_demo_plain(tmp_path: Path) -> None:
     text = out.getvalue()
     assert "round 0  plan: execute 5 commands" in text
     assert "FAIL  #3 book_hotel" in text
-    assert "finished: response after 2 rounds, 9 records" in text
+    assert "finished: answered after 2 rounds, 9 records" in text
     assert "planner: scripted (toolloop.testing.ScriptedPlanner): two rounds of tools" in text
     assert "action_results (injected into the final prompt), one line each:" in text
     assert (

@@ -107,7 +107,7 @@ async def test_max_tokens_temperature_and_seed_reach_every_request(tools_module:
             display=PlainDisplay(out),
         )
         bodies = [r.body for r in server.requests]
-    assert result.stop_reason == "response"
+    assert result.stop_reason == "answered"
     assert len(bodies) == 3  # two plans and the answer
     for body in bodies:
         assert (body["max_tokens"], body["temperature"], body["seed"]) == (300, 0.5, 42)
@@ -129,13 +129,13 @@ async def test_tool_choice_required_reaches_the_tool_calling_planner(tools_modul
             server.add_reply(tool_calls=[{"name": "get_weather", "arguments": '{"city": "Porto"}'}])
         out = io.StringIO()
         result = await async_run(
-            options(server, planner="tool-calling", tool_choice="required", max_rounds=2),
+            options(server, planner="tool-calling", tool_choice="required", max_turns=2),
             out=out,
             display=PlainDisplay(out),
         )
         choices = [r.body["tool_choice"] for r in server.requests]
     assert choices == ["required", "required"]
-    assert result.stop_reason == "max_rounds"  # required forces a call every round
+    assert result.stop_reason == "max_turns"  # required forces a call every round
     assert [r.success for r in result.done_plans] == [True, True]
 
 
@@ -143,7 +143,7 @@ async def test_tool_choice_names_a_tool(tools_module: Path) -> None:
     async with FakeOpenAIServer() as server:
         server.add_reply(tool_calls=[{"name": "get_weather", "arguments": '{"city": "Oslo"}'}])
         await async_run(
-            options(server, planner="tool-calling", tool_choice="get_weather", max_rounds=1),
+            options(server, planner="tool-calling", tool_choice="get_weather", max_turns=1),
             out=io.StringIO(),
             display=PlainDisplay(io.StringIO()),
         )

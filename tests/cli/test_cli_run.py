@@ -105,7 +105,7 @@ async def test_run_in_process_plain(tools_module: Path) -> None:
         )
         result = await async_run(options, out=out)
         requests = list(server.requests)
-    assert result.stop_reason == "response"
+    assert result.stop_reason == "answered"
     assert result.rounds == 1
     assert [r.success for r in result.done_plans] == [True, False]
     text = out.getvalue()
@@ -136,10 +136,10 @@ async def test_run_in_process_plain(tools_module: Path) -> None:
         r"round 1  plan: response, short-circuit: .* \(\d+ ms\)",
         next(w for w in words if w.startswith("round 1  plan:")),
     )
-    assert words[-1] == "finished: response after 1 round, 2 records"
+    assert words[-1] == "finished: answered after 1 round, 2 records"
     assert "action_results (injected into the final prompt), one line each:" in text
     assert f"\nanswer:\n{ANSWER}\n" in text
-    assert "stop: response · 1 round · 2 records (1 failed)" in text
+    assert "stop: answered · 1 round · 2 records (1 failed)" in text
     # the key went to the server, and nowhere else
     assert requests[0].headers["authorization"] == "Bearer sk-test-0123456789abcdefghijkl"
     trace = read_trace(tools_module / "run.jsonl")
@@ -175,7 +175,7 @@ async def test_run_with_the_tool_calling_planner(tools_module: Path) -> None:
         )
     assert [r.tool_name for r in result.done_plans] == ["get_weather"]
     assert "tool-calling planner" in out.getvalue()
-    assert "finished: response after 1 round, 1 record" in out.getvalue()
+    assert "finished: answered after 1 round, 1 record" in out.getvalue()
 
 
 async def test_a_model_error_is_told_in_one_line(tools_module: Path) -> None:
@@ -243,7 +243,7 @@ async def test_python_dash_m_toolloop_run(tmp_path: Path) -> None:
     assert stderr == ""
     assert "\x1b[" not in stdout  # no escapes when stdout is not a terminal
     assert re.search(r"^ +\d+\.\d{3}s  round 0  plan: execute 2 commands", stdout, re.M)
-    assert "finished: response after 1 round, 2 records" in stdout
+    assert "finished: answered after 1 round, 2 records" in stdout
     assert stdout.endswith(f"answer:\n{ANSWER}\n")
     assert read_trace(tmp_path / "out.jsonl").events
     ET.parse(tmp_path / "out.svg")

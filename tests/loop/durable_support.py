@@ -34,7 +34,7 @@ from toolloop.checkpoints import (
     SQLiteCheckpointStore,
 )
 from toolloop.flow import FlowEvent
-from toolloop.loop import RoundFinished, async_plan_and_execute, async_resume_plan_and_execute
+from toolloop.loop import RoundFinished, async_plan_and_execute, async_recover_plan_and_execute
 from toolloop.models import ChatRequest, UsageLimits, stream_chat
 from toolloop.testing import ScriptedChatModel, ScriptedChatReply
 
@@ -138,7 +138,7 @@ def main() -> None:
                 with anyio.fail_after(60):  # the server may take a moment to end a dead
                     while True:  # worker's session (and its lease)
                         try:
-                            result = await async_resume_plan_and_execute(
+                            result = await async_recover_plan_and_execute(
                                 args.run_id,
                                 store=store,
                                 tools=[effect],

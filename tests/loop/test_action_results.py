@@ -27,12 +27,12 @@ def test_failure_keeps_its_error() -> None:
 
 
 def test_result_injects_only_with_records() -> None:
-    empty = LoopResult.build("hi", [], rounds=0, stop_reason="response")
+    empty = LoopResult.build("hi", [], rounds=0, stop_reason="answered")
     assert empty.prompt == {} and empty.extra == {}
     assert empty.action_results is None and empty.extra_instruction is None
     assert empty.render_prompt() == "hi"
 
-    full = LoopResult.build("hi", [ok("a", 1), bad("b", "no")], rounds=1, stop_reason="response")
+    full = LoopResult.build("hi", [ok("a", 1), bad("b", "no")], rounds=1, stop_reason="answered")
     assert full.action_results == {"a": 1, "b": {"error": "no"}}
     assert full.extra_instruction == EXTRA_INSTRUCTION
     assert [log["purpose"] for log in full.extra["tool_logs"]] == ["a", "b"]
@@ -42,6 +42,6 @@ def test_result_injects_only_with_records() -> None:
 
 
 def test_tool_logs_survive_unserializable_results() -> None:
-    full = LoopResult.build("hi", [ok("a", object())], rounds=1, stop_reason="response")
+    full = LoopResult.build("hi", [ok("a", object())], rounds=1, stop_reason="answered")
     assert isinstance(full.extra["tool_logs"][0]["result"], str)
     assert "object" in full.render_prompt()

@@ -164,11 +164,11 @@ async def test_no_crash_no_invalid_call_one_record_per_command() -> None:
         plan = normalize_plan(output)
         expected = len(plan.items) if plan.next_action == "execute" else 0
         result = await async_plan_and_execute(
-            "?", tools=[tool], planner=ScriptedPlanner([output]), max_rounds=1
+            "?", tools=[tool], planner=ScriptedPlanner([output]), max_turns=1
         )
         assert len(result.done_plans) == expected, output
-        assert result.stop_reason in ("response", "use_tool_false", "no_commands",
-                                      "max_rounds", "invalid_plan")  # fmt: skip
+        assert result.stop_reason in ("answered", "use_tool_false", "no_commands",
+                                      "max_turns", "invalid_plan")  # fmt: skip
         json.dumps(result.action_results or {}, allow_nan=False)
     assert recorder.calls, "the corpus has valid calls too"
     for call in recorder.calls:
@@ -225,7 +225,7 @@ async def outcome(text: str, chunk_size: int, streaming: bool) -> Any:
             "?",
             tools=[recorder.tool()],
             planner=StructuredPlanner(model),
-            max_rounds=2,
+            max_turns=2,
             streaming_dispatch=streaming,
         )
     except PlannerError as exc:

@@ -7,8 +7,8 @@ import pytest
 
 from toolloop import ExecutionTimeoutError, PlannerError, ToolExecutionRecord
 from toolloop.flow import FlowEvent
+from toolloop.kernel import RunFinished
 from toolloop.loop import (
-    LoopFinished,
     PlanDecided,
     RoundFinished,
     RoundStarted,
@@ -78,10 +78,10 @@ async def test_three_rounds_records_in_order_and_context() -> None:
         "square things",
         tools=[probe.work],
         planner=planner,
-        max_rounds=5,
+        max_turns=5,
         user_extra_requirement="be brief",
     )
-    assert result.stop_reason == "response"
+    assert result.stop_reason == "answered"
     assert result.rounds == 2
     assert [r.purpose for r in result.done_plans] == ["a", "b", "c"]
     assert [r.result for r in result.done_plans] == [1, 4, 9]
@@ -106,25 +106,25 @@ async def test_max_rounds_is_checked_before_the_planner_is_called() -> None:
         calls.append(ctx.round_index)
         return execute(cmd("work", n=ctx.round_index, delay=0))
 
-    result = await async_plan_and_execute("x", tools=[probe.work], planner=planner, max_rounds=2)
+    result = await async_plan_and_execute("x", tools=[probe.work], planner=planner, max_turns=2)
     assert calls == [0, 1]
-    assert result.stop_reason == "max_rounds"
+    assert result.stop_reason == "max_turns"
     assert result.rounds == 2
     assert len(result.done_plans) == 2
 
 
 async def test_zero_rounds_injects_nothing() -> None:
     planner = ScriptedPlanner([execute(cmd("work", n=1))])
-    result = await async_plan_and_execute("x", tools=[Probe().work], planner=planner, max_rounds=0)
+    result = await async_plan_and_execute("x", tools=[Probe().work], planner=planner, max_turns=0)
     assert planner.calls == []
-    assert result.stop_reason == "max_rounds"
+    assert result.stop_reason == "max_turns"
     assert result.prompt == {} and result.extra == {}
 
 
 @pytest.mark.parametrize(
     ("output", "reason"),
     [
-        (RESPONSE, "response"),
+        (RESPONSE, "answered"),
         ({"use_tool": False, "execution_commands": [cmd("work", n=1)]}, "use_tool_false"),
         ({"next_action": "execute", "execution_commands": []}, "no_commands"),
         ("garbage", "invalid_plan"),
@@ -233,7 +233,7 @@ async def test_planner_timeout_is_a_planner_error() -> None:
         await anyio.sleep(10)
 
     with anyio.fail_after(5), pytest.raises(PlannerError, match=r"within 0\.05 s"):
-        await async_plan_and_execute("x", planner=stuck, planner_timeout=0.05)
+        await async_plan_and_execute("x", planner=stuck, model_timeout=0.05)
 
 
 async def test_whole_run_timeout_is_enforced_and_keeps_records() -> None:
@@ -290,7 +290,7 @@ async def test_events_tell_the_story_in_order() -> None:
                 ToolCallStarted,
                 ToolCallFinished,
                 RoundFinished,
-                LoopFinished,
+                RunFinished,
             ),
         )
     ]
@@ -302,13 +302,13 @@ async def test_events_tell_the_story_in_order() -> None:
         "round_finished",
         "round_started",
         "plan_decided",
-        "loop_finished",
+        "run_finished",
     ]
     decided = loop_events[1]
     assert isinstance(decided, PlanDecided) and decided.commands[0].purpose == "a"
     finished = loop_events[-1]
-    assert isinstance(finished, LoopFinished)
-    assert (finished.stop_reason, finished.rounds, finished.records) == ("response", 1, 1)
+    assert isinstance(finished, RunFinished)
+    assert (finished.stop_reason, finished.turns, finished.records) == ("answered", 1, 1)
     assert [e.at for e in seen] == sorted(e.at for e in seen)
 
 

@@ -27,9 +27,10 @@ from toolloop.checkpoints import (
 from toolloop.flow import FlowSnapshot
 from toolloop.loop import (
     async_plan_and_execute,
+    async_recover_plan_and_execute,
     async_resume_plan_and_execute,
     plan_and_execute,
-    resume_plan_and_execute,
+    recover_plan_and_execute,
 )
 from toolloop.planners import PlannerContext
 from toolloop.testing import ScriptedPlanner
@@ -114,7 +115,7 @@ async def test_a_durable_run_gives_what_a_plain_run_gives_and_keeps_its_journal(
             "go", tools=[durable.effect], planner=ScriptedPlanner(SCRIPT), store=store, run_id="r"
         )
     # resuming a completed run gives its result and runs nothing
-    again = await async_resume_plan_and_execute(
+    again = await async_recover_plan_and_execute(
         "r", store=store, tools=[durable.effect], planner=ScriptedPlanner([])
     )
     assert again == result
@@ -127,12 +128,12 @@ async def test_durable_needs_a_store_and_a_run_of_the_loop() -> None:
         await async_plan_and_execute("go", planner=ScriptedPlanner([]), run_id="r")
     store = MemoryCheckpointStore()
     with pytest.raises(RunNotFoundError, match="no run 'nope'"):
-        await async_resume_plan_and_execute("nope", store=store, planner=ScriptedPlanner([]))
+        await async_recover_plan_and_execute("nope", store=store, planner=ScriptedPlanner([]))
     snapshot = FlowSnapshot(flow="agent", execution_id="x", state={})
     run = await CheckpointedRun.begin(store, run_id="x", flow="agent", snapshot=snapshot)
     await run.fail("boom")
     with pytest.raises(RunNotResumableError, match="not a run of plan_and_execute"):
-        await async_resume_plan_and_execute("x", store=store, planner=ScriptedPlanner([]))
+        await async_recover_plan_and_execute("x", store=store, planner=ScriptedPlanner([]))
     result = await async_plan_and_execute("go", planner=ScriptedPlanner([]), store=store)
     assert len(result.run_id) == 32  # a fresh id when none is given
     assert await store.get(result.run_id) is not None
@@ -164,7 +165,7 @@ async def test_a_call_cut_off_mid_tool_is_never_silently_run_again(policy: Any) 
     assert [e.state for e in cut.journal if e.arguments == {"key": "c"}] == ["started"]
 
     second = Effects()
-    result = await async_resume_plan_and_execute(
+    result = await async_recover_plan_and_execute(
         "r",
         store=store,
         tools=[second.effect],
@@ -208,12 +209,12 @@ async def test_a_failed_run_resumes_from_its_last_round() -> None:
         assert [r.purpose for r in context.done_plans][:2] == ["first", "second"]
         return SCRIPT[context.round_index]
 
-    result = await async_resume_plan_and_execute(
+    result = await async_recover_plan_and_execute(
         "r", store=store, tools=[tools.effect], planner=planner
     )
     assert seen == [1, 2]  # round 0 was not planned again
     assert sorted(tools.done) == ["a", "b", "c"]  # nor run again
-    assert result.rounds == 2 and result.stop_reason == "response"
+    assert result.rounds == 2 and result.stop_reason == "answered"
 
 
 def test_the_sync_twins_run_and_resume(store_spec: str) -> None:
@@ -227,7 +228,7 @@ def test_the_sync_twins_run_and_resume(store_spec: str) -> None:
     result = plan_and_execute(
         "go", tools=[tools.effect], planner=ScriptedPlanner(SCRIPT), store=store, run_id="s"
     )
-    again = resume_plan_and_execute(
+    again = recover_plan_and_execute(
         "s", store=store, tools=[tools.effect], planner=ScriptedPlanner([]), backend="trio"
     )
     assert again == result
@@ -375,24 +376,36 @@ async def test_a_tool_that_needs_approval_pauses_the_run_until_a_human_decides()
     assert stored is not None and stored.status == "paused" and stored.request == result.request
     planner = ScriptedPlanner(MAIL_SCRIPT)
     with pytest.raises(RunNotResumableError, match="paused for a human: resume it with decision="):
-        await async_resume_plan_and_execute("m", store=store, tools=tools, planner=planner)
+        await async_recover_plan_and_execute("m", store=store, tools=tools, planner=planner)
     with pytest.raises(DecisionError, match="does not fit it"):
         await async_resume_plan_and_execute(
-            "m", store=store, tools=tools, planner=planner, decision="replan"
+            "m",
+            "replan",
+            store=store,
+            tools=tools,
+            planner=planner,
         )
     done = await async_resume_plan_and_execute(
-        "m", store=store, tools=tools, planner=planner, decision=Approve()
+        "m",
+        Approve(),
+        store=store,
+        tools=tools,
+        planner=planner,
     )
-    assert done.stop_reason == "response" and done.request is None
+    assert done.stop_reason == "answered" and done.request is None
     assert mail.sent == ["ada"] and effects.done == ["a"]
     assert [r.result for r in done.done_plans] == ["did a", "sent to ada"]
     assert [c.round_index for c in planner.calls] == [1]  # round 0: from the journal
     # answered once: the run is done, a second answer has nothing to answer
     with pytest.raises(RunNotResumableError, match="not paused"):
         await async_resume_plan_and_execute(
-            "m", store=store, tools=tools, planner=planner, decision=Approve()
+            "m",
+            Approve(),
+            store=store,
+            tools=tools,
+            planner=planner,
         )
-    again = await async_resume_plan_and_execute("m", store=store, tools=tools, planner=planner)
+    again = await async_recover_plan_and_execute("m", store=store, tools=tools, planner=planner)
     assert again == done and mail.sent == ["ada"]
 
 
@@ -407,10 +420,10 @@ async def test_a_rejected_call_never_runs_and_an_edited_one_runs_as_edited() -> 
     call_id = HumanRequest.model_validate(result.request).tool_calls[0].call_id
     rejected = await async_resume_plan_and_execute(
         "m",
+        Reject(message="not now"),
         store=store,
         tools=tools,
         planner=ScriptedPlanner(MAIL_SCRIPT),
-        decision=Reject(message="not now"),
     )
     send = rejected.done_plans[1]
     assert send.success is False and "rejected" in str(send.error) and "not now" in str(send.error)
@@ -421,17 +434,17 @@ async def test_a_rejected_call_never_runs_and_an_edited_one_runs_as_edited() -> 
     with pytest.raises(DecisionError, match="do not fit tool 'send'"):
         await async_resume_plan_and_execute(
             "m",
+            Edit(arguments={call_id: {"to": 7}}),
             store=store,
             tools=tools,
             planner=ScriptedPlanner(MAIL_SCRIPT),
-            decision=Edit(arguments={call_id: {"to": 7}}),
         )
     edited = await async_resume_plan_and_execute(
         "m",
+        {call_id: Edit(arguments={call_id: {"to": "bob"}})},
         store=store,
         tools=tools,
         planner=ScriptedPlanner(MAIL_SCRIPT),
-        decision={call_id: Edit(arguments={call_id: {"to": "bob"}})},
     )
     assert mail.sent == ["bob"]
     assert edited.done_plans[1].result == "sent to bob"
@@ -452,10 +465,10 @@ async def test_an_approved_call_cut_off_is_not_run_again_on_recovery() -> None:
             async def resume() -> None:
                 await async_resume_plan_and_execute(
                     "m",
+                    Approve(),
                     store=store,
                     tools=tools,
                     planner=ScriptedPlanner(MAIL_SCRIPT),
-                    decision=Approve(),
                 )
 
             tg.start_soon(resume)
@@ -463,11 +476,11 @@ async def test_an_approved_call_cut_off_is_not_run_again_on_recovery() -> None:
             tg.cancel_scope.cancel()
     cut = await store.get("m")
     assert cut is not None and cut.status == "running"
-    recovered = await async_resume_plan_and_execute(
+    recovered = await async_recover_plan_and_execute(
         "m", store=store, tools=[mail.send, Effects().effect], planner=ScriptedPlanner([])
     )
     # the approval was journaled: recovery does not ask again, and runs nothing twice
-    assert recovered.stop_reason == "response"
+    assert recovered.stop_reason == "answered"
     assert "was interrupted" in str(recovered.done_plans[0].error)
     send = recovered.done_plans[1]
     assert len(mail.sent) <= 1  # once at most (cut off after it started: maybe not recorded)
@@ -513,7 +526,7 @@ async def test_a_resumed_run_hands_its_tools_the_deps_and_keeps_its_run_id() -> 
     async def planner(context: PlannerContext) -> Any:
         return script[context.round_index]
 
-    result = await async_resume_plan_and_execute(
+    result = await async_recover_plan_and_execute(
         "r", store=store, tools=[lookup], planner=planner, deps={"a": "A2", "b": "B"}
     )
     assert seen == [("A", "r", 0), ("B", "r", 1)]
@@ -610,7 +623,7 @@ async def test_a_planner_call_that_failed_after_its_model_call_counts_after_resu
             "go", tools=[tools.effect], planner=failing, store=store, run_id="r"
         )
     planner = PayingPlanner(SCRIPT)
-    result = await async_resume_plan_and_execute(
+    result = await async_recover_plan_and_execute(
         "r",
         store=store,
         tools=[tools.effect],
@@ -643,10 +656,10 @@ async def test_a_paused_run_reports_its_usage_and_its_budget_holds_after_the_dec
     planner = PayingPlanner(MAIL_SCRIPT)
     done = await async_resume_plan_and_execute(
         "m",
+        Approve(),
         store=store,
         tools=tools,
         planner=planner,
-        decision=Approve(),
         usage_limits=UsageLimits(max_requests=1),
         on_usage_limit="finish",
     )
@@ -701,7 +714,7 @@ async def test_model_calls_made_by_tools_count_after_resume() -> None:
             await gate.started.wait()
             tg.cancel_scope.cancel()
     assert len(model.requests) == 2  # round 0's tool, and round 1's before it was cut off
-    result = await async_resume_plan_and_execute(
+    result = await async_recover_plan_and_execute(
         "r", store=store, tools=[summarize], planner=ScriptedPlanner(script)
     )
     # round 0's call is in the checkpoint of round 1; round 1's was cut off with its round
@@ -730,7 +743,7 @@ async def test_a_call_the_runs_timeout_ended_says_so_after_resume(policy: Any) -
         )
     assert first.done.count("c") == 1
     second = Effects()
-    result = await async_resume_plan_and_execute(
+    result = await async_recover_plan_and_execute(
         "r",
         store=store,
         tools=[second.effect],
@@ -806,10 +819,14 @@ async def test_a_resumed_run_sends_the_journaled_reply_back_with_its_reasoning()
             )
             assert paused.paused and mail.sent == []
             done = await async_resume_plan_and_execute(
-                "r", store=store, tools=[mail.send], planner=planner, decision=Approve()
+                "r",
+                Approve(),
+                store=store,
+                tools=[mail.send],
+                planner=planner,
             )
         bodies = [r.body for r in server.requests if r.path == "/v1/chat/completions"]
-    assert done.stop_reason == "response" and mail.sent == ["ada"]
+    assert done.stop_reason == "answered" and mail.sent == ["ada"]
     assert len(bodies) == 2  # round 0 planned once, before the pause
     sent = bodies[1]["messages"]
     assistant = next(m for m in sent if m["role"] == "assistant")

@@ -176,7 +176,7 @@ def test_any_python_values_as_tool_results_keep_the_run_going(
 
     async def main() -> None:
         result = await async_plan_and_execute("?", tools=[give], planner=planner)
-        assert result.stop_reason == "response"
+        assert result.stop_reason == "answered"
         assert [r.success for r in result.done_plans] == [True] * len(results)
         json.dumps(result.action_results, allow_nan=False)
         json.dumps(result.extra, allow_nan=False)
@@ -299,7 +299,7 @@ async def test_the_stream_can_give_the_loops_own_events_only() -> None:
         ) as run:
             kinds = [event.kind async for event in run]
         loop_kinds = {"round_started", "plan_decided", "tool_call_started",
-                      "tool_call_finished", "round_finished", "loop_finished"}  # fmt: skip
+                      "tool_call_finished", "round_finished", "run_finished"}  # fmt: skip
         assert loop_kinds <= set(kinds)
         assert (set(kinds) == loop_kinds) is only  # the engine's step events only when asked
         assert run.result.records[0].result == "hi"

@@ -92,7 +92,7 @@ async def test_a_failing_call_in_a_later_round_is_a_record_and_the_others_go_on(
     assert [r.purpose for r in failed] == ["r1c1"]
     assert "call 1 of round 1 fails" in (failed[0].error or "")
     assert sum(r.success for r in result.done_plans) == 11
-    assert result.stop_reason == "response"
+    assert result.stop_reason == "answered"
 
 
 @pytest.mark.parametrize("streaming", [False, True], ids=["planned", "streamed"])

@@ -153,7 +153,7 @@ async def test_rounds_of_execute_plans_then_a_short_circuited_response() -> None
         result = await run(planner, tools, events)
         await server.wait_disconnected(2, timeout=2)
 
-    assert result.stop_reason == "response"
+    assert result.stop_reason == "answered"
     assert result.rounds == 2
     assert [r.purpose for r in result.done_plans] == [
         "weather in Lisbon",
@@ -188,8 +188,8 @@ async def test_max_rounds_stops_before_another_request() -> None:
     tools = Tools()
     async with serving() as (server, planner):
         server.add_reply(plan_text("execute", weather("Lisbon")))
-        result = await run(planner, tools, max_rounds=1)
-    assert result.stop_reason == "max_rounds"
+        result = await run(planner, tools, max_turns=1)
+    assert result.stop_reason == "max_turns"
     assert len(server.requests) == 1
     assert (
         'This is the last round: answer with next_action "response".'
@@ -349,7 +349,7 @@ async def test_an_unknown_next_action_ends_gracefully(streaming_dispatch: bool) 
     async with serving() as (server, planner):
         server.add_reply(plan_text("dance", weather("Lisbon")), chunk_size=5)
         result = await run(planner, tools, streaming_dispatch=streaming_dispatch)
-    assert result.stop_reason == "response"
+    assert result.stop_reason == "answered"
     assert result.done_plans == []
     assert tools.calls == []
     assert any(
@@ -433,7 +433,7 @@ async def test_the_planner_timeout_closes_the_stream() -> None:
     async with serving() as (server, planner):
         server.add_reply(RESPONSE, first_delay=60.0)
         with pytest.raises(PlannerError, match=r"did not answer within 2\.0 s") as info:
-            await run(planner, Tools(), planner_timeout=2.0)
+            await run(planner, Tools(), model_timeout=2.0)
         assert isinstance(info.value.__cause__, TimeoutError)
         await server.wait_disconnected(0, timeout=30)
 

@@ -66,7 +66,7 @@ def test_random_planner_outputs(outputs: list[Any], backend: Literal["asyncio", 
 
     async def main() -> Any:
         return await async_plan_and_execute(
-            "x", tools=[tool], planner=ScriptedPlanner(outputs), max_rounds=3, concurrency=2
+            "x", tools=[tool], planner=ScriptedPlanner(outputs), max_turns=3, concurrency=2
         )
 
     result = anyio.run(main, backend=backend)

@@ -16,10 +16,10 @@ from toolloop import PlannerError, StructuredPlanner, ToolCallingPlanner, async_
 from toolloop.checkpoints import MemoryCheckpointStore
 from toolloop.errors import UsageLimitError
 from toolloop.flow import FlowEvent
+from toolloop.kernel import RunFinished
 from toolloop.loop import (
-    LoopFinished,
     PlanDecided,
-    async_resume_plan_and_execute,
+    async_recover_plan_and_execute,
     stream_plan_and_execute,
 )
 from toolloop.models import OpenAIChatModel, UsageLimits
@@ -103,7 +103,7 @@ async def test_usage_is_summed_per_round_and_per_run() -> None:
     assert usage.complete
     per_round = [e.usage for e in events if isinstance(e, PlanDecided)]
     assert [u.total_tokens if u else None for u in per_round] == [120, 170, 205]
-    finished = [e for e in events if isinstance(e, LoopFinished)]
+    finished = [e for e in events if isinstance(e, RunFinished)]
     assert finished[0].usage == usage
 
 
@@ -124,7 +124,7 @@ async def test_a_scripted_planner_makes_no_counted_call() -> None:
     events: list[FlowEvent] = []
     result = await async_plan_and_execute("?", planner=planner, on_event=events.append)
     assert result.usage.requests == 0
-    assert [e.usage for e in events if isinstance(e, PlanDecided | LoopFinished)] == [None, None]
+    assert [e.usage for e in events if isinstance(e, PlanDecided | RunFinished)] == [None, None]
 
 
 @pytest.mark.parametrize("streaming", [False, True])
@@ -239,7 +239,7 @@ async def test_usage_goes_into_the_trace_and_back(tmp_path: Path) -> None:
                 pass
     recorder.write(tmp_path / "run.jsonl")
     trace = read_trace(tmp_path / "run.jsonl")
-    finished = [e for e in trace.events if isinstance(e, LoopFinished)]
+    finished = [e for e in trace.events if isinstance(e, RunFinished)]
     assert finished[0].usage == run.result.usage
     assert finished[0].usage is not None and finished[0].usage.total_tokens == 244
 
@@ -259,7 +259,7 @@ async def test_a_resumed_durable_run_counts_its_earlier_model_calls_in_its_budge
             )
         server.add_reply(plan("Porto"), usage=used(10, 10))
         server.add_reply(RESPONSE, usage=used(10, 1))
-        result = await async_resume_plan_and_execute(
+        result = await async_recover_plan_and_execute(
             "budget",
             store=store,
             tools=[get_weather],

@@ -139,7 +139,7 @@ async def test_the_planners_and_the_final_answer_pass_their_settings() -> None:
         server.add_reply("no tool")
         await ToolCallingPlanner(model, settings={"seed": 3, "max_tokens": 99}).plan(context)
         server.add_reply("the answer")
-        result = LoopResult.build("?", [], rounds=0, stop_reason="response")
+        result = LoopResult.build("?", [], rounds=0, stop_reason="answered")
         answer = await final_answer(model, result, settings={"stop": "END"})
     structured, tool_calling, final = (r.body for r in server.requests)
     assert (structured["max_tokens"], structured["top_p"], structured["seed"]) == (2048, 0.5, 1)

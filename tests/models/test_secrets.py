@@ -183,7 +183,7 @@ async def test_nor_anywhere_in_the_exception_chain_of_any_product(key: str, wher
                 "agent": lambda: create_agent(model, tools=[get_weather]).run("?"),
                 "status agent": lambda: StatusAgent(model=model, tools=[get_weather]).run("?"),
                 "final answer": lambda: final_answer(
-                    model, LoopResult(user_input="?", rounds=0, stop_reason="response")
+                    model, LoopResult(user_input="?", rounds=0, stop_reason="answered")
                 ),
             }
             for name, run in runs.items():

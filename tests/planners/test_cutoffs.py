@@ -58,7 +58,7 @@ async def test_a_cut_text_reply_is_the_response_with_a_note() -> None:
             planner=ToolCallingPlanner(model, max_tokens=6),
             on_event=events.append,
         )
-    assert result.stop_reason == "response"
+    assert result.stop_reason == "answered"
     assert result.planner_text == "The weather in Lisbon is"
     assert result.notes == [
         "round 0: the model's reply was cut off by its token limit (max_tokens=6) after 24 "
@@ -119,7 +119,7 @@ def test_on_cutoff_must_be_note_or_error() -> None:
         ToolCallingPlanner(model, on_cutoff="ignore")  # type: ignore[arg-type]
 
 
-EMPTY = LoopResult.build("Lisbon?", [], rounds=0, stop_reason="response")
+EMPTY = LoopResult.build("Lisbon?", [], rounds=0, stop_reason="answered")
 
 
 async def test_the_final_answer_says_it_was_cut_off() -> None:

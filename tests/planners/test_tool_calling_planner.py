@@ -277,7 +277,7 @@ async def test_the_second_round_carries_the_history_with_matching_ids() -> None:
             user_extra_requirement="Use metric units.",
         )
     assert result.rounds == 2
-    assert result.stop_reason == "response"
+    assert result.stop_reason == "answered"
     assert [r.purpose for r in result.done_plans] == ["get_weather #1", "add #1", "add #2"]
     assert len(server.requests) == 3
 
@@ -394,7 +394,7 @@ async def test_end_to_end_two_rounds_and_the_final_answer() -> None:
             "weather in two cities and a sum",
             tools=tools.registry(),
             planner=ToolCallingPlanner(model),
-            max_rounds=5,
+            max_turns=5,
         )
         answer = await final_answer(model, result)
     assert result.rounds == 2
@@ -518,14 +518,14 @@ async def test_a_server_that_ignores_required_gets_the_only_tool_named() -> None
         ) as model:
             planner = ToolCallingPlanner(model, tool_choice="required")
             result = await async_plan_and_execute(
-                "2 + 3?", tools=tools, planner=planner, max_rounds=2
+                "2 + 3?", tools=tools, planner=planner, max_turns=2
             )
             choices = [r.body.get("tool_choice") for r in server.requests]
     named = {"type": "function", "function": {"name": "add"}}
     # round 0 asked for "required", got text, asked again naming the tool; round 1 names it
     assert choices == ["required", named, named]
     assert [(r.tool_name, r.result) for r in result.done_plans] == [("add", 5), ("add", 5)]
-    assert result.stop_reason == "max_rounds"
+    assert result.stop_reason == "max_turns"
     assert any("ignored tool_choice='required'" in note for note in result.notes)
 
 
@@ -556,7 +556,7 @@ async def test_calls_of_one_reply_with_the_same_id_are_told_apart_in_the_history
         )
         server.add_reply("3 and 10.")
         await async_plan_and_execute(
-            "sums", tools=tools.registry(), planner=ToolCallingPlanner(model), max_rounds=2
+            "sums", tools=tools.registry(), planner=ToolCallingPlanner(model), max_turns=2
         )
         sent = server.requests[1].body["messages"]
     ids = [c["id"] for m in sent if m["role"] == "assistant" for c in m["tool_calls"]]

@@ -390,7 +390,7 @@ async def test_the_loop(case: Case, streaming_dispatch: bool) -> None:
         assert result.stop_reason == "refusal"
         assert result.planner_text == want["refusal"]
     else:
-        assert result.stop_reason == "response"
+        assert result.stop_reason == "answered"
         assert len(requests) == 1
         assert result.planner_text == (want["text"] if want["text"].strip() else None)
 
@@ -480,7 +480,7 @@ async def test_the_status_agent(case: Case) -> None:
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["final_answer", "stream_final_answer"])
 async def test_the_final_answer(case: Case, streamed: bool) -> None:
-    loop = LoopResult(user_input="Please help.", rounds=0, stop_reason="response")
+    loop = LoopResult(user_input="Please help.", rounds=0, stop_reason="answered")
     want = case.want
     async with serving(case) as (server, model):
         queue(server, case)

@@ -12,7 +12,8 @@ import ray
 import ray_support as rs
 
 from toolloop import LoopResult, async_plan_and_execute
-from toolloop.loop import LoopFinished, RoundStarted
+from toolloop.kernel import RunFinished
+from toolloop.loop import RoundStarted
 from toolloop.ray import AgentJob, LoopJob, RayRunPool, RunOutcome
 from toolloop.runner import ToolCallFinished
 
@@ -35,10 +36,10 @@ def essence(result: LoopResult) -> Any:
 
 
 async def test_results_equal_the_single_process_run() -> None:
-    job = LoopJob(planner=rs.plan_for, tools=[rs.lookup], options={"max_rounds": 3})
+    job = LoopJob(planner=rs.plan_for, tools=[rs.lookup], options={"max_turns": 3})
     local = [
         await async_plan_and_execute(
-            topic, tools=[rs.lookup], planner=rs.plan_for(topic), max_rounds=3
+            topic, tools=[rs.lookup], planner=rs.plan_for(topic), max_turns=3
         )
         for topic in TOPICS
     ]
@@ -72,7 +73,7 @@ async def test_events_of_every_run_are_forwarded() -> None:
     assert all(o.ok for o in outcomes)
     for index in (0, 1):
         kinds = [type(e) for i, e in seen if i == index]
-        assert kinds.count(LoopFinished) == 1
+        assert kinds.count(RunFinished) == 1
         assert RoundStarted in kinds
     remote = [type(e) for i, e in seen if i == 1]
     assert remote == [type(e) for e in local]  # the same events as in one process

@@ -399,7 +399,7 @@ async def test_structured_planner_through_the_loop(
                 "What is the weather in Lisbon, and what is 2 + 3?",
                 tools=toolbox.registry,
                 planner=planner,
-                max_rounds=2,
+                max_turns=2,
                 streaming_dispatch=streaming,
                 timeout=RUN_TIMEOUT,
                 on_event=events.append,
@@ -417,7 +417,7 @@ async def test_structured_planner_through_the_loop(
         records = outcome.done_plans
         print(f"  outcome: {outcome.stop_reason} after {outcome.rounds} round(s)")
         report_records(records)
-        assert outcome.stop_reason in ("response", "max_rounds", "no_commands")
+        assert outcome.stop_reason in ("answered", "max_turns", "no_commands")
         check_commands_recorded(events, records)
         if records:
             assert outcome.action_results is not None
@@ -499,7 +499,7 @@ async def test_short_circuit_closes_a_real_connection(server: Server) -> None:
             "What is the weather in Lisbon?",
             tools=toolbox.registry,
             planner=planner,
-            max_rounds=3,
+            max_turns=3,
             streaming_dispatch=True,
             timeout=RUN_TIMEOUT,
             on_event=events.append,
@@ -527,7 +527,7 @@ async def test_short_circuit_closes_a_real_connection(server: Server) -> None:
         assert saw_go, f"{server.log} does not show the server noticing the client going"
     plans = decided(events)
     assert [p.short_circuited for p in plans] == [True]
-    assert result.stop_reason == "response"
+    assert result.stop_reason == "answered"
     assert result.done_plans == []
     assert result.prompt == {}
     assert toolbox.calls == []
@@ -583,7 +583,7 @@ async def test_tool_calling_planner_forced_call(server: Server, streaming: bool)
             "What is 2 + 3?",
             tools=toolbox.registry,
             planner=planner,
-            max_rounds=1,
+            max_turns=1,
             streaming_dispatch=streaming,
             timeout=RUN_TIMEOUT,
             on_event=events.append,
@@ -599,7 +599,7 @@ async def test_tool_calling_planner_forced_call(server: Server, streaming: bool)
     (plan,) = decided(events)
     assert plan.next_action == "execute"
     assert plan.commands and all(c.tool_name == "add" for c in plan.commands)
-    assert result.stop_reason == "max_rounds"
+    assert result.stop_reason == "max_turns"
     assert result.rounds == 1
     assert len(result.done_plans) == len(plan.commands)
     assert all(r.tool_name == "add" for r in result.done_plans)
@@ -626,7 +626,7 @@ async def test_tool_calling_planner_sends_the_history_back(server: Server) -> No
                 "What is 2 + 3?",
                 tools=toolbox.registry,
                 planner=planner,
-                max_rounds=2,
+                max_turns=2,
                 timeout=RUN_TIMEOUT,
                 on_event=events.append,
             )
@@ -642,7 +642,7 @@ async def test_tool_calling_planner_sends_the_history_back(server: Server) -> No
     assert any(m.get("role") == "tool" for m in history)
     plans = decided(events)
     assert plans[0].next_action == "execute"
-    assert result.stop_reason in ("response", "max_rounds")
+    assert result.stop_reason in ("answered", "max_turns")
     toolbox.check(result.done_plans)
 
 
@@ -662,7 +662,7 @@ async def test_usage_totals_from_the_real_stream(server: Server) -> None:
                 "What is 2 + 3?",
                 tools=toolbox.registry,
                 planner=planner,
-                max_rounds=2,
+                max_turns=2,
                 timeout=RUN_TIMEOUT,
                 usage_limits=UsageLimits(max_requests=1),
                 on_usage_limit="finish",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from toolloop import StatusAgent, async_plan_and_execute, create_agent
-from toolloop.runner import RunResult
+from toolloop.kernel import RunResult
 from toolloop.testing import ScriptedChatModel, ScriptedPlanner
 
 pytestmark = pytest.mark.anyio
@@ -63,7 +63,7 @@ async def test_every_product_returns_a_run_result_with_its_records() -> None:
             ("echo", {"text": "a"}, True, "a")
         ]
     assert (loop.stop_reason, agent.stop_reason, status.stop_reason) == (
-        "response",
         "answered",
-        "finished",
+        "answered",
+        "answered",
     )

@@ -12,7 +12,8 @@ import pytest
 
 from toolloop import async_plan_and_execute
 from toolloop.flow import FlowEvent
-from toolloop.loop import LoopFinished, PlanDecided, RoundFinished, RoundStarted
+from toolloop.kernel import RunFinished
+from toolloop.loop import PlanDecided, RoundFinished, RoundStarted
 from toolloop.planners import PlannerReply
 from toolloop.runner import ToolCallFinished, ToolCallStarted
 from toolloop.testing import ScriptedPlanner
@@ -98,7 +99,7 @@ async def test_export_then_import_gives_equal_events(tmp_path: Path) -> None:
         ToolCallStarted,
         ToolCallFinished,
         RoundFinished,
-        LoopFinished,
+        RunFinished,
     } <= kinds
     decided = [e for e in trace.events if isinstance(e, PlanDecided)]
     assert [d.short_circuited for d in decided] == [False, True]

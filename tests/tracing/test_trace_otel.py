@@ -161,7 +161,7 @@ def check_tree(spans: list[Span]) -> None:
     assert all(s.parent_id in round_ids for s in plans + tools)
     for child in plans + tools + rounds:  # times nest
         assert run.start <= child.start <= child.end <= run.end
-    assert run.attrs["toolloop.stop_reason"] == "response"
+    assert run.attrs["toolloop.stop_reason"] == "answered"
     assert run.attrs["toolloop.records"] == 4
     first_plan, last_plan = plans
     assert first_plan.attrs["toolloop.next_action"] == "execute"

@@ -13,7 +13,8 @@ import pytest
 
 from toolloop import ToolCommand, ToolExecutionRecord, async_plan_and_execute
 from toolloop.flow import ExecutionFailed, FlowEvent
-from toolloop.loop import LoopFinished, PlanDecided, RoundFinished, RoundStarted
+from toolloop.kernel import RunFinished
+from toolloop.loop import PlanDecided, RoundFinished, RoundStarted
 from toolloop.models import OpenAIChatModel
 from toolloop.planners import StructuredPlanner
 from toolloop.runner import ToolCallFinished, ToolCallStarted
@@ -87,9 +88,7 @@ def streamed_run() -> list[FlowEvent]:
             duration=0.05,
             short_circuited=True,
         ),
-        LoopFinished(
-            execution_id=E, at=0.5, round_index=1, stop_reason="response", rounds=1, records=3
-        ),
+        RunFinished(execution_id=E, at=0.5, turns=1, stop_reason="answered", records=3),
     ]
 
 
@@ -121,7 +120,7 @@ def test_the_shape_of_a_run() -> None:
         (1, True, False),
         (2, False, False),
     ]
-    assert shape.stop_reason == "response"
+    assert shape.stop_reason == "answered"
     assert shape.finished_at == 0.5
 
 
@@ -262,9 +261,7 @@ def run_of(span: float) -> list[FlowEvent]:
             commands=[],
             duration=span,
         ),
-        LoopFinished(
-            execution_id=E, at=span, round_index=0, stop_reason="response", rounds=1, records=0
-        ),
+        RunFinished(execution_id=E, at=span, turns=0, stop_reason="answered", records=0),
     ]
 
 

@@ -141,7 +141,7 @@ def test_a_streamed_run_live_in_the_browser(
         chromium.driver.save_screenshot(str(artefacts / f"viewer-{backend}.png"))
     (result,) = outcome
     assert isinstance(result, LoopResult), result
-    assert result.stop_reason == "response"
+    assert result.stop_reason == "answered"
     assert shown["rounds"] == ["0", "1"]
     assert sorted(shown["bars"]) == [  # type: ignore[call-overload]
         "echo:ok",
@@ -368,7 +368,7 @@ def test_the_run_s_usage_is_counted_once(chromium: Browser) -> None:
                 "Say it",
                 tools=_tools(gate),
                 planner=StructuredPlanner(model),
-                max_rounds=2,
+                max_turns=2,
                 on_event=sink,
             )
         )

@@ -100,7 +100,7 @@ def test_the_stream_gives_the_history_then_what_comes_and_resumes_by_id() -> Non
         reader = threading.Thread(target=lambda: later.extend(_events(server.url, 4)))
         reader.start()
         assert server.wait_for_pages(1, timeout=10)
-        server.publish(_event("loop_finished", round_index=3, stop_reason="response",
+        server.publish(_event("loop_finished", round_index=3, stop_reason="answered",
                               rounds=3, records=0))  # fmt: skip
         reader.join(10)
         assert [e["kind"] for _, e in later][-1] == "loop_finished"
@@ -226,7 +226,7 @@ def test_a_trace_file_is_replayed_with_notes_for_lines_that_are_not_events(
         + json.dumps(_event("round_started", round_index=0))
         + "\nnot json\n"
         + json.dumps(
-            _event("loop_finished", round_index=0, stop_reason="response", rounds=0, records=0)
+            _event("loop_finished", round_index=0, stop_reason="answered", rounds=0, records=0)
         )
     )  # the last line has no line end: it is read all the same
     with ViewerServer() as server:

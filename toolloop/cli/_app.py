@@ -229,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--tool-choice",
         metavar="CHOICE",
         help="with --planner tool-calling: auto, required (a tool call every round, until "
-        "--max-rounds), none, or a tool's name (default: auto; some servers, e.g. "
+        "--max-turns), none, or a tool's name (default: auto; some servers, e.g. "
         "llama.cpp's, call tools only when required)",
     )
     run.add_argument(
@@ -237,7 +237,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--seed", type=_seed, metavar="N", help="for servers that sample with one")
     run.add_argument(
-        "--max-rounds", type=_count, default=5, metavar="N", help="default: %(default)s"
+        "--max-turns",
+        type=_count,
+        default=5,
+        metavar="N",
+        help="rounds that may run tools (default: %(default)s)",
     )
     run.add_argument(
         "--concurrency",
@@ -251,7 +255,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--tool-timeout", type=_seconds, metavar="SECONDS", help="for each tool call")
     run.add_argument(
-        "--planner-timeout", type=_seconds, metavar="SECONDS", help="for each planner call"
+        "--model-timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        help="for each model call (each planner call, the answer)",
     )
     run.add_argument(
         "--max-retries",
@@ -458,11 +465,11 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         tool_choice=args.tool_choice,
         temperature=args.temperature,
         seed=args.seed,
-        max_rounds=args.max_rounds,
+        max_turns=args.max_turns,
         concurrency=args.concurrency,
         timeout=args.timeout,
         tool_timeout=args.tool_timeout,
-        planner_timeout=args.planner_timeout,
+        model_timeout=args.model_timeout,
         max_retries=args.max_retries,
         streaming_dispatch=args.streaming_dispatch,
         requirement=args.requirement,

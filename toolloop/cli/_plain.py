@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 
 from ..flow import ExecutionFailed, FlowEvent
+from ..kernel import RunFinished
 from ..loop import (
-    LoopFinished,
     PlanDecided,
     RoundFinished,
     RoundStarted,
@@ -91,13 +91,13 @@ def _one_line(text: str, limit: int = 160) -> str:
 
 
 def plan_summary(event: PlanDecided) -> str:
-    """``execute 5 commands`` / ``response, short-circuit`` / ``response (max_rounds)``."""
+    """``execute 5 commands`` / ``response, short-circuit`` / ``response (max_turns)``."""
     if event.next_action == "execute":
         n = len(event.commands)
         text = f"execute {n} command{'s' * (n != 1)}"
     else:
         text = "response"
-        if event.stop_reason not in (None, "response"):
+        if event.stop_reason not in (None, "answered"):
             text += f" ({event.stop_reason})"
     if event.short_circuited:
         text += ", short-circuit: the stream was closed as soon as 'response' was settled"
@@ -148,10 +148,10 @@ def describe(event: FlowEvent, round_started: Mapping[int, float] | None = None)
             f"round {event.round_index}  done: {n} record{'s' * (n != 1)}, {ok} ok, "
             f"{failed} failed ({round_took(event, (round_started or {}).get(event.round_index))})"
         )
-    if isinstance(event, LoopFinished):
+    if isinstance(event, RunFinished):
         return (
-            f"finished: {event.stop_reason} after {event.rounds} round"
-            f"{'s' * (event.rounds != 1)}, {event.records} record{'s' * (event.records != 1)}"
+            f"finished: {event.stop_reason} after {event.turns} round"
+            f"{'s' * (event.turns != 1)}, {event.records} record{'s' * (event.records != 1)}"
         )
     if isinstance(event, ExecutionFailed):
         return f"failed: {_one_line(event.error)}"

@@ -18,8 +18,8 @@ from typing import TextIO
 import anyio
 
 from ..flow import ExecutionFailed, FlowEvent
+from ..kernel import RunFinished
 from ..loop import (
-    LoopFinished,
     PlanDecided,
     RoundFinished,
     RoundStarted,
@@ -228,11 +228,11 @@ class LiveDisplay:
             tally = s.green(f"{ok} ok") + (f", {s.red(f'{failed} failed')}" if failed else "")
             took = round_took(event, self._round_started.get(event.round_index))
             permanent.append(f"{t}    done: {tally} {s.dim(f'({took})')}")
-        elif isinstance(event, LoopFinished):
+        elif isinstance(event, RunFinished):
             self._planning = None
             permanent.append(
-                f"{t}  {s.bold('finished')}: {event.stop_reason} after {event.rounds} "
-                f"round{'s' * (event.rounds != 1)}, {event.records} "
+                f"{t}  {s.bold('finished')}: {event.stop_reason} after {event.turns} "
+                f"round{'s' * (event.turns != 1)}, {event.records} "
                 f"record{'s' * (event.records != 1)}"
             )
         elif isinstance(event, ExecutionFailed):

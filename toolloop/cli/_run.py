@@ -51,11 +51,11 @@ class RunOptions:
     """For the tool-calling planner: auto, required, none or a tool's name."""
     temperature: float | None = None
     seed: int | None = None
-    max_rounds: int = 5
+    max_turns: int = 5
     concurrency: int = 4
     timeout: float | None = None
     tool_timeout: float | None = None
-    planner_timeout: float | None = None
+    model_timeout: float | None = None
     max_retries: int | None = None
     streaming_dispatch: bool = False
     requirement: str | None = None
@@ -74,7 +74,7 @@ def _meta(options: RunOptions, tools: list[str], base_url: str) -> dict[str, Any
         "model": options.model,
         "base_url": redact_text(base_url),
         "tools": tools,
-        "max_rounds": options.max_rounds,
+        "max_turns": options.max_turns,
         "concurrency": options.concurrency,
         "streaming_dispatch": options.streaming_dispatch,
         **{
@@ -182,11 +182,11 @@ async def _async_run(
                 options.request,
                 tools=registry,
                 planner=planner,
-                max_rounds=options.max_rounds,
+                max_turns=options.max_turns,
                 concurrency=options.concurrency,
                 timeout=options.timeout,
                 tool_timeout=options.tool_timeout,
-                planner_timeout=options.planner_timeout,
+                model_timeout=options.model_timeout,
                 user_extra_requirement=options.requirement,
                 streaming_dispatch=options.streaming_dispatch,
                 on_timeout="finish",

@@ -45,9 +45,9 @@ __all__ = ["Execution", "ExecutionStatus"]
 _LOG = logging.getLogger("toolloop")
 
 
-Closing = Callable[[str, "Exception | None"], "Sequence[FlowEvent]"]
-"""``closing(status, failure)``: the events to publish as an execution's session ends (see
-:meth:`Execution.on_close`)."""
+Closing = Callable[[str, "Exception | None", float], "Sequence[FlowEvent]"]
+"""``closing(status, failure, at)``: the events to publish as an execution's session ends,
+``at`` seconds into it (see :meth:`Execution.on_close`)."""
 
 
 def _is_async_callable(callback: Any) -> bool:
@@ -159,11 +159,11 @@ class Execution(Generic[S]):
         return bool(self._observers)
 
     def on_close(self, closing: Closing | None) -> None:
-        """Call ``closing(status, failure)`` as each session of the execution ends, while
+        """Call ``closing(status, failure, at)`` as each session of the execution ends, while
         its observers still listen: the events it returns are published before the
         engine's last one (``ExecutionFinished``, ``ExecutionPaused`` or ``ExecutionFailed``).
         ``status`` is ``completed``, ``paused`` or ``failed`` (then ``failure`` is the error
-        about to be raised). Called only when someone observes the execution; one hook per
+        about to be raised); ``at`` is the time of the engine's last event. Called only when someone observes the execution; one hook per
         execution (a later call replaces it, ``None`` removes it)."""
         self._closing = closing
 
@@ -366,7 +366,7 @@ class Execution(Generic[S]):
             self.status = "failed"
             failure.trace = materialize(self._trace)  # the whole story, cancellations too
             if self._observers:
-                self._closed("failed", failure)
+                self._closed("failed", failure, elapsed)
                 self._publish(
                     ExecutionFailed(
                         execution_id=self.id, at=elapsed, duration=elapsed, error=str(failure)
@@ -377,13 +377,13 @@ class Execution(Generic[S]):
         if self._done:
             self.status = "completed"
             if self._observers:
-                self._closed("completed", None)
+                self._closed("completed", None, elapsed)
                 self._publish(ExecutionFinished(execution_id=self.id, at=elapsed, duration=elapsed))
             self._close_observers()
             return FlowResult("completed", self._result, self.state, self._trace, self.id)
         self.status = "paused"
         if self._observers:
-            self._closed("paused", None)
+            self._closed("paused", None, elapsed)
             self._publish(
                 ExecutionPaused(
                     execution_id=self.id,
@@ -514,12 +514,12 @@ class Execution(Generic[S]):
             if self._tg is not None:
                 self._tg.cancel_scope.cancel()
 
-    def _closed(self, status: str, failure: Exception | None) -> None:
+    def _closed(self, status: str, failure: Exception | None, at: float) -> None:
         closing = self._closing
         if closing is None:
             return
         try:
-            events = closing(status, failure)
+            events = closing(status, failure, at)
         except Exception:  # a closing hook's bug never changes how the run ended
             _LOG.warning("the closing hook of execution %s raised", self.id, exc_info=True)
             return

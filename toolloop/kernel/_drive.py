@@ -162,19 +162,18 @@ async def drive(
         meter.usage = spent
         meter.started = spent.requests
 
-    def closing(status: str, failure: Exception | None) -> Sequence[FlowEvent]:
+    def closing(status: str, failure: Exception | None, at: float) -> Sequence[FlowEvent]:
         if status == "paused":
             return ()
         stop = logic.stop_reason(state) if status == "completed" else None
         stop = stop or finish_reason_of(options, failure)
         if stop is None:
             return ()
-        ctx = execution.context_for("run")
         _keep_usage(state, meter)
         return (
             RunFinished(
                 execution_id=execution.id,
-                at=ctx.elapsed(),
+                at=at,
                 stop_reason=stop,
                 records=len(logic.records(state)),
                 usage=_usage_of(state),
@@ -188,6 +187,7 @@ async def drive(
         with meter, active:
             result = await start()
     except Exception as exc:
+        execution.on_close(None)  # (the hook refers to the execution: no cycle is left)
         _keep_usage(state, meter)
         stop = finish_reason_of(options, exc)
         if run is not None:
@@ -201,11 +201,13 @@ async def drive(
             await run.complete(completed(ended) if completed is not None else None)
         return ended
     except BaseException as exc:  # cancelled: the run stays "running", to be recovered
+        execution.on_close(None)
         _keep_usage(state, meter)
         if run is not None:
             await note_cut_off(run, exc)
             await run.abandon()  # (its lease, with a leasing store, is given back)
         raise
+    execution.on_close(None)
     _keep_usage(state, meter)
     if result.paused:
         if run is not None:

@@ -10,15 +10,17 @@ from ._answer import final_answer_messages as final_answer_messages
 from ._answer import stream_final_answer as stream_final_answer
 from ._api import LoopStream as LoopStream
 from ._api import async_plan_and_execute as async_plan_and_execute
+from ._api import async_recover_plan_and_execute as async_recover_plan_and_execute
 from ._api import async_resume_plan_and_execute as async_resume_plan_and_execute
 from ._api import plan_and_execute as plan_and_execute
+from ._api import recover_plan_and_execute as recover_plan_and_execute
 from ._api import resume_plan_and_execute as resume_plan_and_execute
 from ._api import stream_plan_and_execute as stream_plan_and_execute
 from ._events import LoopEvent as LoopEvent
-from ._events import LoopFinished as LoopFinished
 from ._events import PlanDecided as PlanDecided
 from ._events import RoundFinished as RoundFinished
 from ._events import RoundStarted as RoundStarted
+from ._flow import AnswerWith as AnswerWith
 from ._flow import RoundState as RoundState
 from ._flow import loop_flow as loop_flow
 from ._normalize import NormalizedPlan as NormalizedPlan
@@ -33,9 +35,9 @@ __all__ = [
     "EXTRA_INSTRUCTION",
     "FINAL_ANSWER_RESULT_CHARS",
     "AnswerStream",
+    "AnswerWith",
     "FinalAnswer",
     "LoopEvent",
-    "LoopFinished",
     "LoopResult",
     "LoopStream",
     "NormalizedPlan",
@@ -46,12 +48,14 @@ __all__ = [
     "RoundState",
     "StopReason",
     "async_plan_and_execute",
+    "async_recover_plan_and_execute",
     "async_resume_plan_and_execute",
     "final_answer",
     "final_answer_messages",
     "loop_flow",
     "normalize_plan",
     "plan_and_execute",
+    "recover_plan_and_execute",
     "resume_plan_and_execute",
     "stream_final_answer",
     "stream_plan_and_execute",

@@ -1,20 +1,21 @@
 """Durable runs of the loop: a checkpoint after every round, a journal of every planner
-output and tool call, and a run that continues after its process died.
+output and tool call, and a run that continues after its process died or a human answered.
 
 An opt-in layer around the loop's flow, through the seams it already has: the planner is
-wrapped (its output is journaled per round, and the round state is checkpointed before each
-planner call, i.e. after each round), and the executor is one whose :meth:`call` goes
-through the run's journal (intent before, outcome after). Without a store nothing of this
-runs: the loop's per-call path is unchanged.
+wrapped (its reply is journaled per round, and the round state is checkpointed before each
+planner call, i.e. after each round), each command is told to the layer before it runs (its
+call id, ``"{round}.{position}"``: the id the events and a human's request give it), and the
+executor's :meth:`call` goes through the kernel's journal
+(:func:`~toolloop.kernel.journaled_call`: intent before, outcome after). Without a store
+nothing of this runs: the loop's per-call path is unchanged.
 
-Resuming a run (:func:`resume_plan_and_execute`) restores the round state of its last
-checkpoint and goes on: a round whose plan is journaled is not planned again (the same
-commands come back), a tool call whose outcome is journaled is not run again (its record
-comes back), and a call whose intent is journaled without an outcome (it was cut off while
-it ran: it may or may not have taken effect) is handled by the caller's policy, never
-silently re-run: ``"fail"`` makes it a failed record that says what cut it off (its process
-stopped, or the run's own timeout, cancellation or error ended it), for the planner to
-decide; ``"retry"`` runs it again if its tool is named idempotent (else as ``"fail"``).
+A resumed or recovered run restores the round state of its last checkpoint and goes on: a
+round whose plan is journaled is not planned again, a call whose outcome is journaled is not
+run again, and a call whose intent is journaled without an outcome follows the run's
+``unknown_outcome`` (a failed record that says what cut it off, a retry of an idempotent
+tool, or a question to a human). A round whose calls need a human's approval waits before
+they run (with streaming dispatch, those calls are held while the others run); the human's
+decisions are journaled, and the round runs again with them.
 
 What the planner's model calls cost is journaled with the plan they paid for (and, for a
 planner call that raised, on its own), so a resumed run counts every model call made before
@@ -24,47 +25,53 @@ usage journaled from that round on. A budget holds exactly across resumes.
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Awaitable, Callable, Collection, Mapping
+import uuid
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any
 
-import anyio
 from pydantic import ValidationError
 
-from .._errors import PlannerError
 from ..checkpoints import (
-    Approve,
     Checkpoint,
     CheckpointConflictError,
     CheckpointedRun,
     CheckpointStore,
     CorruptCheckpointError,
-    DecisionError,
-    Edit,
-    HumanAnswer,
-    HumanDecision,
     HumanRequest,
     JournalEntry,
-    Reject,
     RequestedCall,
     RunNotResumableError,
-    check_decision,
     cut_off_causes,
-    note_cut_off,
-    parse_decision,
+    interruption,
     record_usage,
     usage_since,
 )
-from ..checkpoints import interrupted_error as call_interrupted
-from ..flow import Execution, FlowSnapshot
+from ..flow import FlowSnapshot
+from ..kernel import (
+    Decided,
+    Interrupted,
+    Run,
+    RunOptions,
+    Skip,
+    Verdict,
+    approval_rule,
+    decide,
+    journaled_call,
+    record_interrupted,
+)
 from ..models import Usage, current_meter
-from ..planners import PlannerContext, PlannerLike, PlannerReply, call_planner
+from ..planners import (
+    Dispatch,
+    PlannerContext,
+    PlannerLike,
+    PlannerReply,
+    StreamingPlanner,
+    call_planner,
+)
 from ..runner import Executor, ToolCommand, ToolExecutionRecord, json_safe
-from ._flow import LoopDeps, RoundState, loop_flow
-from ._normalize import normalize_plan
-from ._results import LoopResult
+from ._flow import LoopDeps, PauseForHuman, RoundState, loop_flow
+from ._normalize import normalize_command, normalize_plan
 
 __all__ = [
     "DECISIONS",
@@ -73,112 +80,115 @@ __all__ = [
     "DurableLoop",
     "JournaledExecutor",
     "JournaledPlanner",
-    "PauseForHuman",
-    "UnknownOutcome",
-    "answer_of",
-    "interrupted_error",
+    "begin",
+    "call_id",
+    "decision_of",
     "resume_checkpoint",
-    "run_durable",
+    "stored_approval",
 ]
-
-UnknownOutcome = Literal["fail", "retry"]
-"""What a resumed run does with a tool call whose outcome is unknown (its intent is
-journaled, its outcome is not): ``"fail"``: a failed record saying so, the tool does not run
-again, the planner decides; ``"retry"``: run it again if its tool is idempotent (named in
-``idempotent_tools``), else as ``"fail"``."""
 
 FLOW_KIND = "plan_and_execute"
 """The ``metadata["kind"]`` of a loop's checkpoint."""
 PLANNER = "<planner>"
 """The ``tool_name`` of a journaled planner output."""
+DECISIONS = "<human>"
+"""The ``tool_name`` of journaled human decisions (by call id: run, with these arguments,
+or skip, with this error)."""
 
 
-def interrupted_error(call_id: str, tool_name: str, cause: str | None = None) -> str:
-    """The error of the record of a call whose outcome is unknown (``cause``: what ended the
-    run while it ran, ``None`` when its process stopped)."""
-    return (
-        f"{call_interrupted(call_id, tool_name, cause)} (resume with unknown_outcome='retry' "
-        "and the tool in idempotent_tools to run such a call again)"
-    )
+def call_id(round_index: int, position: int) -> str:
+    """A call's id: its round and its position in the round's plan, the same in the events
+    (``ToolCallStarted.call_id``), a human's request and the journal."""
+    return f"{round_index}.{position}"
 
 
-def _next_key(seen: dict[str, int], round_index: int, command: ToolCommand) -> str:
-    """A stable id of ``command`` in its round: what it is, and which of its identical
-    twins (identical commands are interchangeable, so their order does not matter);
-    ``seen`` counts the twins met so far."""
-    text = json.dumps(
-        [command.tool_name, command.purpose, command.todo_suggestion, command.tool_kwargs],
-        sort_keys=True,
-        default=repr,
-        ensure_ascii=False,
-    )
-    digest = hashlib.blake2b(text.encode(), digest_size=10).hexdigest()
-    base = f"r{round_index}/{command.tool_name}/{digest}"
-    n = seen.get(base, 0)
-    seen[base] = n + 1
-    return f"{base}#{n}"
+def _round_of(key: str) -> int:
+    """The round of a planner output's key, ``r{i}/plan``."""
+    try:
+        return int(key[1 : key.index("/")])
+    except ValueError:
+        return -1
 
 
-class PauseForHuman(Exception):
-    """Raised by the journaled planner when a planned call waits for a human's decision:
-    the run pauses before the round runs (never seen by callers)."""
+def _read_usage(data: Any, key: str, run_id: str) -> Usage:
+    try:
+        return Usage.model_validate(data)
+    except ValidationError as exc:
+        raise CorruptCheckpointError(
+            f"the usage journaled with {key!r} of run {run_id!r} is no usage "
+            f"({exc.error_count()} problems); it was left as it is"
+        ) from exc
 
-    def __init__(self, request: HumanRequest) -> None:
-        super().__init__(request.reason)
-        self.request = request
+
+def _dump_verdict(verdict: Verdict) -> dict[str, Any]:
+    if isinstance(verdict, Run):
+        return {"run": json_safe(verdict.arguments)}
+    return {"skip": verdict.error, "why": verdict.why}
+
+
+def _read_verdicts(data: Any, run_id: str) -> dict[str, Verdict]:
+    verdicts: dict[str, Verdict] = {}
+    try:
+        for key, value in dict(data).items():
+            if "run" in value:
+                verdicts[str(key)] = Run(dict(value["run"]))
+            else:
+                verdicts[str(key)] = Skip(str(value["skip"]), value.get("why", "rejected"))
+    except (TypeError, ValueError, KeyError) as exc:
+        raise CorruptCheckpointError(
+            f"a journaled human decision of run {run_id!r} cannot be read ({exc}); it was "
+            "left as it is"
+        ) from exc
+    return verdicts
 
 
 class DurableLoop:
     """The durable side of one run: its checkpoint, the journal read when it was claimed,
-    and the policy for calls with an unknown outcome. A service of the run (its deps)."""
+    its options (approvals, the policy for unknown outcomes), and the call ids of the round
+    running. A service of the run (its deps)."""
 
     __slots__ = (
         "_data",
+        "_ids",
         "_saved_round",
-        "_seen",
         "approval",
         "base_usage",
         "cuts",
-        "decisions",
-        "idempotent",
         "journal",
         "limits",
+        "options",
         "run",
         "state",
-        "unknown",
+        "verdicts",
     )
 
     def __init__(
         self,
         run: CheckpointedRun,
         state: RoundState,
+        options: RunOptions,
         *,
         journal: Mapping[str, JournalEntry] | None = None,
-        unknown_outcome: UnknownOutcome = "fail",
-        idempotent_tools: Collection[str] = (),
-        needs_approval: Collection[str] = (),
+        tool_names: Collection[str] = (),
     ) -> None:
-        if unknown_outcome not in ("fail", "retry"):
-            raise ValueError(f"unknown_outcome must be 'fail' or 'retry', got {unknown_outcome!r}")
         self.run = run
         self.state = state
+        self.options = options
         self.journal: dict[str, JournalEntry] = dict(journal or {})
-        self.unknown = unknown_outcome
-        self.idempotent = frozenset(idempotent_tools)
-        self.approval = frozenset(needs_approval)
-        self.decisions: dict[str, HumanDecision] = {}
-        """The human's decision on each call that needed one, by call key."""
+        self.approval = approval_rule(options.needs_approval, tool_names)
+        self.verdicts: dict[str, Verdict] = {}
+        """A human's decision on each call that needed one, by call id."""
         for entry in self.journal.values():
             if entry.tool_name == DECISIONS and entry.state == "finished":
-                self.decisions.update(_read_decisions(entry.outcome, run.run_id))
+                self.verdicts.update(_read_verdicts(entry.outcome, run.run_id))
         self.cuts = cut_off_causes(self.journal)
-        """What the run's own end cut off, by call key (see :func:`note_cut_off`)."""
+        """What the run's own end cut off, by call id (see ``note_cut_off``)."""
         self.base_usage = state.usage
         """The usage the last checkpoint holds: the model calls made before the current
         round was planned (the round's own are journaled)."""
         self.limits = (64, 256 * 1024)
         self._saved_round = state.round_index
-        self._seen: dict[str, int] = {}
+        self._ids: dict[int, tuple[ToolCommand, str]] = {}
         self._data: dict[int, tuple[ToolExecutionRecord, Any]] = {}
 
     def wrap(self, deps: LoopDeps) -> LoopDeps:
@@ -192,66 +202,109 @@ class DurableLoop:
         )
         executor.durable = self
         self.limits = (deps.max_commands, deps.max_kwargs_bytes)
+        planner: PlannerLike = (
+            JournaledStreamingPlanner(deps.planner, self)
+            if isinstance(deps.planner, StreamingPlanner)
+            else JournaledPlanner(deps.planner, self)
+        )
         return replace(
             deps,
-            planner=JournaledPlanner(deps.planner, self),
+            planner=planner,
             executor=executor,
-            streaming_dispatch=False,  # a plan is journaled whole before its tools run
+            note_call=self.note_call,
+            on_pause=self.on_pause,
         )
 
-    def call_key(self, round_index: int, command: ToolCommand) -> str:
-        """A stable id of ``command`` in its round (see :func:`_next_key`)."""
-        return _next_key(self._seen, round_index, command)
+    def note_call(self, round_index: int, command: ToolCommand, position: int) -> None:
+        """The call id of ``command``, told before it runs (the executor reads it)."""
+        self._ids[id(command)] = (command, call_id(round_index, position))
 
-    def check_approval(self, round_index: int, raw: Any) -> None:
-        """Raise :class:`PauseForHuman` if the round's plan has calls of tools that need
-        approval and no decision was taken on them yet."""
+    def id_of(self, command: ToolCommand) -> str:
+        """The call id told for ``command`` (one made up if none was: it is journaled all
+        the same)."""
+        known = self._ids.pop(id(command), None)
+        if known is not None and known[0] is command:
+            return known[1]
+        return f"{self.state.round_index}.?{len(self.journal)}.{id(command)}"
+
+    def on_pause(self, state: RoundState) -> None:
+        """The paused snapshot counts the usage of its checkpoint: the round's plan is
+        journaled, and counted from there when the run is resumed."""
+        state.usage = self.base_usage
+
+    def asked(self, round_index: int, raw: Any) -> HumanRequest | None:
+        """What the round must ask a human before its calls run: approvals its calls need,
+        or (``unknown_outcome="ask"``) calls cut off before; ``None`` when nothing."""
         max_commands, max_bytes = self.limits
-        decided = normalize_plan(raw, max_commands=max_commands, max_kwargs_bytes=max_bytes)
-        if decided.next_action != "execute":
-            return
-        seen: dict[str, int] = {}
-        asked: list[RequestedCall] = []
-        for command in decided.commands:
-            key = _next_key(seen, round_index, command)
-            if command.tool_name not in self.approval or key in self.decisions:
+        plan = normalize_plan(raw, max_commands=max_commands, max_kwargs_bytes=max_bytes)
+        if plan.next_action != "execute":
+            return None
+        approvals: list[RequestedCall] = []
+        interrupted: list[RequestedCall] = []
+        positions = plan.sources or range(len(plan.items))
+        for item, position in zip(plan.items, positions, strict=True):
+            if not isinstance(item, ToolCommand):
                 continue
-            if self.journal.get(key) is not None:
-                continue  # it ran (or started) before: the journal answers for it
-            asked.append(
-                RequestedCall(
-                    call_id=key,
-                    tool_name=command.tool_name,
-                    arguments=json_safe(command.tool_kwargs),
-                    purpose=command.purpose,
-                    why=f"tool {command.tool_name!r} needs a human's approval",
+            key = call_id(round_index, position)
+            if key in self.verdicts:
+                continue
+            asked = self.approval_of(key, item)
+            if asked is not None:
+                approvals.append(asked)
+                continue
+            entry = self.journal.get(key)
+            if (
+                self.options.unknown_outcome == "ask"
+                and entry is not None
+                and entry.state == "started"
+            ):
+                interrupted.append(
+                    RequestedCall(
+                        call_id=key,
+                        tool_name=item.tool_name,
+                        arguments=json_safe(item.tool_kwargs),
+                        purpose=item.purpose,
+                        why=f"interrupted: {interruption(self.cuts.get(key))}; it may or may "
+                        "not have taken effect",
+                    )
                 )
+        if approvals:
+            return HumanRequest(
+                kind="approve_tool_calls",
+                reason=(
+                    f"round {round_index} plans {len(approvals)} call(s) that need approval: "
+                    "approve, edit their arguments, or reject them (the planner is told)"
+                ),
+                tool_calls=approvals,
+                allowed=["approve", "edit", "reject"],
             )
-        if asked:
-            raise PauseForHuman(
-                HumanRequest(
-                    kind="approve_tool_calls",
-                    reason=(
-                        f"round {round_index} plans {len(asked)} call(s) that need approval: "
-                        "approve, edit their arguments, or reject them (the planner is told)"
-                    ),
-                    tool_calls=asked,
-                    allowed=["approve", "edit", "reject"],
-                )
+        if interrupted:
+            return HumanRequest(
+                kind="interrupted_tool_calls",
+                reason=(
+                    f"{len(interrupted)} tool call(s) of round {round_index} were interrupted, "
+                    "so they may or may not have taken effect. They were not run again: "
+                    "approve (or edit) to run them again, or reject to tell the planner they "
+                    "did not finish"
+                ),
+                tool_calls=interrupted,
+                allowed=["approve", "edit", "reject"],
             )
+        return None
 
-    def decided(self, key: str, command: ToolCommand) -> ToolCommand | ToolExecutionRecord:
-        """``command`` as the human decided it (edited arguments), or the record of a
-        rejected call."""
-        decision = self.decisions.get(key)
-        if isinstance(decision, Edit) and key in decision.arguments:
-            return command.model_copy(update={"tool_kwargs": decision.arguments[key]})
-        if isinstance(decision, Reject):
-            said = decision.message or "no reason given"
-            return ToolExecutionRecord.failed(
-                command, f"a human rejected this call of {command.tool_name!r}: {said}"
+    def approval_of(self, key: str, command: ToolCommand) -> RequestedCall | None:
+        """The call as a human is asked about it, when it needs approval and was neither
+        decided nor journaled (a journaled call ran, or started, already)."""
+        if self.approval is None or key in self.verdicts or key in self.journal:
+            return None
+        return self.approval(
+            RequestedCall(
+                call_id=key,
+                tool_name=command.tool_name,
+                arguments=json_safe(command.tool_kwargs),
+                purpose=command.purpose,
             )
-        return command
+        )
 
     def count_journaled_usage(self) -> None:
         """Add to the state's usage what the journal holds from the checkpoint's round on:
@@ -281,41 +334,6 @@ class DurableLoop:
         self.base_usage = state.usage
         await self.run.save(self.snapshot())
 
-    async def journaled(self, key: str, command: ToolCommand, run: Any) -> ToolExecutionRecord:
-        """The record of ``command`` under ``key``, its tool run at most once (see the
-        module's docstring); ``run()`` runs it."""
-        entry = self.journal.get(key)
-        if entry is None:
-            mine = JournalEntry(
-                call_id=key, tool_name=command.tool_name, arguments=command.tool_kwargs
-            )
-            entry = await self.run.record_intent(mine)
-            if entry.state == "started" and entry.started_at == mine.started_at:
-                record: ToolExecutionRecord = await run()
-                await self._outcome(key, record, "finished")
-                return record
-        if entry.state == "started":
-            if self.runs_again(entry):
-                self.run.reopen(key)  # running here now, under the intent journaled before
-                record = await run()
-                await self._outcome(key, record, "finished")
-                return record
-            error = interrupted_error(key, command.tool_name, self.cuts.get(key))
-            record = ToolExecutionRecord.failed(command, error)
-            await self._outcome(key, record, "interrupted")
-            return record
-        try:
-            record = ToolExecutionRecord.model_validate(entry.outcome)
-        except ValidationError as exc:
-            raise CorruptCheckpointError(
-                f"the journaled outcome of call {key!r} of run {self.run.run_id!r} is no tool "
-                f"record ({exc.error_count()} problems); it was left as it is"
-            ) from exc
-        # the planner's own words (purpose, todo) of this round, the journal's outcome
-        return record.model_copy(
-            update={"purpose": command.purpose, "todo_suggestion": command.todo_suggestion}
-        )
-
     def record_data(self, record: ToolExecutionRecord) -> Any:
         """``record`` as JSON data, made once per record (checkpoints repeat it)."""
         key = id(record)
@@ -339,120 +357,106 @@ class DurableLoop:
         data["last_round_records"] = [self.record_data(r) for r in state.last_round_records]
         return FlowSnapshot(flow=loop_flow.name, execution_id=self.run.run_id, state=data)
 
-    def runs_again(self, entry: JournalEntry) -> bool:
-        """Whether a journaled call runs again now: only one with an unknown outcome, of an
-        idempotent tool, under the ``"retry"`` policy."""
-        return (
-            entry.state == "started"
-            and self.unknown == "retry"
-            and entry.tool_name in self.idempotent
+    async def journaled(
+        self, key: str, command: ToolCommand, call: Callable[[], Any], *, again: bool = False
+    ) -> ToolExecutionRecord:
+        """The record of ``command`` under ``key``, its tool run at most once (``again``: a
+        human approved running a call that was cut off, once more)."""
+        options = self.options
+        outcome = await journaled_call(
+            self.run,
+            self.journal,
+            key,
+            tool_name=command.tool_name,
+            arguments=json_safe(command.tool_kwargs),
+            call=call,
+            dump=self.record_data,
+            load=ToolExecutionRecord.model_validate,
+            unknown_outcome="retry" if again else options.unknown_outcome,
+            idempotent_tools={command.tool_name} if again else options.idempotent_tools,
         )
+        if not isinstance(outcome, Interrupted):
+            # the planner's own words (purpose, todo) of this round, the journal's outcome
+            record: ToolExecutionRecord = outcome
+            return record.model_copy(
+                update={"purpose": command.purpose, "todo_suggestion": command.todo_suggestion}
+            )
+        if outcome.answered is not None:
+            try:
+                return ToolExecutionRecord.model_validate(outcome.answered)
+            except ValidationError:
+                pass
+        failed = ToolExecutionRecord.failed(command, _interrupted_error(outcome))
+        await record_interrupted(self.run, key, self.record_data(failed))
+        return failed
 
-    async def _outcome(self, key: str, record: ToolExecutionRecord, state: Any) -> None:
-        # written even while the run is being cancelled: the tool did run
-        with anyio.CancelScope(shield=True):
-            await self.run.record_outcome(key, self.record_data(record), state=state)
+
+def _interrupted_error(cut: Interrupted) -> str:
+    return (
+        f"{cut.error} (resume with unknown_outcome='retry' and the tool in idempotent_tools "
+        "to run such a call again, or 'ask' to put it to a human)"
+    )
 
 
-DECISIONS = "<human>"
-"""The ``tool_name`` of a journaled human decision (its outcome: decisions by call key)."""
+def decision_of(checkpoint: Checkpoint, decision: object, registry: Any) -> Decided:
+    """The human's answer to a paused run, checked against what it asks.
 
-
-def _round_of(key: str) -> int:
-    """The round of a planner output's key, ``r{i}/plan``."""
+    Raises:
+        DecisionError: the answer does not fit (see :func:`~toolloop.kernel.decide`).
+        CorruptCheckpointError: what the run asks cannot be read.
+    """
     try:
-        return int(key[1 : key.index("/")])
-    except ValueError:
-        return -1
-
-
-def _read_usage(data: Any, key: str, run_id: str) -> Usage:
-    try:
-        return Usage.model_validate(data)
+        request = HumanRequest.model_validate(checkpoint.request)
     except ValidationError as exc:
         raise CorruptCheckpointError(
-            f"the usage journaled with {key!r} of run {run_id!r} is no usage "
+            f"run {checkpoint.run_id!r} is paused, but what it asks cannot be read "
             f"({exc.error_count()} problems); it was left as it is"
         ) from exc
 
+    def validate(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        checked: dict[str, Any] = registry.get(name).validate(arguments)
+        return checked
 
-def _read_decisions(data: Any, run_id: str) -> dict[str, HumanDecision]:
-    try:
-        return {str(k): parse_decision(v) for k, v in dict(data).items()}
-    except (TypeError, ValueError, DecisionError) as exc:
-        raise CorruptCheckpointError(
-            f"a journaled human decision of run {run_id!r} cannot be read ({exc}); it was "
-            "left as it is"
-        ) from exc
+    return decide(request, decision, validate_arguments=validate)
 
 
-async def journal_decisions(
-    run: CheckpointedRun, round_index: int, decisions: Mapping[str, HumanDecision]
-) -> None:
-    """Journal a human's decisions (once: a recovered run finds them there)."""
-    key = f"r{round_index}/decisions"
-    data = {k: v.model_dump(mode="json") for k, v in decisions.items()}
+async def journal_verdicts(run: CheckpointedRun, round_index: int, decided: Decided) -> None:
+    """Journal a human's decisions on the round's calls (once: a recovered run finds them)."""
+    key = f"r{round_index}/decisions/{uuid.uuid4().hex}"
+    data = {k: _dump_verdict(v) for k, v in decided.calls.items()}
     await run.record_intent(JournalEntry(call_id=key, tool_name=DECISIONS))
     await run.record_outcome(key, data)
 
 
-def per_call(request: HumanRequest, answer: HumanAnswer) -> dict[str, HumanDecision]:
-    """One decision per call asked about (a single decision applies to every call)."""
-    if isinstance(answer, dict):
-        return answer
-    decisions: dict[str, HumanDecision] = {}
-    for call in request.tool_calls:
-        if isinstance(answer, Edit):
-            if call.call_id in answer.arguments:
-                decisions[call.call_id] = Edit(
-                    arguments={call.call_id: answer.arguments[call.call_id]},
-                    message=answer.message,
-                )
-            else:
-                decisions[call.call_id] = Approve()
-        else:
-            decisions[call.call_id] = answer
-    return decisions
-
-
-def snapshot_of(run_id: str, state: RoundState) -> FlowSnapshot:
-    """The checkpointed picture of a loop run between rounds."""
-    return FlowSnapshot(flow=loop_flow.name, execution_id=run_id, state=json_safe(state))
-
-
 class JournaledExecutor(Executor):
-    """An executor whose calls go through the run's journal (set ``durable`` before use)."""
-
-    __slots__ = ("durable",)
+    """The run's executor: each call goes through the journal under its call id, as a human
+    decided it (edited arguments; a rejected call never runs)."""
 
     durable: DurableLoop
 
     async def call(self, command: ToolCommand, on_start: Any = None) -> ToolExecutionRecord:
         durable = self.durable
-        key = durable.call_key(durable.state.round_index, command)
-        decided = durable.decided(key, command) if durable.decisions else command
-        if isinstance(decided, ToolExecutionRecord):  # a human rejected it: it never runs
-            rejected = decided
+        key = durable.id_of(command)
+        verdict = durable.verdicts.get(key)
+        if isinstance(verdict, Skip):  # a human rejected it: it never runs
+            if on_start is not None:
+                on_start()
+            return ToolExecutionRecord.failed(command, verdict.error)
+        if isinstance(verdict, Run):
+            command = command.model_copy(update={"tool_kwargs": verdict.arguments})
+        try:  # a call that cannot run (unknown tool, bad arguments) has no side effect
+            self.registry.get(command.tool_name).validate(command.tool_kwargs)
+        except Exception:
+            return await Executor.call(self, command, on_start)
 
-            async def run() -> ToolExecutionRecord:
-                if on_start is not None:
-                    on_start()
-                return rejected
-
-        else:
-            command = decided
-            try:  # a call that cannot run (unknown tool, bad arguments) has no side effect
-                self.registry.get(command.tool_name).validate(command.tool_kwargs)
-            except Exception:
-                return await Executor.call(self, command, on_start)
-
-            async def run() -> ToolExecutionRecord:
-                return await Executor.call(self, command, on_start)
+        async def run() -> ToolExecutionRecord:
+            return await Executor.call(self, command, on_start)
 
         entry = durable.journal.get(key)
-        if entry is not None and on_start is not None and not durable.runs_again(entry):
+        again = verdict is not None and entry is not None and entry.state == "started"
+        if entry is not None and entry.state != "started" and on_start is not None:
             on_start()  # replayed: the call is told as started and finished all the same
-        return await durable.journaled(key, command, run)
+        return await durable.journaled(key, command, run, again=again)
 
 
 _REPLY_FIELDS = frozenset(
@@ -463,8 +467,9 @@ the first did (its notes, a refusal) and sends the same reply back to the model.
 
 
 class JournaledPlanner:
-    """The run's planner, its output journaled per round: a round planned before a crash is
-    not planned again. Before each call, the round state is checkpointed."""
+    """The run's planner, its reply journaled per round: a round planned before a crash is
+    not planned again. Before each call, the round state is checkpointed; after it, a round
+    whose calls need a human pauses (:class:`~toolloop.loop.PauseForHuman`)."""
 
     __slots__ = ("durable", "inner")
 
@@ -473,29 +478,43 @@ class JournaledPlanner:
         self.durable = durable
 
     async def plan(self, context: PlannerContext) -> Any:
-        raw = await self._plan(context)
-        if self.durable.approval:
-            self.durable.check_approval(context.round_index, raw)
+        raw, _ = await self._plan(context, None)
+        self._ask(context.round_index, raw)
         return raw
 
-    async def _plan(self, context: PlannerContext) -> Any:
+    def _ask(self, round_index: int, raw: Any) -> None:
+        asked = self.durable.asked(round_index, raw)
+        if asked is not None:
+            raise PauseForHuman(asked)
+
+    def _replayed(self, key: str) -> tuple[bool, Any]:
+        entry = self.durable.journal.get(key)
+        if entry is None or entry.state != "finished":
+            return False, None
+        # replayed: what it cost is counted already (see count_journaled_usage)
+        data = entry.outcome if isinstance(entry.outcome, dict) else {}
+        if data.get("reply"):  # the reply as it was: its message goes back to the model
+            kept = {k: data[k] for k in _REPLY_FIELDS if data.get(k) is not None}
+            return True, PlannerReply.model_validate({**kept, "output": data.get("output")})
+        return True, data.get("output")
+
+    async def _plan(self, context: PlannerContext, dispatch: Dispatch | None) -> tuple[Any, bool]:
         durable = self.durable
         await durable.checkpoint_round()
         index = context.round_index
         key = f"r{index}/plan"
-        entry = durable.journal.get(key)
-        if entry is not None and entry.state == "finished":
-            # replayed: what it cost is counted already (see count_journaled_usage)
-            data = entry.outcome if isinstance(entry.outcome, dict) else {}
-            if data.get("reply"):  # the reply as it was: its message goes back to the model
-                kept = {k: data[k] for k in _REPLY_FIELDS if data.get(k) is not None}
-                return PlannerReply.model_validate({**kept, "output": data.get("output")})
-            return data.get("output")
+        replayed, raw = self._replayed(key)
+        if replayed:
+            return raw, True
         run = durable.run
         meter = current_meter()
         mark = meter.calls if meter is not None else 0
         try:
-            raw = await call_planner(self.inner, context)
+            if dispatch is None:
+                raw = await call_planner(self.inner, context)
+            else:
+                assert isinstance(self.inner, StreamingPlanner)
+                raw = await self.inner.plan_streaming(context, dispatch)
         except BaseException:  # no plan, but the model calls it made were made
             spent = meter.since(mark) if meter is not None else None
             if spent is not None:
@@ -514,39 +533,65 @@ class JournaledPlanner:
             data["usage"] = spent.model_dump(mode="json")
         await run.record_intent(JournalEntry(call_id=key, tool_name=PLANNER))
         await run.record_outcome(key, data)
+        return raw, False
+
+
+class JournaledStreamingPlanner(JournaledPlanner):
+    """The journaled planner of a planner that streams: each command is handed over as soon
+    as it is complete, except one that waits for a human (held: it runs when answered);
+    a round replayed from the journal is not streamed again."""
+
+    __slots__ = ()
+
+    async def plan_streaming(self, context: PlannerContext, dispatch: Dispatch) -> Any:
+        durable = self.durable
+        index = context.round_index
+        max_bytes = durable.limits[1]
+
+        def hand_over(position: int, raw: Any) -> None:
+            if durable.approval is None:
+                dispatch(position, raw)
+                return
+            try:
+                item = normalize_command(position, raw, [], max_kwargs_bytes=max_bytes)
+            except Exception:
+                item = None
+            if isinstance(item, ToolCommand):
+                if durable.approval_of(call_id(index, position), item) is not None:
+                    return  # held: it waits for a human, asked at the plan's end
+            dispatch(position, raw)
+
+        raw, _ = await self._plan(context, hand_over)
+        self._ask(index, raw)  # a held call (or a replayed round's) waits for a human
         return raw
 
 
-def prepare_durable(
-    execution: Execution[RoundState],
-    run: CheckpointedRun,
-    *,
-    journal: Mapping[str, JournalEntry] | None = None,
-    unknown_outcome: UnknownOutcome = "fail",
-    idempotent_tools: Collection[str] = (),
-    needs_approval: Collection[str] = (),
-) -> DurableLoop:
-    """Make ``execution`` durable through ``run``: its deps get the journaled planner and
-    executor."""
-    durable = DurableLoop(
-        run,
-        execution.state,
-        journal=journal,
-        unknown_outcome=unknown_outcome,
-        idempotent_tools=idempotent_tools,
-        needs_approval=needs_approval,
-    )
-    execution.deps = durable.wrap(execution.deps)
-    return durable
+def stored_approval(options: RunOptions) -> list[str]:
+    """The approval spec as a checkpoint keeps it: tool names (a rule is code: a resume is
+    given it again)."""
+    spec = options.needs_approval
+    if spec is True:
+        return ["*"]
+    if isinstance(spec, Mapping):
+        return sorted(str(k) for k, v in spec.items() if v is not False and v is not None)
+    if isinstance(spec, Collection) and not isinstance(spec, str):
+        return sorted(str(name) for name in spec)
+    return []
 
 
-def metadata_of(deps: LoopDeps, needs_approval: Collection[str] = ()) -> dict[str, Any]:
+def _approval_from(stored: Any) -> Any:
+    if stored == ["*"]:
+        return True
+    return list(stored) if isinstance(stored, list) else ()
+
+
+def metadata_of(deps: LoopDeps, options: RunOptions) -> dict[str, Any]:
     """What a resumed run needs to know of the call that began it (JSON)."""
     return {
         "kind": FLOW_KIND,
-        "needs_approval": sorted(needs_approval),
+        "needs_approval": stored_approval(options),
         "user_input": deps.user_input,
-        "max_rounds": deps.max_rounds,
+        "max_turns": deps.max_rounds,
         "user_extra_requirement": deps.user_extra_requirement,
         "max_commands": deps.max_commands,
     }
@@ -572,132 +617,6 @@ def check_kind(metadata: Mapping[str, Any], run_id: str) -> None:
         )
 
 
-async def begin(
-    store: CheckpointStore, run_id: str, deps: LoopDeps, needs_approval: Collection[str] = ()
-) -> CheckpointedRun:
-    """Write the first checkpoint of a new durable run."""
-    try:
-        return await CheckpointedRun.begin(
-            store,
-            run_id=run_id,
-            flow=loop_flow.name,
-            snapshot=snapshot_of(run_id, RoundState()),
-            metadata=metadata_of(deps, needs_approval),
-        )
-    except CheckpointConflictError as exc:
-        raise CheckpointConflictError(
-            f"the store already has a run {run_id!r}: to continue it, call "
-            f"async_resume_plan_and_execute({run_id!r}, ...); for a new run, pass another "
-            "run_id (or none: a fresh one is made)"
-        ) from exc
-
-
-async def run_durable(
-    execution: Execution[RoundState],
-    store: CheckpointStore,
-    run: Callable[[Execution[RoundState]], Awaitable[LoopResult]],
-    *,
-    resume_from: Checkpoint | None = None,
-    unknown_outcome: UnknownOutcome = "fail",
-    idempotent_tools: Collection[str] = (),
-    needs_approval: Collection[str] = (),
-    decisions: Mapping[str, HumanDecision] | None = None,
-    force: bool = False,
-) -> LoopResult:
-    """Run ``execution`` (with ``run``) as a durable run in ``store``: a new one under its
-    id, or the stored run ``resume_from`` continued (a paused one with the human's
-    ``decisions``, by call key)."""
-    state = execution.state
-    if resume_from is None:
-        checkpointed = await begin(store, execution.id, execution.deps, needs_approval)
-        journal: dict[str, JournalEntry] = {}
-    else:
-        needs_approval = resume_from.metadata.get("needs_approval") or ()
-        if decisions is not None:
-            value: Any = {k: v.model_dump(mode="json") for k, v in decisions.items()}
-            checkpointed = await CheckpointedRun.claim(
-                store, resume_from, expect=("paused",), event=DECISIONS, value=value
-            )
-        else:
-            checkpointed = await CheckpointedRun.claim(
-                store, resume_from, expect=("running", "failed"), force=force
-            )
-            if resume_from.resume_event == DECISIONS:  # it died before it noted them
-                decisions = _read_decisions(resume_from.resume_value, resume_from.run_id)
-        try:
-            if decisions:
-                await journal_decisions(checkpointed, state.round_index, decisions)
-            journal = await checkpointed.journal()
-        except BaseException:
-            await checkpointed.abandon()
-            raise
-    durable = prepare_durable(
-        execution,
-        checkpointed,
-        journal=journal,
-        unknown_outcome=unknown_outcome,
-        idempotent_tools=idempotent_tools,
-        needs_approval=needs_approval,
-    )
-    durable.count_journaled_usage()
-    try:
-        result = await run(execution)
-    except PlannerError as exc:
-        pause = exc.__cause__
-        if not isinstance(pause, PauseForHuman):
-            with anyio.CancelScope(shield=True):
-                await checkpointed.fail(f"{type(exc).__name__}: {exc}")
-            raise
-        request = pause.request.model_dump(mode="json")
-        await checkpointed.pause_at(durable.snapshot(), request)
-        deps = execution.deps
-        return LoopResult.build(
-            deps.user_input,
-            state.done_plans,
-            rounds=state.round_index,
-            stop_reason=None,
-            notes=state.notes,
-            planner_text=state.planner_text,
-            run_id=execution.id,
-            request=request,
-            usage=state.usage,
-        )
-    except Exception as exc:
-        await note_cut_off(checkpointed, exc)  # a timeout, an error: what ended its calls
-        with anyio.CancelScope(shield=True):
-            await checkpointed.fail(f"{type(exc).__name__}: {exc}")
-        raise
-    except BaseException as exc:  # cancelled: the run stays running, to be recovered
-        await note_cut_off(checkpointed, exc)
-        await checkpointed.abandon()
-        raise
-    await checkpointed.complete(json_safe(result))
-    return result
-
-
-def answer_of(checkpoint: Checkpoint, decision: object, registry: Any) -> dict[str, HumanDecision]:
-    """The human's answer to a paused run, checked against what it asks: one decision per
-    call key.
-
-    Raises:
-        DecisionError: the answer does not fit (see :func:`~toolloop.checkpoints.check_decision`).
-    """
-    try:
-        request = HumanRequest.model_validate(checkpoint.request)
-    except ValidationError as exc:
-        raise CorruptCheckpointError(
-            f"run {checkpoint.run_id!r} is paused, but what it asks cannot be read "
-            f"({exc.error_count()} problems); it was left as it is"
-        ) from exc
-
-    def validate(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        checked: dict[str, Any] = registry.get(name).validate(arguments)
-        return checked
-
-    answer = check_decision(request, decision, validate_arguments=validate)
-    return per_call(request, answer)
-
-
 def resume_checkpoint(checkpoint: Checkpoint) -> tuple[dict[str, Any], RoundState]:
     """What a stored loop run was begun with, and its last round state.
 
@@ -707,3 +626,35 @@ def resume_checkpoint(checkpoint: Checkpoint) -> tuple[dict[str, Any], RoundStat
     """
     check_kind(checkpoint.metadata, checkpoint.run_id)
     return dict(checkpoint.metadata), restored_state(checkpoint.snapshot.state, checkpoint.run_id)
+
+
+def approval_of_checkpoint(checkpoint: Checkpoint, options: RunOptions) -> RunOptions:
+    """The options of a resumed run: the approval spec given again, else the one stored."""
+    if options.needs_approval:
+        return options
+    return replace(
+        options, needs_approval=_approval_from(checkpoint.metadata.get("needs_approval"))
+    )
+
+
+async def begin(
+    store: CheckpointStore, run_id: str, deps: LoopDeps, options: RunOptions
+) -> CheckpointedRun:
+    """Write the first checkpoint of a new durable run."""
+    try:
+        return await CheckpointedRun.begin(
+            store,
+            run_id=run_id,
+            flow=loop_flow.name,
+            snapshot=FlowSnapshot(
+                flow=loop_flow.name, execution_id=run_id, state=json_safe(RoundState())
+            ),
+            metadata=metadata_of(deps, options),
+        )
+    except CheckpointConflictError as exc:
+        raise CheckpointConflictError(
+            f"the store already has a run {run_id!r}: to continue it, call "
+            f"async_recover_plan_and_execute({run_id!r}, ...) (or, paused, "
+            f"async_resume_plan_and_execute with a decision); for a new run, pass another "
+            "run_id (or none: a fresh one is made)"
+        ) from exc

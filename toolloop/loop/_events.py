@@ -1,8 +1,10 @@
 """Typed events of a plan/execute run, published on the flow's event stream.
 
-A run tells its rounds with these, and each tool call with the runner's
-:class:`~toolloop.runner.ToolCallStarted` and :class:`~toolloop.runner.ToolCallFinished`, the
-same events the agents publish.
+A run tells its rounds with these; each tool call with the runner's
+:class:`~toolloop.runner.ToolCallStarted` and :class:`~toolloop.runner.ToolCallFinished`, each
+model call with the kernel's :class:`~toolloop.kernel.ModelCallStarted` and
+:class:`~toolloop.kernel.ModelCallFinished`, and its end with the kernel's
+:class:`~toolloop.kernel.RunFinished`: the same events in every product.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from ._results import StopReason
 
 __all__ = [
     "LoopEvent",
-    "LoopFinished",
     "PlanDecided",
     "RoundFinished",
     "RoundStarted",
@@ -62,12 +63,3 @@ class RoundFinished(LoopEvent):
     kind: Literal["round_finished"] = "round_finished"
     records: list[ToolExecutionRecord]
     duration: float
-
-
-class LoopFinished(LoopEvent):
-    kind: Literal["loop_finished"] = "loop_finished"
-    stop_reason: StopReason
-    rounds: int
-    records: int
-    usage: Usage | None = None
-    """The run's model calls, summed (``None``: none was counted)."""

@@ -28,8 +28,9 @@ import anyio
 from pydantic import BaseModel, Field
 
 from .._errors import PlannerError, UsageLimitError
+from ..checkpoints import HumanRequest
 from ..flow import Context, Flow
-from ..models import Usage, UsageLimits, UsageMeter, current_meter
+from ..models import ChatModel, ModelSettings, Usage, UsageLimits, UsageMeter, current_meter
 from ..planners import (
     PlannerContext,
     PlannerLike,
@@ -47,11 +48,44 @@ from ..runner import (
     construct,
 )
 from ..tools import RunScope, ToolRegistry
-from ._events import LoopFinished, PlanDecided, RoundFinished, RoundStarted
+from ._events import PlanDecided, RoundFinished, RoundStarted
 from ._normalize import NormalizedPlan, PlanItem, normalize_command, normalize_plan, over_limit
 from ._results import StopReason
 
-__all__ = ["LoopDeps", "Planned", "RoundState", "loop_flow"]
+__all__ = [
+    "HUMAN_EVENT",
+    "AnswerWith",
+    "LoopDeps",
+    "PauseForHuman",
+    "Planned",
+    "RoundState",
+    "loop_flow",
+]
+
+HUMAN_EVENT = "human_decision"
+"""The external event a paused loop run waits for (its answer resumes it from the journal:
+see :func:`~toolloop.loop.async_resume_plan_and_execute`)."""
+
+
+class PauseForHuman(Exception):
+    """Raised by a durable run's planner when a planned call waits for a human: the round
+    does not run, the run pauses with ``request`` (never seen by callers)."""
+
+    def __init__(self, request: HumanRequest) -> None:
+        super().__init__(request.reason)
+        self.request = request
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerWith:
+    """The final answer a run makes once its loop stops (``answer_with=``): the model, and
+    its settings for that call."""
+
+    model: ChatModel
+    system_prompt: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    settings: ModelSettings | None = None
 
 
 class RoundState(BaseModel):
@@ -75,6 +109,8 @@ class RoundState(BaseModel):
     turns: list[PlannerTurn] | None = None
     """What the planner's model wrote in each executed round, when its replies keep a
     message (the tool-calling planner's): sent back as it was in the next rounds."""
+    answer: str | None = None
+    """The final answer, when the run made one (``answer_with=``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +123,8 @@ class LoopDeps:
     executor: Executor
     max_rounds: int
     user_extra_requirement: str | None = None
-    planner_timeout: float | None = None
+    model_timeout: float | None = None
+    """Seconds for each planner call (and the final answer's model call)."""
     max_commands: int = 64
     max_kwargs_bytes: int = 256 * 1024
     streaming_dispatch: bool = False
@@ -97,6 +134,13 @@ class LoopDeps:
     """The caller's dependencies, for the tools' :class:`~toolloop.tools.RunContext`."""
     scope: RunScope | None = None
     """What the tools that take a run context are told (``None``: no tool takes one)."""
+    note_call: Callable[[int, ToolCommand, int], None] | None = None
+    """Told of each command before it runs (round, command, its position in the plan): a
+    durable run names its journal entries by it (``None``: nobody listens)."""
+    on_pause: Callable[[RoundState], None] | None = None
+    """Called as the run pauses for a human, before its snapshot is taken."""
+    answer: AnswerWith | None = None
+    """The final answer the run makes once its loop stops (``None``: none)."""
 
 
 LoopContext = Context[RoundState, LoopDeps]
@@ -111,6 +155,8 @@ class Planned:
     records: list[ToolExecutionRecord] | None = None
     executed_at: float = 0.0
     """When the round's first tool call was submitted (``perf_counter``)."""
+    pause: HumanRequest | None = None
+    """What the run asks a human before the round runs (the round waits)."""
 
 
 def _commit(state: RoundState, index: int, records: list[ToolExecutionRecord]) -> None:
@@ -122,7 +168,7 @@ def _commit(state: RoundState, index: int, records: list[ToolExecutionRecord]) -
 
 def _planner_error(exc: Exception, index: int, deps: LoopDeps, state: RoundState) -> PlannerError:
     what = (
-        f"did not answer within {deps.planner_timeout} s"
+        f"did not answer within {deps.model_timeout} s"
         if isinstance(exc, TimeoutError)
         else f"raised {type(exc).__name__}: {exc}"
     )
@@ -167,7 +213,7 @@ async def plan(_: Any, ctx: LoopContext) -> Planned:
     """PLAN: ask the planner (unless ``max_rounds`` is reached) and normalize its output."""
     state, deps = ctx.state, ctx.deps
     if state.round_index >= deps.max_rounds:
-        return Planned(NormalizedPlan.of("response", stop_reason="max_rounds"))
+        return Planned(NormalizedPlan.of("response", stop_reason="max_turns"))
     index = state.round_index
     if deps.scope is not None:
         deps.scope.round_index = index
@@ -195,13 +241,15 @@ async def plan(_: Any, ctx: LoopContext) -> Planned:
     if deps.streaming_dispatch and isinstance(planner, StreamingPlanner):
         return await _plan_streaming(ctx, planner, context, started, meter, mark)
     try:
-        if deps.planner_timeout is None:  # no cancel scope where no timeout is set
+        if deps.model_timeout is None:  # no cancel scope where no timeout is set
             raw = await call_planner(planner, context)
         else:
-            with anyio.fail_after(deps.planner_timeout):
+            with anyio.fail_after(deps.model_timeout):
                 raw = await call_planner(planner, context)
     except UsageLimitError:
         raise  # the run ends as its caller chose (raise, or finish with what it has)
+    except PauseForHuman as pause:  # the round waits for a human: it does not run
+        return Planned(NormalizedPlan.of("response"), pause=pause.request)
     except Exception as exc:
         raise _planner_error(exc, index, deps, state) from exc
     decided = normalize_plan(
@@ -306,6 +354,8 @@ async def _plan_streaming(
 
     batch = deps.executor.batch(on_start=on_start, on_finish=on_finish, task_group=ctx.task_group)
 
+    note_call = deps.note_call
+
     def add(position: int, item: PlanItem) -> None:
         nonlocal executed_at
         if position in items:
@@ -315,6 +365,8 @@ async def _plan_streaming(
             positions.append(position)
             if not executed_at:
                 executed_at = perf_counter()
+            if note_call is not None:
+                note_call(index, item, position)
             batch.submit(item)
         elif observed:
             ctx.publish(_finished_event(ctx, index, position, item, 0.0))
@@ -332,15 +384,20 @@ async def _plan_streaming(
         add(position, item)
 
     decided: NormalizedPlan | None = None
+    paused: HumanRequest | None = None
     try:
         async with batch:
             try:
-                with anyio.fail_after(deps.planner_timeout):
+                with anyio.fail_after(deps.model_timeout):
                     raw = await planner.plan_streaming(context, dispatch)
             except UsageLimitError:
                 raise  # the tools already dispatched run to their records, kept below
+            except PauseForHuman as pause:  # the calls started run to their end, journaled
+                paused = pause.request
             except Exception as exc:
                 raise _planner_error(exc, index, deps, state) from exc
+            if paused is not None:
+                return Planned(NormalizedPlan.of("response"), pause=paused)
             decided = normalize_plan(
                 raw, max_commands=deps.max_commands, max_kwargs_bytes=deps.max_kwargs_bytes
             )
@@ -366,7 +423,10 @@ async def _plan_streaming(
                 )
             decided = _decided(ctx, raw, decided, started, meter, mark)
     finally:
-        if items:  # the round ran (maybe cut short): its records are kept, whatever happened
+        # the round ran (maybe cut short): its records are kept, whatever happened; a round
+        # that waits for a human runs again when it is answered (its journal answers for
+        # the calls that ran)
+        if items and paused is None:
             ran = dict(zip(positions, batch.results, strict=True))
             records = [ran.get(i) or items[i] for i in sorted(items)]
             _commit(state, index, records)  # type: ignore[arg-type]  # records, by now
@@ -375,8 +435,19 @@ async def _plan_streaming(
 
 
 def route(planned: Planned) -> str:
+    if planned.pause is not None:
+        return "pause"
     decided = planned.decided
     return "execute" if decided.next_action == "execute" and decided.items else "finish"
+
+
+def await_human(planned: Planned, ctx: LoopContext) -> None:
+    """Pause the run until a human decides on the round's calls (its request)."""
+    request = planned.pause
+    assert request is not None
+    if ctx.deps.on_pause is not None:
+        ctx.deps.on_pause(ctx.state)
+    ctx.pause(HUMAN_EVENT, request.model_dump(mode="json"))
 
 
 async def execute(planned: Planned, ctx: LoopContext) -> None:
@@ -391,16 +462,17 @@ async def execute(planned: Planned, ctx: LoopContext) -> None:
         index = state.round_index
         started = perf_counter()
         items = planned.decided.items
-        if observed or any(type(item) is not ToolCommand for item in items):
+        plain = not observed and ctx.deps.note_call is None
+        if not plain or any(type(item) is not ToolCommand for item in items):
             records = await _execute_mixed(planned.decided, ctx)
-        else:  # commands only, no one observing: the runner and nothing else, inline
+        else:  # commands only, no one observing: the runner and nothing else
             records = []
-            # Executor.run's body, inline (one frame less under every call of the round);
-            # the batch's workers start in the run's own task group
-            batch = ctx.deps.executor.batch(results=records, task_group=ctx.task_group)
-            try:
-                async with batch:
-                    await batch.run_here(items)  # type: ignore[arg-type]  # commands only
+            try:  # the batch's workers start in the run's own task group
+                await ctx.deps.executor.run(
+                    items,  # type: ignore[arg-type]  # commands only
+                    results=records,
+                    task_group=ctx.task_group,
+                )
             finally:  # also when cancelled: the batch handed every command a record by now
                 _commit(state, index, records)
         duration = perf_counter() - started
@@ -444,6 +516,9 @@ async def _execute_mixed(decided: NormalizedPlan, ctx: LoopContext) -> list[Tool
         for i, item in enumerate(items):
             if isinstance(item, ToolExecutionRecord):
                 ctx.publish(_finished_event(ctx, index, sources[i], item, 0.0))
+    if deps.note_call is not None:
+        for k, command in enumerate(commands):
+            deps.note_call(index, command, sources[positions[k]])
     ran: list[ToolExecutionRecord] = []
     try:
         await deps.executor.run(
@@ -461,39 +536,53 @@ async def _execute_mixed(decided: NormalizedPlan, ctx: LoopContext) -> list[Tool
     return done
 
 
-def finish(planned: Planned, ctx: LoopContext) -> StopReason:
-    """FINISH: say why the loop stopped."""
-    state = ctx.state
-    reason: StopReason = planned.decided.stop_reason or "response"
+async def finish(planned: Planned, ctx: LoopContext) -> StopReason:
+    """FINISH: say why the loop stopped; make the final answer when the run asks for one
+    (its model call is the run's: counted, and held to its budget)."""
+    state, deps = ctx.state, ctx.deps
+    reason: StopReason = planned.decided.stop_reason or "answered"
     state.stop_reason = reason
-    if ctx.observed:
-        ctx.publish(
-            LoopFinished(
-                execution_id=ctx.execution_id,
-                at=ctx.elapsed(),
-                round_index=state.round_index,
-                stop_reason=reason,
-                rounds=state.round_index,
-                records=len(state.done_plans),
-                usage=_run_usage(state),
-            )
-        )
+    if deps.answer is not None:
+        await _answer(state, deps, deps.answer, ctx.execution_id)
     return reason
 
 
-def _run_usage(state: RoundState) -> Usage | None:
-    meter = current_meter()
-    if meter is not None and meter.calls:
-        state.usage = meter.usage
-    return state.usage
+async def _answer(state: RoundState, deps: LoopDeps, answer: AnswerWith, run_id: str) -> None:
+    from ._answer import final_answer
+    from ._results import LoopResult
+
+    so_far = LoopResult.build(
+        deps.user_input,
+        state.done_plans,
+        rounds=state.round_index,
+        stop_reason=state.stop_reason,
+        notes=state.notes,
+        planner_text=state.planner_text,
+        run_id=run_id,
+    )
+    with anyio.fail_after(deps.model_timeout):
+        text = await final_answer(
+            answer.model,
+            so_far,
+            system_prompt=answer.system_prompt,
+            max_tokens=answer.max_tokens,
+            temperature=answer.temperature,
+            settings=answer.settings,
+        )
+    state.answer = str(text)
+    if text.cut_off:
+        state.notes.append("the final answer was cut off by its token limit; raise max_tokens")
 
 
 def _build() -> Flow[RoundState]:
     flow = Flow("plan_execute", state=RoundState)
     flow.start.to(plan)
-    flow.step(plan).match(route, {"execute": execute, "finish": finish})
+    flow.step(plan).match(route, {"execute": execute, "finish": finish, "pause": await_human})
     flow.step(execute).to(plan)
     flow.step(finish).end()
+    # a paused run answered in this process plans its round again: the journal replays the
+    # plan, the decisions apply (a stored run is resumed from its checkpoint instead)
+    flow.when(HUMAN_EVENT, external=True).to(plan)
     flow.validate()
     return flow
 

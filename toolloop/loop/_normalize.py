@@ -217,7 +217,7 @@ def _normalize(
     if next_action == "execute" and not items:
         return NormalizedPlan.of("response", notes=notes, stop_reason="no_commands")
     if next_action == "response":
-        return NormalizedPlan.of("response", notes=notes, stop_reason="response")
+        return NormalizedPlan.of("response", notes=notes, stop_reason="answered")
     return NormalizedPlan.of("execute", items=items, sources=sources, notes=notes)
 
 

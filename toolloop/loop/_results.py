@@ -7,23 +7,29 @@ from collections.abc import Sequence
 from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field
+from pydantic import Field, computed_field
 
+from ..checkpoints import HumanRequest
+from ..kernel import RunResult
 from ..models import NO_USAGE, Usage
 from ..runner import EXTRA_INSTRUCTION, ToolExecutionRecord, json_safe
 
 __all__ = ["EXTRA_INSTRUCTION", "LoopResult", "StopReason", "to_action_results"]
 
 StopReason = Literal[
-    "response",
+    "answered",
     "use_tool_false",
     "no_commands",
-    "max_rounds",
+    "max_turns",
     "timeout",
     "invalid_plan",
     "usage_limit",
     "refusal",
 ]
+"""Why a loop run stopped: the kernel's vocabulary (:data:`toolloop.kernel.StopReason`), the
+reasons that can happen to a loop: ``answered`` (the planner answered ``response``),
+``use_tool_false``, ``no_commands`` (no command could run), ``max_turns`` (``max_turns``
+rounds ran), ``timeout``, ``invalid_plan``, ``usage_limit``, ``refusal``."""
 
 
 def to_action_results(done_plans: Sequence[ToolExecutionRecord]) -> dict[str, Any]:
@@ -44,37 +50,29 @@ def to_action_results(done_plans: Sequence[ToolExecutionRecord]) -> dict[str, An
     return results
 
 
-class LoopResult(BaseModel):
-    """The outcome of :func:`~toolloop.async_plan_and_execute`.
+class LoopResult(RunResult):
+    """The outcome of :func:`~toolloop.async_plan_and_execute`: the kernel's
+    :class:`~toolloop.kernel.RunResult` (``run_id``, ``status``, ``stop_reason``, ``usage``,
+    ``request``, ``text``), with the loop's records and what they fold into.
 
     With records, ``prompt`` holds ``action_results`` and ``extra_instruction`` and ``extra``
     holds the raw records as ``tool_logs``; with no record both are empty, so nothing is
     injected into the final prompt.
     """
 
-    model_config = ConfigDict(frozen=True)
-
     user_input: str
-    run_id: str = ""
-    """The run's id (its execution's)."""
     done_plans: list[ToolExecutionRecord] = Field(default_factory=list)
-    """Every record, in the order the commands were planned."""
+    """Every record, in the order the commands were planned (the run's ``records``)."""
     rounds: int
     """How many rounds executed tools."""
-    stop_reason: StopReason | None
+    stop_reason: StopReason | None = None
     """Why the loop stopped (``None`` while a durable run is paused for a human)."""
     notes: list[str] = Field(default_factory=list)
     """What normalization set aside in the planner's outputs, round by round."""
     planner_text: str | None = None
     """Text the planner's model wrote beside its last plan, e.g. the answer of a
-    tool-calling model that called no tool (``None`` when there was none)."""
-    request: dict[str, Any] | None = None
-    """When a durable run paused (``paused``): what it asks a human, the data
-    of a :class:`~toolloop.checkpoints.HumanRequest`; answer it with
-    :func:`~toolloop.loop.async_resume_plan_and_execute` (``decision=``)."""
-    usage: Usage = Field(default_factory=Usage)
-    """The model calls of the run (its planners'), summed: requests and tokens (a call
-    whose usage the server did not report is counted in ``usage.unreported_requests``)."""
+    tool-calling model that called no tool, or its refusal (``None`` when there was
+    none)."""
 
     @computed_field  # type: ignore[prop-decorator]
     @cached_property
@@ -94,16 +92,6 @@ class LoopResult(BaseModel):
         if not self.done_plans:
             return {}
         return {"tool_logs": [json_safe(r) for r in self.done_plans]}
-
-    @property
-    def status(self) -> Literal["completed", "paused"]:
-        """``completed``: the loop ended; ``paused``: a durable run waits for a human
-        (``request``)."""
-        return "completed" if self.request is None else "paused"
-
-    @property
-    def paused(self) -> bool:
-        return self.request is not None
 
     @property
     def records(self) -> list[ToolExecutionRecord]:
@@ -141,18 +129,24 @@ class LoopResult(BaseModel):
         notes: Sequence[str] = (),
         planner_text: str | None = None,
         run_id: str = "",
-        request: dict[str, Any] | None = None,
+        request: HumanRequest | None = None,
         usage: Usage | None = None,
+        text: str | None = None,
+        status: Literal["completed", "paused"] | None = None,
     ) -> LoopResult:
-        """Fold the records in (when read); with none, nothing is injected."""
+        """Fold the records in (when read); with none, nothing is injected. ``text`` is the
+        final answer when the run made one, else the planner's text."""
+        paused = status == "paused" if status is not None else request is not None
         return cls.model_construct(
             user_input=user_input,
             run_id=run_id,
+            status="paused" if paused else "completed",
             done_plans=list(done_plans),
             rounds=rounds,
-            stop_reason=stop_reason,
+            stop_reason=None if paused else stop_reason,
             notes=list(notes),
             planner_text=planner_text,
             request=request,
             usage=usage if usage is not None else NO_USAGE,
+            text=text if text is not None else planner_text,
         )

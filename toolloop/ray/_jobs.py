@@ -65,7 +65,7 @@ class LoopJob:
             ``functools.cache``, so each actor makes one).
         tools: the tools (picklable: typed functions and tools defined in modules); their
             registry is built once per actor.
-        options: more keyword arguments for every run (``max_rounds``, ``concurrency``,
+        options: more keyword arguments for every run (``max_turns``, ``concurrency``,
             ``timeout``, ``tool_timeout``...).
     """
 

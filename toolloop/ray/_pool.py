@@ -102,7 +102,7 @@ class RayRunPool:
 
     ::
 
-        job = LoopJob(planner=make_planner, tools=[search], options={"max_rounds": 4})
+        job = LoopJob(planner=make_planner, tools=[search], options={"max_turns": 4})
         async with RayRunPool(job, actors=4) as pool:
             async for outcome in pool.map(requests):
                 ...

@@ -24,8 +24,8 @@ from ..flow import (
     ExecutionStarted,
     FlowEvent,
 )
+from ..kernel import RunFinished
 from ..loop import (
-    LoopFinished,
     PlanDecided,
     RoundFinished,
     RoundStarted,
@@ -216,9 +216,9 @@ class OpenTelemetrySpans:
             if finished is not None:
                 finished.set_attribute("toolloop.records", len(event.records))
                 finished.end(end_time=self._ns(event.at))
-        elif isinstance(event, LoopFinished):
+        elif isinstance(event, RunFinished):
             run.set_attribute("toolloop.stop_reason", event.stop_reason)
-            run.set_attribute("toolloop.rounds", event.rounds)
+            run.set_attribute("toolloop.turns", event.turns)
             run.set_attribute("toolloop.records", event.records)
             if event.usage is not None:
                 _set_usage(run, event.usage)

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..flow import ExecutionFailed, FlowEvent
+from ..kernel import RunFinished
 from ..loop import (
-    LoopFinished,
     PlanDecided,
     RoundFinished,
     RoundStarted,
@@ -137,7 +137,7 @@ class RunShape:
                 found.error = record.error
             elif isinstance(event, RoundFinished):
                 round_at(event.round_index, event.at - event.duration).ended = event.at
-            elif isinstance(event, LoopFinished):
+            elif isinstance(event, RunFinished):
                 shape.finished_at = event.at
                 shape.stop_reason = event.stop_reason
             elif isinstance(event, ExecutionFailed):

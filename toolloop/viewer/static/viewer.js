@@ -85,7 +85,9 @@ function apply(event) {
   }
   // each plan and model call carries its own usage; the end of a run carries the run's
   // total again, which would count it twice
-  if (kind !== "loop_finished" && kind !== "agent_finished") addUsage(run, event.usage);
+  // every model call of a run (a plan's, an agent's, the final answer) tells its own usage;
+  // plans and the end of a run repeat it in sums, which would count it twice
+  if (kind === "model_call_finished") addUsage(run, event.usage);
   if (kind === "run_meta") {
     run.meta = event.meta;
   } else if (kind === "execution_started") {
@@ -118,7 +120,7 @@ function apply(event) {
     const round = roundOf(run, event.round_index);
     round.finishedAt = event.at;
     round.duration = event.duration;
-  } else if (kind === "loop_finished") {
+  } else if (kind === "run_finished") {
     run.finished = event;
   } else if (kind === "execution_finished") {
     run.live = false;
