@@ -65,5 +65,5 @@ async def test_every_product_returns_a_run_result_with_its_records() -> None:
     assert (loop.stop_reason, agent.stop_reason, status.stop_reason) == (
         "response",
         "answered",
-        "finished",
+        "answered",
     )
