@@ -23,9 +23,9 @@ from toolloop.checkpoints import (
     PostgresCheckpointStore,
     RunNotResumableError,
     SQLiteCheckpointStore,
-    call_once,
 )
-from toolloop.runner import Executor, ToolCommand
+from toolloop.kernel import Interrupted, journaled_call
+from toolloop.runner import Executor, ToolCommand, ToolExecutionRecord, json_safe
 
 
 def open_store(spec: str) -> PostgresCheckpointStore | SQLiteCheckpointStore:
@@ -63,7 +63,17 @@ async def main(spec: str, effects: Path, seed: int) -> list[str]:
                 continue
             journal = await run.journal()
             command = ToolCommand(purpose="p", tool_name="effect", tool_kwargs={"run": run_id})
-            record, _ = await call_once(run, "effect-1", command, executor, journal=journal)
+            record = await journaled_call(
+                run,
+                journal,
+                "effect-1",
+                tool_name="effect",
+                arguments=command.tool_kwargs,
+                call=lambda: executor.call(command),  # noqa: B023 (awaited in this iteration)
+                dump=json_safe,
+                load=ToolExecutionRecord.model_validate,
+            )
+            assert not isinstance(record, Interrupted)
             await run.complete({"result": record.result})
             done.append(run_id)
     return done

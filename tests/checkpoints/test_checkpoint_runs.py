@@ -1,4 +1,4 @@
-"""CheckpointedRun and call_once, on a flow that is no agent: the store is generic."""
+"""CheckpointedRun and its journal, on a flow that is no agent: the store is generic."""
 
 from __future__ import annotations
 
@@ -25,14 +25,14 @@ from toolloop.checkpoints import (
     RunNotFoundError,
     RunNotResumableError,
     SQLiteCheckpointStore,
-    call_once,
     check_decision,
     expect_status,
     parse_decision,
     restore,
 )
 from toolloop.flow import Context, Flow, FlowSnapshot
-from toolloop.runner import Executor
+from toolloop.kernel import Interrupted, journaled_call, record_interrupted
+from toolloop.runner import Executor, json_safe
 
 pytestmark = pytest.mark.anyio
 
@@ -181,7 +181,7 @@ async def test_a_running_run_is_taken_over_only_when_its_owner_is_gone() -> None
     await CheckpointedRun.claim(store, again.checkpoint, expect=running, force=True)
 
 
-# -- call_once ----------------------------------------------------------------------------
+# -- the journal (through the kernel's journaled call) ------------------------------------
 
 
 class Counter:
@@ -204,24 +204,35 @@ async def _run(store: CheckpointStore) -> CheckpointedRun:
     )
 
 
-async def test_call_once_runs_then_replays_from_the_journal() -> None:
+async def _once(
+    run: CheckpointedRun, command: ToolCommand, executor: Executor, journal: Any
+) -> ToolExecutionRecord | Interrupted:
+    return await journaled_call(
+        run,
+        journal,
+        "c1",
+        tool_name=command.tool_name,
+        arguments=command.tool_kwargs,
+        call=lambda: executor.call(command),
+        dump=json_safe,
+        load=ToolExecutionRecord.model_validate,
+    )
+
+
+async def test_a_journaled_call_runs_then_replays_even_with_a_stale_journal() -> None:
     store = MemoryCheckpointStore()
     run = await _run(store)
     counter = Counter()
     executor = Executor([counter.bump])
     command = ToolCommand(purpose="count", tool_name="bump", tool_kwargs={"by": 2})
-    started: list[bool] = []
-    record, source = await call_once(
-        run, "c1", command, executor, journal={}, on_start=lambda: started.append(True)
-    )
-    assert (record.result, source, started) == (2, "ran", [True])
-    record, source = await call_once(run, "c1", command, executor, journal=await run.journal())
-    assert (record.result, source) == (2, "replayed")
+    record = await _once(run, command, executor, {})
+    assert isinstance(record, ToolExecutionRecord) and record.result == 2
+    again = await _once(run, command, executor, await run.journal())
+    assert isinstance(again, ToolExecutionRecord) and again.result == 2
     # even with a stale journal in hand, the stored intent stops a second run
-    record, source = await call_once(run, "c1", command, executor, journal={})
-    assert (record.result, source) == (2, "replayed")
+    stale = await _once(run, command, executor, {})
+    assert isinstance(stale, ToolExecutionRecord) and stale.result == 2
     assert counter.calls == 2
-    assert isinstance(record, ToolExecutionRecord)
 
 
 async def test_an_intent_without_an_outcome_is_interrupted_never_rerun() -> None:
@@ -231,16 +242,16 @@ async def test_an_intent_without_an_outcome_is_interrupted_never_rerun() -> None
     executor = Executor([counter.bump])
     command = ToolCommand(purpose="count", tool_name="bump", tool_kwargs={"by": 1})
     await run.record_intent(JournalEntry(call_id="c1", tool_name="bump", arguments={"by": 1}))
-    record, source = await call_once(run, "c1", command, executor, journal=await run.journal())
-    assert source == "interrupted"
-    assert not record.success
-    assert record.error is not None and "may or may not have taken effect" in record.error
+    cut = await _once(run, command, executor, await run.journal())
+    assert isinstance(cut, Interrupted) and "may or may not have taken effect" in cut.error
     assert counter.calls == 0
+    await record_interrupted(run, "c1", {"error": cut.error})
     entry = (await run.journal())["c1"]
     assert entry.state == "interrupted"
     # and it stays interrupted
-    record, source = await call_once(run, "c1", command, executor, journal=await run.journal())
-    assert (source, counter.calls) == ("interrupted", 0)
+    again = await _once(run, command, executor, await run.journal())
+    assert isinstance(again, Interrupted) and again.answered == {"error": cut.error}
+    assert counter.calls == 0
 
 
 async def test_a_run_that_ends_itself_notes_the_calls_it_cut_off() -> None:
@@ -259,11 +270,9 @@ async def test_a_run_that_ends_itself_notes_the_calls_it_cut_off() -> None:
     assert cut_off_causes(await run.journal()) == {"c1": "the timeout of 5 s of step 'tools'"}
     command = ToolCommand(purpose="count", tool_name="bump", tool_kwargs={"by": 1})
     counter = Counter()
-    record, source = await call_once(
-        run, "c1", command, Executor([counter.bump]), journal=await run.journal()
-    )
-    assert (source, counter.calls) == ("interrupted", 0)
-    assert record.error == (
+    cut = await _once(run, command, Executor([counter.bump]), await run.journal())
+    assert isinstance(cut, Interrupted) and counter.calls == 0
+    assert cut.error == (
         "call 'c1' of tool 'bump' was interrupted: the timeout of 5 s of step 'tools' ended it "
         "while it ran, before its outcome was recorded, so it may or may not have taken "
         "effect; it was not run again"
@@ -277,7 +286,7 @@ async def test_a_journaled_outcome_that_is_no_record_is_corrupt() -> None:
     await run.record_outcome("c1", {"nonsense": True})
     command = ToolCommand(tool_name="bump", tool_kwargs={"by": 1})
     with pytest.raises(CorruptCheckpointError, match="journaled outcome of call 'c1'"):
-        await call_once(run, "c1", command, Executor([]), journal=await run.journal())
+        await _once(run, command, Executor([]), await run.journal())
 
 
 async def test_approval_decision_data_round_trips_through_a_claim() -> None:

@@ -471,7 +471,7 @@ async def test_the_status_agent(case: Case) -> None:
     if want["finish_reason"] == "length":  # an answer cut off is not one: a human looks
         assert result.paused and "cut off" in (result.state.error or "")
     else:
-        assert result.answer == want["text"]
+        assert result.text == want["text"]
     assert tools.ran == []
 
 

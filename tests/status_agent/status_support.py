@@ -2,7 +2,8 @@
 an agent in a subprocess (for the cross-process and crash tests).
 
     python status_support.py run|resume|recover DB COUNTER RUN_ID [DECISION] [--crash WHEN]
-        [--approval] [--metered] [--backend trio]
+        [--approval] [--metered] [--unknown-outcome fail|retry|ask] [--idempotent]
+        [--backend trio]
 
 prints the result as one line of JSON. ``--crash after_outcome`` kills the process (SIGKILL)
 right after a tool call's outcome is journaled, before the checkpoint is written;
@@ -10,6 +11,8 @@ right after a tool call's outcome is journaled, before the checkpoint is written
 journaled; ``--crash after_analysis`` kills it once the analysis node ended, before its
 checkpoint. ``--metered``: the analysis asks a model (one call, 10 tokens); the result then
 has the run's usage and ``model_requests``, the model calls this process made.
+``--unknown-outcome``: the run's policy for a call cut off (``--idempotent``: the mail is
+safe to send twice).
 """
 
 from __future__ import annotations
@@ -135,6 +138,29 @@ def make_agent(
     )
 
 
+def paying_step(model: ScriptedChatModel, output: Any) -> Callable[[StatusView], Any]:
+    """A step that asks ``model`` (one call), then answers ``output`` (raised if an
+    exception)."""
+
+    async def step(view: StatusView) -> Any:
+        request = ChatRequest(messages=[{"role": "user", "content": view.user_input}])
+        async with stream_chat(model, request) as deltas:
+            async for _ in deltas:
+                pass
+        if isinstance(output, BaseException):
+            raise output
+        return output
+
+    return step
+
+
+def ten_tokens() -> ScriptedChatModel:
+    """A model whose every answer costs 10 tokens (one request)."""
+    return ScriptedChatModel(
+        responder=lambda request: ScriptedChatReply("ok", usage={"total_tokens": 10})
+    )
+
+
 def path_of(result: StatusAgentResult) -> list[str]:
     """The run's transitions as ``node:status``."""
     return [f"{t.node}:{t.status}" for t in result.state.history]
@@ -150,6 +176,7 @@ def mail_agent(
     approval: bool,
     crash: str | None,
     model: ScriptedChatModel | None = None,
+    **options: Any,
 ) -> StatusAgent:
     """Mails Ada once; ``counter`` counts how often the mail really went out; with a
     ``model``, the analysis asks it first."""
@@ -191,7 +218,8 @@ def mail_agent(
         reflect=lambda view: {"verdict": "finish", "answer": summary(view)},
         converse=lambda view: "nothing to say",
         store=store,
-        require_approval=["send_mail"] if approval else False,
+        needs_approval=["send_mail"] if approval else False,
+        **options,
     )
 
 
@@ -200,10 +228,11 @@ def result_data(
 ) -> dict[str, Any]:
     data: dict[str, Any] = {
         "status": result.status,
-        "answer": result.answer,
+        "text": result.text,
         "request": None if result.request is None else result.request.model_dump(mode="json"),
         "path": path_of(result),
         "sources": [r.source for r in result.state.records],
+        "errors": [r.record.error for r in result.state.records],
     }
     if model is not None:
         data["usage"] = result.usage.model_dump(mode="json")
@@ -228,7 +257,13 @@ async def _main(args: argparse.Namespace) -> None:
     model = analyst() if args.metered else None
     async with SQLiteCheckpointStore(args.db) as store:
         agent = mail_agent(
-            store, Path(args.counter), approval=args.approval, crash=args.crash, model=model
+            store,
+            Path(args.counter),
+            approval=args.approval,
+            crash=args.crash,
+            model=model,
+            unknown_outcome=args.unknown_outcome,
+            idempotent_tools=["send_mail"] if args.idempotent else (),
         )
         if args.command == "run":
             result = await agent.run("Mail Ada", run_id=args.run_id, on_event=on_event)
@@ -250,6 +285,8 @@ def main(argv: Sequence[str]) -> None:
     parser.add_argument("--crash", choices=["after_outcome", "in_tool", "after_analysis"])
     parser.add_argument("--approval", action="store_true")
     parser.add_argument("--metered", action="store_true")
+    parser.add_argument("--unknown-outcome", default="fail", choices=["fail", "retry", "ask"])
+    parser.add_argument("--idempotent", action="store_true")
     parser.add_argument("--backend", default="asyncio")
     args = parser.parse_args(argv)
     anyio.run(_main, args, backend=args.backend)

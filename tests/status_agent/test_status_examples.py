@@ -73,7 +73,7 @@ async def test_a_normal_conversation() -> None:
     )
     result = await agent.run("Hi, how are you?")
     assert result.status == "completed"
-    assert result.answer == "Hello! You said: Hi, how are you?"
+    assert result.text == "Hello! You said: Hi, how are you?"
     assert path_of(result) == [
         "analysis:analysis_completed",
         "planning:conversation_ready",
@@ -85,7 +85,7 @@ async def test_a_normal_conversation() -> None:
     assert stored is not None
     assert (stored.status, stored.result) == (
         "completed",
-        {"answer": result.answer, "stop_reason": "answered"},
+        {"text": result.text, "stop_reason": "answered"},
     )
 
 
@@ -128,8 +128,8 @@ async def test_tools_with_reflection_and_continue() -> None:
         "reflection:reflection_completed",
     ]
     assert weather.calls == [("Paris", "main"), ("Rome", "main")]
-    assert result.answer == "Rome is warmer (25°C)"
-    assert result.stop_reason == "finished"
+    assert result.text == "Rome is warmer (25°C)"
+    assert result.stop_reason == "answered"
     assert [r.call_id for r in result.state.records] == ["call-1", "call-2"]
     assert reflect.views[1].last_records[0].call_id == "call-2"
 
@@ -212,7 +212,7 @@ async def test_the_default_steps_ask_a_chat_model() -> None:
     weather = Weather()
     agent = StatusAgent(tools=[weather.get_weather], model=model)
     result = await agent.run("Is it warmer in Paris or in Rome?")
-    assert result.answer == "Rome is warmer (25°C)."
+    assert result.text == "Rome is warmer (25°C)."
     assert weather.calls == [("Paris", "main"), ("Rome", "main")]
     assert path_of(result)[-2:] == [
         "tool_execution:tools_completed",
@@ -252,7 +252,7 @@ async def test_steps_given_replace_the_defaults_and_bad_model_output_fails_clear
     model.add_reply(json.dumps({"steps": []}))
     model.add_reply("Here you go.")
     result = await agent.recover(run_id)
-    assert result.answer == "unused"
+    assert result.text == "unused"
 
     with pytest.raises(ValueError, match=r"needs model= for its default steps, or functions for"):
         StatusAgent(analyze=lambda view: "x")
@@ -306,7 +306,7 @@ async def test_over_http_through_the_openai_adapter_with_a_pause_in_sqlite(tmp_p
             assert paused.paused
             again = StatusAgent(tools=[weather.get_weather], model=model, store=store)
             result = await again.resume(paused.run_id, {"kind": "replan", "message": "backup"})
-        assert result.answer == "21°C in Paris."
+        assert result.text == "21°C in Paris."
         assert len(server.requests) == 6
         body = server.requests[1].body
         assert isinstance(body, dict)
@@ -331,7 +331,7 @@ async def test_the_status_agent_counts_usage_and_hands_tools_their_deps() -> Non
     script[0] = ScriptedChatReply(content=script[0].content)  # this one reports nothing
     agent = StatusAgent(tools=[get_weather], model=ScriptedChatModel(script))
     result = await agent.run("Is it warmer in Paris or in Rome?", deps="the-db")
-    assert result.answer == "Rome is warmer (25°C)."
+    assert result.text == "Rome is warmer (25°C)."
     assert (result.usage.requests, result.usage.unreported_requests) == (6, 1)
     assert result.usage.total_tokens == 75
     assert seen == [("the-db", 0, result.run_id), ("the-db", 1, result.run_id)]

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.anyio
 
 def mail_agent(store: CheckpointStore, tools: Tools) -> StatusAgent:
     decide = Scripted(calls(call("send_mail", "tell Ada", to="ada", body="hi")), finish("sent"))
-    return make_agent(tools, decide=decide, store=store, require_approval=["send_mail"])
+    return make_agent(tools, decide=decide, store=store, needs_approval=["send_mail"])
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
-"""Across processes, for real: a run paused in one process resumes in another, and a process
-killed between a tool's end and the next checkpoint never makes the tool run twice.
+"""Across processes, for real: a run paused in one process resumes in another, a process
+killed between a tool's end and the next checkpoint never makes the tool run twice, and a
+call a kill cut off follows the run's unknown_outcome (fail, retry, ask).
 
 Each process is ``python status_support.py ...`` on one SQLite file; the tool counts how
 often it really ran in a counter file.
@@ -70,15 +71,15 @@ async def test_a_run_paused_in_one_process_resumes_in_another(
             "tool_name": "send_mail",
             "arguments": {"to": "ada@example.org", "body": "hello"},
             "purpose": "tell Ada",
-            "why": "tool 'send_mail' needs approval",
-            "allowed": None,
+            "why": "send_mail needs approval",
+            "allowed": ["approve", "edit", "reject"],
         }
     ]
     assert files.sent == 0  # the first process ended; nothing was sent
 
     done = await process(files, anyio_backend, "resume", '{"kind": "approve"}', "--approval")
     assert done["status"] == "completed"
-    assert done["answer"] == "done: mail 1 sent to ada@example.org"
+    assert done["text"] == "done: mail 1 sent to ada@example.org"
     assert done["sources"] == ["ran"]
     assert files.sent == 1
     # a second resume, in yet another process, is refused
@@ -111,7 +112,7 @@ async def test_a_run_paused_in_another_process_resumes_here(files: Files) -> Non
             "run-1",
             {"kind": "edit", "arguments": {"call-1": {"to": "bob@example.org", "body": "hello"}}},
         )
-    assert result.answer == "done: mail 1 sent to bob@example.org"
+    assert result.text == "done: mail 1 sent to bob@example.org"
     assert files.sent == 1
 
 
@@ -143,11 +144,11 @@ async def test_killed_after_the_tool_and_before_the_checkpoint_the_tool_runs_onc
     done = await process(files, anyio_backend, "recover", "--approval")
     assert done["status"] == "completed"
     assert done["sources"] == ["replayed"]
-    assert done["answer"] == "done: mail 1 sent to ada@example.org"
+    assert done["text"] == "done: mail 1 sent to ada@example.org"
     assert files.sent == 1
 
 
-async def test_killed_inside_the_tool_the_call_is_put_to_a_human(
+async def test_killed_inside_the_tool_the_call_is_put_to_a_human_when_asked(
     files: Files, anyio_backend: str
 ) -> None:
     # no approval: the first process runs the tool, which is killed after its effect and
@@ -156,7 +157,7 @@ async def test_killed_inside_the_tool_the_call_is_put_to_a_human(
     assert files.sent == 1
     async with SQLiteCheckpointStore(files.db) as store:
         agent = mail_agent(store, files.counter, approval=False, crash=None)
-        paused = await agent.recover("run-1")
+        paused = await agent.recover("run-1", unknown_outcome="ask")
         assert files.sent == 1  # not run again
         assert paused.status == "paused"
         assert paused.request is not None
@@ -166,8 +167,47 @@ async def test_killed_inside_the_tool_the_call_is_put_to_a_human(
         assert "its process stopped" in str(paused.state.records[0].record.error)
         done = await agent.resume("run-1", Reject(message="it was sent; do not resend"))
     assert done.status == "completed"
-    assert done.answer is not None and "was interrupted" in done.answer
+    assert done.text is not None and "was interrupted" in done.text
     assert files.sent == 1
+
+
+async def test_killed_inside_the_tool_the_call_fails_by_default(
+    files: Files, anyio_backend: str
+) -> None:
+    await process(files, anyio_backend, "run", "--crash", "in_tool", killed=True)
+    paused = await process(files, anyio_backend, "recover")
+    assert files.sent == 1  # not run again
+    assert paused["status"] == "paused"  # the reflection saw a failed call: a review
+    assert paused["sources"] == ["interrupted"]
+    (error,) = paused["errors"]
+    assert error.startswith("call 'call-1' of tool 'send_mail' was interrupted: its process")
+    request = paused["request"]
+    assert request["kind"] == "review" and request["details"]["failed"][0]["error"] == error
+    done = await process(files, anyio_backend, "resume", '{"kind": "continue"}')
+    assert done["status"] == "completed" and files.sent == 1
+    assert done["text"] == f"done: {error}"
+
+
+async def test_killed_inside_the_tool_a_call_not_idempotent_fails_under_retry(
+    files: Files, anyio_backend: str
+) -> None:
+    await process(files, anyio_backend, "run", "--crash", "in_tool", killed=True)
+    # retry, but the mail is not said to be idempotent: as fail
+    paused = await process(files, anyio_backend, "recover", "--unknown-outcome", "retry")
+    assert paused["sources"] == ["interrupted"] and files.sent == 1
+
+
+async def test_killed_inside_an_idempotent_tool_it_runs_again_under_retry(
+    files: Files, anyio_backend: str
+) -> None:
+    await process(files, anyio_backend, "run", "--crash", "in_tool", killed=True)
+    done = await process(
+        files, anyio_backend, "recover", "--unknown-outcome", "retry", "--idempotent"
+    )
+    assert files.sent == 2  # sent again: it is safe to
+    assert done["status"] == "completed"
+    assert done["sources"] == ["ran"]
+    assert done["text"] == "done: mail 2 sent to ada@example.org"
 
 
 async def test_killed_after_a_model_call_its_usage_counts_after_recovery(

@@ -1,5 +1,6 @@
 """Recovering a run from its last checkpoint (in this process): no tool runs twice, a call
-cut short is put to a human, and the loop guard ends runs that go nowhere."""
+cut short follows the run's unknown_outcome (a failed record, run again if idempotent, or
+put to a human), and the loop guard ends runs that go nowhere."""
 
 from __future__ import annotations
 
@@ -8,12 +9,29 @@ from typing import Any
 
 import anyio
 import pytest
-from status_support import Scripted, Tools, call, calls, finish, make_agent, path_of
+from status_support import (
+    Scripted,
+    Tools,
+    call,
+    calls,
+    finish,
+    make_agent,
+    path_of,
+    paying_step,
+    ten_tokens,
+)
 
 from toolloop import ExecutionTimeoutError
-from toolloop.checkpoints import Approve, MemoryCheckpointStore, Reject, RunNotResumableError
+from toolloop.checkpoints import (
+    Approve,
+    Continue,
+    MemoryCheckpointStore,
+    Reject,
+    RunNotResumableError,
+)
 from toolloop.errors import StepFailedError
 from toolloop.flow import FlowEvent
+from toolloop.status_agent import LoopGuardTripped
 from toolloop.status_agent._agent import StatusAgent
 
 pytestmark = pytest.mark.anyio
@@ -92,15 +110,14 @@ async def test_a_failed_step_is_retried_from_the_last_checkpoint() -> None:
     assert failed is not None and failed.error is not None
     assert "model overloaded" in failed.error
     result = await agent.recover("r")
-    assert result.answer == "ok"
+    assert result.text == "ok"
     assert tools.calls == [("search", {"query": "q"})]
     assert len(reflect.views) == 2
 
 
-async def test_a_call_cut_short_is_interrupted_and_put_to_a_human() -> None:
-    started = anyio.Event()
-    runs: list[str] = []
-
+def deploy_agent(
+    runs: list[str], decide: Scripted, started: anyio.Event | None = None, **options: Any
+) -> StatusAgent:
     async def deploy(version: str) -> str:
         """Deploy a version.
 
@@ -108,28 +125,43 @@ async def test_a_call_cut_short_is_interrupted_and_put_to_a_human() -> None:
             version: which.
         """
         runs.append(version)
-        started.set()
-        await anyio.sleep(10)
+        if started is not None:
+            started.set()
+        if len(runs) == 1:  # the first call hangs, until the run is cut off
+            await anyio.sleep_forever()
         return f"deployed {version}"
 
-    decide = Scripted(
-        calls(call("deploy", version="1.2")),
-        finish("not deployed"),
-        calls(call("deploy", version="1.2")),
-    )
-    agent = StatusAgent(
+    return StatusAgent(
         tools=[deploy],
         analyze=lambda view: "",
         plan=lambda view: ["deploy"],
         decide=decide,
         reflect=lambda view: {"verdict": "finish"},
         converse=lambda view: "",
+        **options,
     )
+
+
+async def cancelled_while_deploying(agent: StatusAgent, started: anyio.Event) -> str:
+    """Run ``agent`` and cancel the run while its tool runs; the run's id."""
     async with anyio.create_task_group() as tg:
         tg.start_soon(functools.partial(agent.run, "deploy 1.2"))
         await started.wait()
         tg.cancel_scope.cancel()  # the run is cancelled while the tool runs
     (run_id,) = await agent.store.run_ids(status="running")
+    return run_id
+
+
+async def test_a_call_cut_short_is_interrupted_and_put_to_a_human_when_asked() -> None:
+    started = anyio.Event()
+    runs: list[str] = []
+    decide = Scripted(
+        calls(call("deploy", version="1.2")),
+        finish("not deployed"),
+        calls(call("deploy", version="1.2")),
+    )
+    agent = deploy_agent(runs, decide, started)
+    run_id = await cancelled_while_deploying(agent, started)
     checkpoint = await agent.store.get(run_id)
     assert checkpoint is not None
     # the call's intent, and a note of what cut it off
@@ -138,7 +170,7 @@ async def test_a_call_cut_short_is_interrupted_and_put_to_a_human() -> None:
         ("<cut off>", "finished"),
     ]
 
-    paused = await agent.recover(run_id)
+    paused = await agent.recover(run_id, unknown_outcome="ask")  # this call's own policy
     assert runs == ["1.2"]  # not run again
     assert paused.status == "paused"
     request = paused.request
@@ -154,9 +186,69 @@ async def test_a_call_cut_short_is_interrupted_and_put_to_a_human() -> None:
     assert [e.state for e in journal if e.tool_name == "deploy"] == ["interrupted"]
 
     done = await agent.resume(run_id, Reject(message="it did deploy; leave it"))
-    assert done.answer == "not deployed"
+    assert done.text == "not deployed"
     assert runs == ["1.2"]
     assert decide.views[1].notes[-1].text == "it did deploy; leave it"
+
+
+async def test_a_call_cut_short_fails_by_default_and_the_reflection_sees_a_failed_call() -> None:
+    started = anyio.Event()
+    runs: list[str] = []
+    decide = Scripted(calls(call("deploy", version="1.2")), finish("not deployed"))
+    agent = deploy_agent(runs, decide, started)
+    run_id = await cancelled_while_deploying(agent, started)
+
+    paused = await agent.recover(run_id)
+    assert runs == ["1.2"]  # not run again
+    (record,) = paused.state.records
+    assert (record.source, record.record.success) == ("interrupted", False)
+    said = (
+        "call 'call-1' of tool 'deploy' was interrupted: the run's cancellation ended it while "
+        "it ran, before its outcome was recorded, so it may or may not have taken effect; it "
+        "was not run again"
+    )
+    assert record.record.error == said
+    request = paused.request  # a failed call: the status agent's review, as for any failure
+    assert request is not None and request.kind == "review"
+    assert request.details["failed"] == [
+        {"call_id": "call-1", "tool_name": "deploy", "error": said}
+    ]
+    journal = (await agent.store.get(run_id)).journal  # type: ignore[union-attr]
+    assert [e.state for e in journal if e.tool_name == "deploy"] == ["interrupted"]
+    done = await agent.resume(run_id, Continue())
+    assert done.text == "not deployed" and runs == ["1.2"]
+    assert decide.views[1].records[0].record.error == said  # the decision step saw it
+
+
+async def test_a_call_cut_short_runs_again_under_retry_only_when_idempotent() -> None:
+    started = anyio.Event()
+    runs: list[str] = []
+    decide = Scripted(calls(call("deploy", version="1.2")), finish("deployed"))
+    agent = deploy_agent(runs, decide, started, unknown_outcome="retry")
+    run_id = await cancelled_while_deploying(agent, started)
+    paused = await agent.recover(run_id)  # deploy is not named idempotent: as "fail"
+    assert runs == ["1.2"]
+    assert paused.state.records[0].source == "interrupted"
+
+    started, runs = anyio.Event(), []
+    retried = deploy_agent(
+        runs,
+        Scripted(calls(call("deploy", version="1.2")), finish("deployed")),
+        started,
+        unknown_outcome="retry",
+        idempotent_tools=["deploy"],
+    )
+    run_id = await cancelled_while_deploying(retried, started)
+    result = await retried.recover(run_id)
+    assert runs == ["1.2", "1.2"]  # run again, under its journaled intent
+    (record,) = result.state.records
+    assert (record.call_id, record.source, record.record.result) == (
+        "call-1",
+        "ran",
+        "deployed 1.2",
+    )
+    journal = (await retried.store.get(run_id)).journal  # type: ignore[union-attr]
+    assert [e.state for e in journal if e.tool_name == "deploy"] == ["finished"]
 
 
 class Die(BaseException):
@@ -184,6 +276,7 @@ async def test_an_approved_interrupted_call_runs_again_under_a_new_id() -> None:
         decide=Scripted(calls(call("charge", card="visa")), finish("charged twice, on purpose")),
         reflect=Scripted({"verdict": "continue"}, {"verdict": "finish"}),
         converse=lambda view: "",
+        unknown_outcome="ask",
     )
     died: list[BaseException] = []
     try:
@@ -201,14 +294,14 @@ async def test_an_approved_interrupted_call_runs_again_under_a_new_id() -> None:
         ("call-1", "interrupted"),
         ("call-2", "ran"),
     ]
-    assert result.answer == "charged twice, on purpose"
+    assert result.text == "charged twice, on purpose"
 
 
 async def test_a_decision_being_delivered_when_the_run_broke_is_delivered_again() -> None:
     store = FlakyStore()
     tools = Tools()
     decide = Scripted(calls(call("send_mail", to="ada", body="hi")), finish("sent"))
-    agent = make_agent(tools, decide=decide, store=store, require_approval=True)
+    agent = make_agent(tools, decide=decide, store=store, needs_approval=True)
     paused = await agent.run("mail", run_id="r")
     broken = crash_on(store, "status_changed", node="human_intervention")
     with pytest.raises(StepFailedError):
@@ -254,7 +347,7 @@ async def test_a_timeout_fails_the_run_and_recovery_goes_on() -> None:
     with pytest.raises(ExecutionTimeoutError):
         await agent.run("x", run_id="r", timeout=0.05)
     result = await agent.recover("r")
-    assert result.answer == "in time"
+    assert result.text == "in time"
 
 
 # -- the loop guard -------------------------------------------------------------------------
@@ -265,9 +358,10 @@ async def test_a_cycle_without_progress_ends_with_a_reason() -> None:
     agent = make_agent(decide=Scripted(*[calls()] * 10), reflect=reflect)
     result = await agent.run("x")
     assert result.status == "completed"
-    reason = result.stop_reason
+    assert result.stop_reason == "guard"
+    reason = result.state.stop_detail
     assert reason is not None
-    assert reason.startswith("loop guard: 'decision' was reached 3 times with no progress")
+    assert reason.startswith("'decision' was reached 3 times with no progress")
     assert "decision → reflection → decision" in reason
     assert path_of(result)[-1] == "reflection:continue"
     checkpoint = await agent.store.get(result.run_id)
@@ -279,48 +373,27 @@ async def test_replanning_the_same_plan_forever_ends_too() -> None:
     events: list[FlowEvent] = []
     agent = make_agent(decide=Scripted(*[calls()] * 10), reflect=reflect)
     result = await agent.run("x", on_event=events.append)
-    assert result.stop_reason is not None
-    assert "was reached 3 times with no progress" in result.stop_reason
-    assert "reflection → planning → decision" in result.stop_reason
-    assert [e.kind for e in events].count("loop_guard_tripped") == 1
+    assert result.stop_reason == "guard"
+    reason = result.state.stop_detail
+    assert reason is not None
+    assert "was reached 3 times with no progress" in reason
+    assert "reflection → planning → decision" in reason
+    (tripped,) = [e for e in events if isinstance(e, LoopGuardTripped)]
+    assert tripped.reason == reason
 
 
-async def test_progress_is_not_a_cycle_but_max_steps_bounds_every_run() -> None:
+async def test_progress_is_not_a_cycle_but_max_turns_bounds_every_run() -> None:
     counter = iter(range(100))
     reflect = Scripted(*[lambda view: {"verdict": "continue", "note": f"n{next(counter)}"}] * 30)
-    agent = make_agent(decide=Scripted(*[calls()] * 30), reflect=reflect, max_steps=12)
+    agent = make_agent(decide=Scripted(*[calls()] * 30), reflect=reflect, max_turns=12)
     result = await agent.run("x")
-    assert result.stop_reason is not None
-    assert result.stop_reason.startswith("loop guard: the run took 12 steps (max_steps)")
+    assert result.stop_reason == "max_turns"
+    assert result.state.stop_detail is not None
+    assert result.state.stop_detail.startswith("the run took 12 steps (max_turns)")
     assert len(result.state.history) == 12
 
 
 # -- usage: every model call made before a pause, a failure or a crash counts -------------
-
-
-def paying_step(model: Any, output: Any) -> Any:
-    """A step that asks ``model`` (one call), then answers ``output`` (raised if an
-    exception)."""
-    from toolloop.models import ChatRequest, stream_chat
-
-    async def step(view: Any) -> Any:
-        request = ChatRequest(messages=[{"role": "user", "content": view.user_input}])
-        async with stream_chat(model, request) as deltas:
-            async for _ in deltas:
-                pass
-        if isinstance(output, BaseException):
-            raise output
-        return output
-
-    return step
-
-
-def ten_tokens() -> Any:
-    from toolloop.testing import ScriptedChatModel, ScriptedChatReply
-
-    return ScriptedChatModel(
-        responder=lambda request: ScriptedChatReply("ok", usage={"total_tokens": 10})
-    )
 
 
 async def test_the_usage_of_a_paused_run_is_kept_by_its_checkpoint() -> None:
@@ -329,7 +402,7 @@ async def test_the_usage_of_a_paused_run_is_kept_by_its_checkpoint() -> None:
         analyze=paying_step(model, "mail ada"),
         plan=paying_step(model, ["mail"]),
         decide=Scripted(calls(call("send_mail", to="ada", body="hi")), finish("sent")),
-        require_approval=["send_mail"],
+        needs_approval=["send_mail"],
     )
     paused = await agent.run("mail ada", run_id="r")
     assert paused.paused and paused.usage.requests == 2
@@ -347,34 +420,17 @@ async def test_a_step_that_failed_after_its_model_call_counts_after_recovery() -
     with pytest.raises(StepFailedError, match="no plan in that answer"):
         await agent.run("hi", run_id="r")
     result = await agent.recover("r")
-    assert result.answer == "hello!" and len(model.requests) == 2
+    assert result.text == "hello!" and len(model.requests) == 2
     assert (result.usage.requests, result.usage.total_tokens) == (2, 20)
 
 
 async def test_a_call_the_runs_timeout_ended_says_so_after_recovery() -> None:
     runs: list[str] = []
-
-    async def deploy(version: str) -> str:
-        """Deploy a version.
-
-        Args:
-            version: which.
-        """
-        runs.append(version)
-        await anyio.sleep(10)
-        return f"deployed {version}"
-
-    agent = StatusAgent(
-        tools=[deploy],
-        analyze=lambda view: "",
-        plan=lambda view: ["deploy"],
-        decide=Scripted(calls(call("deploy", version="1.2")), finish("not deployed")),
-        reflect=lambda view: {"verdict": "finish"},
-        converse=lambda view: "",
-    )
+    decide = Scripted(calls(call("deploy", version="1.2")), finish("not deployed"))
+    agent = deploy_agent(runs, decide)
     with pytest.raises(ExecutionTimeoutError):
         await agent.run("deploy 1.2", run_id="r", timeout=0.5)
-    paused = await agent.recover("r")
+    paused = await agent.recover("r", unknown_outcome="ask")
     assert runs == ["1.2"]  # not run again
     request = paused.request
     assert request is not None and request.kind == "interrupted_tool_calls"

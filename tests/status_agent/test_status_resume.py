@@ -33,7 +33,7 @@ pytestmark = pytest.mark.anyio
 
 def mail_agent(store: CheckpointStore, tools: Tools) -> StatusAgent:
     decide = Scripted(calls(call("send_mail", "tell Ada", to="ada", body="hi")), finish("sent"))
-    return make_agent(tools, decide=decide, store=store, require_approval=["send_mail"])
+    return make_agent(tools, decide=decide, store=store, needs_approval=["send_mail"])
 
 
 async def paused_run(store: CheckpointStore) -> tuple[StatusAgent, StatusAgentResult, Tools]:
@@ -214,7 +214,7 @@ async def test_one_decision_per_call_approves_one_and_rejects_the_other() -> Non
         ),
         finish("sent one"),
     )
-    agent = make_agent(tools, decide=decide, store=store, require_approval=["send_mail"])
+    agent = make_agent(tools, decide=decide, store=store, needs_approval=["send_mail"])
     paused = await agent.run("Mail Ada and Bob", run_id="r")
     assert paused.request is not None
     ada, bob = (c.call_id for c in paused.request.tool_calls)

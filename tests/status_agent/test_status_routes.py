@@ -7,9 +7,8 @@ from typing import Any
 import pytest
 from status_support import Scripted, Tools, call, calls, finish, make_agent, path_of
 
-from toolloop.checkpoints import Approve, Continue, Edit, Reject, Replan, Stop
-from toolloop.flow import FlowEvent
-from toolloop.status_agent._events import CheckpointSaved
+from toolloop.checkpoints import Approve, Continue, DecisionError, Edit, Reject, Replan, Stop
+from toolloop.kernel import Approval, rejected_error
 from toolloop.status_agent._flow import ROUTES, next_step, status_agent_flow
 from toolloop.status_agent._state import StatusAgentState, StatusToolCall
 
@@ -84,7 +83,7 @@ async def test_empty_plan_goes_to_conversation_and_ends() -> None:
     agent = make_agent(plan=Scripted([]), converse=Scripted("Hello, Ada!"))
     result = await agent.run("hi there")
     assert result.status == "completed"
-    assert result.answer == "Hello, Ada!"
+    assert result.text == "Hello, Ada!"
     assert result.stop_reason == "answered"
     assert path_of(result) == [
         "analysis:analysis_completed",
@@ -96,7 +95,7 @@ async def test_empty_plan_goes_to_conversation_and_ends() -> None:
 async def test_a_plan_goes_to_decision() -> None:
     result = await make_agent(decide=Scripted(finish("42"))).run("what is it?")
     assert path_of(result)[:3] == [*START, "decision:decision_completed"]
-    assert result.answer == "42"
+    assert result.text == "42"
 
 
 # -- conversation --------------------------------------------------------------------------
@@ -121,7 +120,7 @@ async def test_a_conversation_error_goes_to_the_human() -> None:
 
 async def test_calls_needing_approval_go_to_the_human() -> None:
     decide = Scripted(calls(call("send_mail", to="ada", body="hi"), reason="Ada asked"))
-    agent = make_agent(decide=decide, require_approval=["send_mail"])
+    agent = make_agent(decide=decide, needs_approval=["send_mail"])
     result = await agent.run("mail Ada")
     assert path_of(result) == [
         *START,
@@ -133,7 +132,7 @@ async def test_calls_needing_approval_go_to_the_human() -> None:
     assert [(c.call_id, c.tool_name, c.arguments) for c in request.tool_calls] == [
         ("call-1", "send_mail", {"to": "ada", "body": "hi"})
     ]
-    assert request.tool_calls[0].why == "tool 'send_mail' needs approval"
+    assert request.tool_calls[0].why == "send_mail needs approval"
     assert "the model's reason: Ada asked" in request.reason
 
 
@@ -173,8 +172,8 @@ async def test_nothing_to_run_goes_to_reflection() -> None:
         "decision:decision_completed",
         "reflection:reflection_completed",
     ]
-    assert result.answer == "all good"
-    assert result.stop_reason == "finished"
+    assert result.text == "all good"
+    assert result.stop_reason == "answered"  # the reflection finished
 
 
 # -- tool execution and reflection ----------------------------------------------------------
@@ -246,7 +245,7 @@ async def _paused_for_approval(**options: Any) -> tuple[Any, Any, Tools]:
     decide = options.pop("decide", None) or Scripted(
         calls(call("send_mail", to="ada", body="hi")), finish("mailed")
     )
-    agent = make_agent(tools, decide=decide, require_approval=["send_mail"], **options)
+    agent = make_agent(tools, decide=decide, needs_approval=["send_mail"], **options)
     paused = await agent.run("mail Ada")
     assert paused.paused
     return agent, paused, tools
@@ -262,7 +261,7 @@ async def test_human_approve_goes_to_decision_then_the_tools() -> None:
         "reflection:reflection_completed",
     ]
     assert tools.calls == [("send_mail", {"to": "ada", "body": "hi"})]
-    assert result.stop_reason == "finished"
+    assert result.stop_reason == "answered"
 
 
 async def test_human_edit_is_a_modified_plan() -> None:
@@ -289,10 +288,11 @@ async def test_human_reject_tells_the_model_and_goes_to_decision() -> None:
     assert tools.calls == []
     rejected = result.state.records[0]
     assert rejected.source == "rejected"
-    assert rejected.record.error == "rejected by the human: never mail Ada"
+    said = "a human rejected this call of 'send_mail'; it did not run: never mail Ada"
+    assert rejected.record.error == said == rejected_error("send_mail", "never mail Ada")
     seen = decide.views[1]
     assert [n.text for n in seen.notes] == ["never mail Ada"]
-    assert seen.records[0].record.error == "rejected by the human: never mail Ada"
+    assert seen.records[0].record.error == said
 
 
 async def test_human_replan_goes_to_planning() -> None:
@@ -319,7 +319,7 @@ async def test_human_continue_goes_to_decision() -> None:
         "decision:decision_completed",
         "reflection:reflection_completed",
     ]
-    assert result.answer == "went on"
+    assert result.text == "went on"
 
 
 async def test_human_stop_ends_the_run() -> None:
@@ -327,31 +327,28 @@ async def test_human_stop_ends_the_run() -> None:
     result = await agent.resume(paused.run_id, Stop(message="cancelled by Ada"))
     assert path_of(result)[-1] == "human_intervention:human_stopped"
     assert result.status == "completed"
-    assert result.answer == "cancelled by Ada"
-    assert result.stop_reason == "stopped by the human: cancelled by Ada"
+    assert result.text == "cancelled by Ada"
+    assert result.stop_reason == "stopped"
+    assert result.state.stop_detail == "a human stopped the run: cancelled by Ada"
     assert tools.calls == []
-
-
-async def test_the_run_publishes_statuses_tool_calls_and_checkpoints() -> None:
-    events: list[FlowEvent] = []
-    decide = Scripted(calls(call("search", query="a")), finish("ok"))
-    result = await make_agent(decide=decide).run("x", on_event=events.append)
-    kinds = [e.kind for e in events]
-    assert kinds.count("status_changed") == len(result.state.history)
-    assert kinds.count("checkpoint_saved") == len(result.state.history)
-    started = kinds.index("tool_call_started")
-    assert kinds[started + 1] == "tool_call_finished"
-    revisions = [e.revision for e in events if isinstance(e, CheckpointSaved)]
-    assert revisions == list(range(2, 2 + len(revisions)))
-    assert all(e.execution_id == result.run_id for e in events)
 
 
 @pytest.mark.parametrize(
     ("policy", "waiting"),
     [
-        (True, {"call-1": "every call needs approval (tool 'search')", "call-2": ""}),
+        (True, {"call-1": "every call needs approval (search)", "call-2": ""}),
         (False, {}),
-        (["fetch"], {"call-2": "tool 'fetch' needs approval"}),
+        ((), {}),
+        (["fetch"], {"call-2": "fetch needs approval"}),
+        ({"fetch": True, "search": False}, {"call-2": "fetch needs approval"}),
+        (
+            {"fetch": Approval(description="it reads the bank")},
+            {"call-2": "fetch needs approval\nit reads the bank"},
+        ),
+        (
+            {"fetch": lambda c: c.arguments.get("url") == "http://bank" and "it moves money"},
+            {"call-2": "it moves money"},
+        ),
         (
             lambda c: c.arguments.get("url") == "http://bank" and "it moves money",
             {"call-2": "it moves money"},
@@ -361,17 +358,66 @@ async def test_the_run_publishes_statuses_tool_calls_and_checkpoints() -> None:
 async def test_approval_policies(policy: Any, waiting: dict[str, str]) -> None:
     decide = Scripted(calls(call("search", query="q"), call("fetch", url="http://bank")))
     result = await make_agent(
-        decide=decide, require_approval=policy, reflect=Scripted({"verdict": "finish"})
+        decide=decide, needs_approval=policy, reflect=Scripted({"verdict": "finish"})
     ).run("x")
     if not waiting:
         assert result.status == "completed"
         return
     assert result.request is not None
     asked = {c.call_id: c.why for c in result.request.tool_calls}
-    expected = {k: v or "every call needs approval (tool 'fetch')" for k, v in waiting.items()}
+    expected = {k: v or "every call needs approval (fetch)" for k, v in waiting.items()}
     assert asked == expected
 
 
+async def test_an_approval_may_allow_fewer_decisions_and_a_call_may_override_it() -> None:
+    tools = Tools()
+    mail = calls(call("send_mail", to="ada", body="hi"))
+    decide = Scripted(mail, finish("not sent"), mail, finish("sent"))
+    agent = make_agent(
+        tools, decide=decide, needs_approval={"send_mail": Approval(allowed=("approve", "reject"))}
+    )
+    paused = await agent.run("mail Ada")
+    assert paused.request is not None
+    assert paused.request.tool_calls[0].allowed == ["approve", "reject"]
+    with pytest.raises(DecisionError, match="allows \\['approve', 'reject'\\]"):
+        await agent.resume(paused.run_id, Edit(arguments={"call-1": {"to": "bob", "body": "x"}}))
+    done = await agent.resume(paused.run_id, "reject")
+    assert done.status == "completed" and tools.calls == []
+    # this call's own spec over the agent's: nothing waits
+    done = await agent.run("mail Ada", needs_approval=False)
+    assert done.status == "completed" and tools.calls == [
+        ("send_mail", {"to": "ada", "body": "hi"})
+    ]
+
+
+@pytest.mark.parametrize(
+    ("spec", "error", "said"),
+    [
+        (["send_mial"], ValueError, r"names \['send_mial'\], which are no tools of this run"),
+        ({"serch": True}, ValueError, "a misspelt name would let the real tool run unapproved"),
+        ("send_mail", TypeError, r"not one str: needs_approval=\['send_mail'\]"),
+        ({"send_mail": "yes"}, TypeError, r"needs_approval\['send_mail'\] must be True"),
+    ],
+)
+async def test_a_misspelt_or_malformed_approval_is_refused(
+    spec: Any, error: type[Exception], said: str
+) -> None:
+    with pytest.raises(error, match=said):
+        make_agent(needs_approval=spec)
+    tools = Tools()
+    agent = make_agent(tools, decide=Scripted(calls(call("send_mail", to="ada", body="hi"))))
+    with pytest.raises(error, match=said):
+        await agent.run("mail Ada", run_id="r", needs_approval=spec)
+    assert await agent.store.get("r") is None  # refused before anything was written
+    assert tools.calls == []
+
+
 def test_agent_options_are_checked() -> None:
-    with pytest.raises(ValueError, match="max_steps must be >= 1 and max_idle_visits >= 2"):
+    with pytest.raises(ValueError, match="max_idle_visits must be 2 or more, got 1"):
         make_agent(max_idle_visits=1)
+    with pytest.raises(ValueError, match="on_timeout must be 'raise' or 'finish', got 'stop'"):
+        make_agent(on_timeout="stop")
+    with pytest.raises(ValueError, match="unknown_outcome must be one of"):
+        make_agent(unknown_outcome="guess")
+    with pytest.raises(ValueError, match="max_turns must be 0 or more"):
+        make_agent(max_turns=-1)

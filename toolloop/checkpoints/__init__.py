@@ -6,8 +6,9 @@ snapshot plus status, request, owner and metadata) and the journal of its tool c
 :class:`SQLiteCheckpointStore` (a file, no server) is the default;
 :class:`PostgresCheckpointStore` serves many workers on many machines (runs are leased, see
 :class:`LeasingStore`); :class:`MemoryCheckpointStore` serves tests.
-:class:`CheckpointedRun` writes one run's checkpoints; :func:`call_once` runs a tool call
-through the journal, :func:`note_cut_off` journals what ended a run while its calls ran, and
+:class:`CheckpointedRun` writes one run's checkpoints and the journal of its tool calls
+(intent before, outcome after: the kernel's :func:`~toolloop.kernel.journaled_call` runs a
+call through it), :func:`note_cut_off` journals what ended a run while its calls ran, and
 :func:`record_usage` what its model calls cost; :class:`HumanRequest` and the decisions
 (:class:`Approve`, :class:`Edit`, :class:`Reject`, :class:`Replan`, :class:`Continue`,
 :class:`Stop`) are how a paused run talks with a person.
@@ -36,8 +37,6 @@ from ._human import Stop as Stop
 from ._human import check_decision as check_decision
 from ._human import parse_answer as parse_answer
 from ._human import parse_decision as parse_decision
-from ._journal import CallSource as CallSource
-from ._journal import call_once as call_once
 from ._journal import cut_off_causes as cut_off_causes
 from ._journal import interrupted_error as interrupted_error
 from ._journal import interruption as interruption
@@ -60,7 +59,6 @@ from ._usage import usage_since as usage_since
 
 __all__ = [
     "Approve",
-    "CallSource",
     "Checkpoint",
     "CheckpointConflictError",
     "CheckpointError",
@@ -89,7 +87,6 @@ __all__ = [
     "RunNotResumableError",
     "SQLiteCheckpointStore",
     "Stop",
-    "call_once",
     "check_decision",
     "cut_off_causes",
     "expect_status",

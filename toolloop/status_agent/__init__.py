@@ -1,18 +1,17 @@
 """The status-routed agent: analysis, planning, conversation or decision, tool execution,
 reflection and human intervention, routed only by the status each node sets.
 
-A run waiting for a human pauses and is checkpointed (:mod:`toolloop.checkpoints`); it
-resumes later, in another process if need be, and :meth:`StatusAgent.recover` continues a
-run whose process died, without running any tool twice.
+Its runs are runs of the kernel (:mod:`toolloop.kernel`): the same options, events, result
+base and verbs as every product. A run waiting for a human pauses and is checkpointed
+(:mod:`toolloop.checkpoints`); it resumes later, in another process if need be, and
+:meth:`StatusAgent.recover` continues a run whose process died, without running any tool
+twice.
 """
 
 from __future__ import annotations
 
-from ._agent import RequireApproval as RequireApproval
 from ._agent import StatusAgent as StatusAgent
 from ._agent import StatusAgentResult as StatusAgentResult
-from ._events import CheckpointSaved as CheckpointSaved
-from ._events import HumanInputRequested as HumanInputRequested
 from ._events import LoopGuardTripped as LoopGuardTripped
 from ._events import StatusChanged as StatusChanged
 from ._events import StatusEvent as StatusEvent
@@ -33,11 +32,8 @@ from ._steps import StatusView as StatusView
 __all__ = [
     "STATUS_SYSTEM_PROMPT",
     "AgentStatus",
-    "CheckpointSaved",
-    "HumanInputRequested",
     "LLMStatusSteps",
     "LoopGuardTripped",
-    "RequireApproval",
     "StatusAgent",
     "StatusAgentResult",
     "StatusAgentState",

@@ -4,31 +4,35 @@
 ::
 
     agent = StatusAgent(tools=[search, send_mail], model=model,
-                        store=SQLiteCheckpointStore("runs.db"), require_approval=["send_mail"])
+                        store=SQLiteCheckpointStore("runs.db"), needs_approval=["send_mail"])
     result = await agent.run("Mail Ada the forecast")
     if result.paused:                      # result.request: which calls, which arguments, why
         ...                                # later, maybe in another process:
         result = await agent.resume(result.run_id, Approve())
 
-Every node's transition is checkpointed in the store; a run whose process died is continued
-with :meth:`StatusAgent.recover`. Tool calls go through the store's journal (intent before,
-outcome after, keyed by a call id stable for the run), so no tool ever runs twice: a call
-with a recorded outcome is replayed from the journal, and a call that started but has no
-outcome (the process died while it ran, or the run's own timeout, cancellation or error
-ended it, which its record says) is marked ``interrupted`` and put to a human — never
-silently run again.
+Every run, resume and recovery is a session of the run kernel (:func:`toolloop.kernel.drive`):
+the same options as every product (limits, timeouts, a budget that holds across pauses and
+recoveries, approvals, the policy for unknown outcomes, deps), the same events and the same
+result base. Every node's transition is checkpointed in the store; a run whose process died
+is continued with :meth:`StatusAgent.recover`. Tool calls go through the kernel's journal
+(intent before, outcome after, keyed by a call id stable for the run), so no tool ever runs
+twice: a call with a recorded outcome is replayed from the journal, and a call that started
+but has no outcome (the process died while it ran, or the run's own timeout, cancellation
+or error ended it, which its record says) follows ``unknown_outcome``: a failed record
+(``"fail"``), run again if idempotent (``"retry"``), or put to a human (``"ask"``).
 """
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Sequence
-from contextlib import ExitStack
 from typing import Any, Literal
 
 import anyio
-from pydantic import BaseModel, ConfigDict
+import sniffio
 from pydantic_core import to_jsonable_python
+from typing_extensions import Unpack
 
 from ..checkpoints import (
     Checkpoint,
@@ -40,88 +44,85 @@ from ..checkpoints import (
     HumanRequest,
     MemoryCheckpointStore,
     RunNotResumableError,
-    check_decision,
     expect_status,
-    note_cut_off,
     parse_answer,
     restore,
     usage_since,
 )
-from ..flow import Execution, FlowEvent, FlowResult
-from ..models import ChatModel, Usage, UsageMeter
+from ..flow import Execution, FlowResult
+from ..kernel import (
+    ApprovalSpec,
+    Ended,
+    OnLimit,
+    RunOptions,
+    RunOverrides,
+    RunResult,
+    StopReason,
+    UnknownOutcome,
+    approval_rule,
+    decide,
+    drive,
+)
+from ..models import ChatModel, Usage, UsageLimits
 from ..runner import Executor, ToolExecutionRecord
 from ..tools import RunScope, Tool, ToolRegistry
 from ._flow import status_agent_flow
 from ._human import HUMAN_EVENT
 from ._llm import LLMStatusSteps
 from ._nodes import FLOW_NAME, RECOVER_EVENT, StatusDeps, recover_snapshot
-from ._state import StatusAgentState, StatusToolCall
+from ._state import StatusAgentState
 from ._steps import StatusSteps, StepFunction
 
-__all__ = ["RequireApproval", "StatusAgent", "StatusAgentResult"]
+__all__ = ["StatusAgent", "StatusAgentResult"]
 
-RequireApproval = bool | Collection[str] | Callable[[StatusToolCall], bool | str | None]
-"""Which tool calls wait for a human's approval: all (``True``), none (``False``), the tools
-named, or a function of the call (true or a reason: it waits)."""
+MAX_TURNS = 50
+"""The status agent's default ``max_turns``: node entries (steps) per run."""
 
-OnEvent = Callable[[FlowEvent], None]
 _PAUSED: tuple[CheckpointStatus, ...] = ("paused",)
 _INTERRUPTED: tuple[CheckpointStatus, ...] = ("running", "failed")
 
 
-class StatusAgentResult(BaseModel):
-    """How a run call ended: ``completed`` with an answer, or ``paused`` with a question."""
+class StatusAgentResult(RunResult):
+    """How a run call ended: ``completed`` (``text`` is the answer, ``stop_reason`` why),
+    or ``paused`` with a question (``request``). The kernel's
+    :class:`~toolloop.kernel.RunResult`, with the run's whole state.
 
-    model_config = ConfigDict(frozen=True)
+    Stop reasons: ``answered`` (the conversation answered, or the reflection finished),
+    ``stopped`` (a human's ``Stop``), ``max_turns``, ``guard`` (the loop guard: the run
+    went in circles; ``state.stop_detail`` says how), ``timeout`` and ``usage_limit`` (with
+    ``on_timeout`` / ``on_usage_limit`` set to ``"finish"``).
+    """
 
-    run_id: str
-    status: Literal["completed", "paused"]
-    answer: str | None = None
-    request: HumanRequest | None = None
-    """When paused: what the human is asked (which calls, which arguments, why)."""
-    stop_reason: str | None = None
-    """When completed: why (``answered``, ``finished``, ``stopped by the human``, a loop
-    guard's reason, ...)."""
     state: StatusAgentState
-
-    @property
-    def paused(self) -> bool:
-        return self.status == "paused"
 
     @property
     def records(self) -> list[ToolExecutionRecord]:
         """The record of every call, in order (rejected and interrupted ones included)."""
         return [r.record for r in self.state.records]
 
-    @property
-    def usage(self) -> Usage:
-        """The run's model usage (across pauses and resumes)."""
-        return self.state.usage
+
+class _Logic:
+    """What the kernel reads of a status agent run's state."""
+
+    def stop_reason(self, state: StatusAgentState) -> StopReason | None:
+        return state.stop_reason
+
+    def records(self, state: StatusAgentState) -> list[ToolExecutionRecord]:
+        return [r.record for r in state.records]
+
+    def turns(self, state: StatusAgentState) -> int:
+        return state.steps
 
 
-def _approval(policy: RequireApproval) -> Callable[[StatusToolCall], str | None]:
-    if policy is True:
-        return lambda call: f"every call needs approval (tool {call.tool_name!r})"
-    if policy is False:
-        return lambda call: None
-    if callable(policy):
-        ask = policy
-
-        def decide(call: StatusToolCall) -> str | None:
-            answer = ask(call)
-            if isinstance(answer, str):
-                return answer
-            return f"tool {call.tool_name!r} needs approval" if answer else None
-
-        return decide
-    names = frozenset(policy)
-    return lambda call: (
-        f"tool {call.tool_name!r} needs approval" if call.tool_name in names else None
-    )
+_LOGIC = _Logic()
 
 
 class StatusAgent:
     """The status-routed agent (see the module docs); one agent serves many runs.
+
+    Its own arguments first; then the run options of every product (see
+    :class:`~toolloop.kernel.RunOptions`), the defaults of its runs, which each call of
+    :meth:`run`, :meth:`resume` and :meth:`recover` may override.
 
     Args:
         tools: typed functions, :class:`~toolloop.Tool` objects, or a registry.
@@ -132,14 +133,36 @@ class StatusAgent:
         decide: the decision step.
         reflect: the reflection step.
         converse: the conversation step.
+        max_idle_visits: a run ends (stop reason ``guard``) when a node is reached this many
+            times with no progress.
+        concurrency: at most this many tool calls of a run at once.
+        limiter: shared with other runs; bounds tool calls across them.
+        tool_timeout: seconds per tool call.
+        model_timeout: seconds per step (its model call): a step that outlives it fails as
+            a model call that failed does (a :class:`~toolloop.errors.ModelCallError`).
+        timeout: seconds per call of ``run``, ``resume`` or ``recover``.
+        on_timeout: ``"raise"`` (the run fails; recover it to go on) or ``"finish"`` (stop
+            reason ``timeout``).
+        max_turns: a run ends (stop reason ``max_turns``) after this many steps (node
+            entries), across its pauses and recoveries.
+        usage_limits: the run's budget (:class:`~toolloop.models.UsageLimits`), across its
+            pauses and recoveries: checked before every model call of its steps.
+        on_usage_limit: ``"raise"`` or ``"finish"`` (stop reason ``usage_limit``).
         store: where checkpoints live; a :class:`~toolloop.checkpoints.MemoryCheckpointStore`
             of this agent by default (use a SQLite store to resume in another process).
-        require_approval: which calls wait for a human before they run.
-        max_steps: a run ends after this many node entries.
-        max_idle_visits: a run ends when a node is reached this many times with no progress.
-        concurrency: at most this many tool calls of a run at once.
-        tool_timeout: seconds per tool call.
-        limiter: shared with other runs; bounds tool calls across them.
+        needs_approval: which calls wait for a human before they run (the kernel's one
+            spec: ``True``, tool names, a mapping, or a rule; see
+            :data:`~toolloop.kernel.ApprovalSpec`).
+        unknown_outcome: what a resumed or recovered run does with a call whose outcome is
+            unknown: ``"fail"`` (a failed record saying what cut it off; the reflection
+            sees a failed call), ``"retry"`` (run it again if its tool is in
+            ``idempotent_tools``), ``"ask"`` (pause with a request of kind
+            ``interrupted_tool_calls``).
+        idempotent_tools: the tools safe to run twice.
+
+    Raises:
+        ValueError, TypeError: an option no run can take (the message says which), a step
+            missing without a model, ``needs_approval`` naming no tool of the agent.
     """
 
     flow = status_agent_flow
@@ -154,13 +177,20 @@ class StatusAgent:
         decide: StepFunction | None = None,
         reflect: StepFunction | None = None,
         converse: StepFunction | None = None,
-        store: CheckpointStore | None = None,
-        require_approval: RequireApproval = False,
-        max_steps: int = 50,
         max_idle_visits: int = 3,
         concurrency: int = 4,
-        tool_timeout: float | None = None,
         limiter: anyio.CapacityLimiter | None = None,
+        tool_timeout: float | None = None,
+        model_timeout: float | None = None,
+        timeout: float | None = None,
+        on_timeout: OnLimit = "raise",
+        max_turns: int = MAX_TURNS,
+        usage_limits: UsageLimits | None = None,
+        on_usage_limit: OnLimit = "raise",
+        store: CheckpointStore | None = None,
+        needs_approval: ApprovalSpec = (),
+        unknown_outcome: UnknownOutcome = "fail",
+        idempotent_tools: Collection[str] = (),
     ) -> None:
         given = {
             "analyze": analyze,
@@ -178,78 +208,87 @@ class StatusAgent:
         self.steps = StatusSteps(
             **{name: fn if fn is not None else getattr(llm, name) for name, fn in given.items()}
         )
-        if max_steps < 1 or max_idle_visits < 2:
-            raise ValueError("max_steps must be >= 1 and max_idle_visits >= 2")
+        if not isinstance(max_idle_visits, int) or max_idle_visits < 2:
+            raise ValueError(f"max_idle_visits must be 2 or more, got {max_idle_visits!r}")
         self.registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
-        self.executor = Executor(
-            self.registry, concurrency=concurrency, limiter=limiter, tool_timeout=tool_timeout
-        )
         self.store: CheckpointStore = store if store is not None else MemoryCheckpointStore()
-        self.needs_approval = _approval(require_approval)
-        self.max_steps = max_steps
+        """The runs' store (given, or this agent's own in memory)."""
+        self.options = RunOptions(
+            concurrency=concurrency,
+            limiter=limiter,
+            tool_timeout=tool_timeout,
+            model_timeout=model_timeout,
+            timeout=timeout,
+            on_timeout=on_timeout,
+            max_turns=max_turns,
+            usage_limits=usage_limits,
+            on_usage_limit=on_usage_limit,
+            store=self.store,
+            needs_approval=needs_approval,
+            unknown_outcome=unknown_outcome,
+            idempotent_tools=idempotent_tools,
+        )
+        """The defaults of every run (each call may override them)."""
+        approval_rule(needs_approval, self.registry.names)  # a misspelt name: refused now
         self.max_idle_visits = max_idle_visits
-        self.concurrency = concurrency
 
     async def run(
         self,
         user_input: str,
         *,
-        run_id: str | None = None,
         metadata: dict[str, Any] | None = None,
-        timeout: float | None = None,
-        on_event: OnEvent | None = None,
-        deps: Any = None,
+        **options: Unpack[RunOverrides],
     ) -> StatusAgentResult:
         """Run a new request until it completes or pauses for a human.
 
         Args:
-            run_id: the run's id in the store (a new one by default); it must be new.
-            deps: your dependencies, given to every tool that declares a
-                :class:`~toolloop.tools.RunContext` parameter as ``ctx.deps`` (not saved:
-                give them again to ``resume`` and ``recover``).
             metadata: kept with the run's checkpoints (JSON data).
-            timeout: seconds for this call; past it the run fails (recover it to retry).
-            on_event: called with every event of the run (flow and status events).
+            **options: any run option, over the agent's defaults (see
+                :class:`~toolloop.kernel.RunOptions`): ``run_id`` (a new one by default; it
+                must be new in the store), ``deps`` (your dependencies: ``ctx.deps`` of
+                every tool that declares a :class:`~toolloop.tools.RunContext`; not saved,
+                give them again to ``resume`` and ``recover``), ``on_event`` (called with
+                every event of the run), ``timeout``, ``usage_limits``, ...
 
         Raises:
             CheckpointConflictError: the store already has a run with this id.
             StepFailedError: a step raised; the run is marked failed and can be recovered.
+            ExecutionTimeoutError, UsageLimitError: with ``on_timeout`` /
+                ``on_usage_limit`` ``"raise"``; the run is marked failed (recover it).
         """
         if not isinstance(user_input, str):
             raise TypeError(f"user_input must be a str, got {type(user_input).__name__}")
-        run_id = run_id or uuid.uuid4().hex
+        chosen = self._options(options)
+        run_id = chosen.run_id or uuid.uuid4().hex
         state = StatusAgentState(run_id=run_id, user_input=user_input)
-        agent_deps = self._deps(deps)
-        agent_deps.run = await CheckpointedRun.begin(
-            self.store,
+        deps = self._deps(chosen, run_id)
+        deps.run = await CheckpointedRun.begin(
+            self._store(chosen),
             run_id=run_id,
             flow=FLOW_NAME,
             snapshot=recover_snapshot(state, run_id, "start"),
             metadata={"agent": "status", **(metadata or {})},
         )
-        execution = Execution(self.flow, state, agent_deps, id=run_id)
-        if on_event is not None:
-            execution.subscribe(on_event)
+        execution = Execution(self.flow, state, deps, id=run_id)
         return await self._drive(
-            agent_deps.run, execution, lambda: execution.run(user_input, timeout=timeout)
+            execution, lambda: execution.run(user_input, timeout=chosen.timeout), chosen
         )
 
     async def resume(
-        self,
-        run_id: str,
-        decision: object,
-        *,
-        timeout: float | None = None,
-        on_event: OnEvent | None = None,
-        deps: Any = None,
+        self, run_id: str, decision: object, /, **options: Unpack[RunOverrides]
     ) -> StatusAgentResult:
         """Continue a run paused for a human with their decision (in any process that has
         this agent's tools and steps and the run's store).
 
         Args:
             decision: :class:`~toolloop.checkpoints.Approve`, ``Edit``, ``Reject``,
-                ``Replan``, ``Continue`` or ``Stop`` (or its data, or its bare kind); it must
-                be one the run's request allows.
+                ``Replan``, ``Continue`` or ``Stop`` (or its data, or its bare kind), or
+                one per call (``{call_id: decision}``, the ids of the request's calls); it
+                must be one the run's request allows. Edited arguments are checked against
+                the tool's schema.
+            **options: any run option, over the agent's defaults (``deps`` again, a
+                ``timeout`` for this call, ...); the budget counts what the run spent
+                before.
 
         Raises:
             RunNotFoundError: no such run.
@@ -259,9 +298,11 @@ class StatusAgent:
 
         Each error is raised before anything is written: the store is unchanged.
         """
-        checkpoint = await CheckpointedRun.load(self.store, run_id)
+        chosen = self._options(options, resuming=True)
+        store = self._store(chosen)
+        checkpoint = await CheckpointedRun.load(store, run_id)
         expect_status(checkpoint, _PAUSED)
-        deps = self._deps(deps)
+        deps = self._deps(chosen, run_id)
         execution = self._restore(checkpoint, deps)
         question = execution.state.question
         waits = [w.event for w in execution.waiting]
@@ -270,45 +311,42 @@ class StatusAgent:
                 f"run {run_id!r} is paused but not for a human decision (it waits for "
                 f"{waits}); it was left as it is"
             )
-        checked = check_decision(question, decision, validate_arguments=self._check_arguments)
-        run = await CheckpointedRun.claim(
-            self.store, checkpoint, event=HUMAN_EVENT, value=to_jsonable_python(checked)
+        checked = decide(question, decision, validate_arguments=self._check_arguments).decision
+        deps.run = await CheckpointedRun.claim(
+            store, checkpoint, event=HUMAN_EVENT, value=to_jsonable_python(checked)
         )
-        deps.run = run
-        if on_event is not None:
-            execution.subscribe(on_event)
         return await self._drive(
-            run, execution, lambda: execution.resume(HUMAN_EVENT, checked, timeout=timeout)
+            execution,
+            lambda: execution.resume(HUMAN_EVENT, checked, timeout=chosen.timeout),
+            chosen,
         )
 
     async def recover(
-        self,
-        run_id: str,
-        *,
-        force: bool = False,
-        timeout: float | None = None,
-        on_event: OnEvent | None = None,
-        deps: Any = None,
+        self, run_id: str, /, *, force: bool = False, **options: Unpack[RunOverrides]
     ) -> StatusAgentResult:
-        """Continue a run whose process died (or whose step failed) from its last checkpoint.
+        """Continue a run whose process died (or whose step failed, or which its timeout or
+        budget ended) from its last checkpoint.
 
         Tool calls with a journaled outcome are not run again; calls that started without
-        an outcome are marked interrupted and put to a human. The run's usage counts every
-        model call made before: each node's is journaled when the node ends (a call the
-        crash itself cut off never reported what it cost, and is not counted).
+        an outcome follow ``unknown_outcome``. The run's usage counts every model call made
+        before: each node's is journaled when the node ends (a call the crash itself cut
+        off never reported what it cost, and is not counted), and its budget holds across.
 
         Args:
             force: take the run over even if its owning process may still be running it
                 (on another host, its liveness cannot be checked).
+            **options: any run option, over the agent's defaults.
 
         Raises:
             RunNotFoundError: no such run.
             RunNotResumableError: the run is paused (resume it), completed, or still running.
             CorruptCheckpointError: the checkpoint cannot be read back.
         """
-        checkpoint = await CheckpointedRun.load(self.store, run_id)
+        chosen = self._options(options, resuming=True)
+        store = self._store(chosen)
+        checkpoint = await CheckpointedRun.load(store, run_id)
         expect_status(checkpoint, _INTERRUPTED)
-        deps = self._deps(deps)
+        deps = self._deps(chosen, run_id)
         execution = self._restore(checkpoint, deps)
         state = execution.state  # its usage: the model calls before the checkpoint, and those
         at = len(state.history)
@@ -333,24 +371,27 @@ class StatusAgent:
                 f"run {run_id!r} has no step to continue from (its snapshot waits for {waits}); "
                 "it was left as it is"
             )
-        run = await CheckpointedRun.claim(
-            self.store,
+        deps.run = await CheckpointedRun.claim(
+            store,
             checkpoint,
             expect=_INTERRUPTED,
             event=checkpoint.resume_event,
             value=checkpoint.resume_value,
             force=force,
         )
-        deps.run = run
-        if on_event is not None:
-            execution.subscribe(on_event)
         return await self._drive(
-            run, execution, lambda: execution.resume(event, value, timeout=timeout)
+            execution, lambda: execution.resume(event, value, timeout=chosen.timeout), chosen
         )
 
-    async def request(self, run_id: str) -> HumanRequest | None:
-        """What the run asks a human, if it is paused; ``None`` otherwise."""
-        checkpoint = await CheckpointedRun.load(self.store, run_id)
+    async def request(
+        self, run_id: str, *, store: CheckpointStore | None = None
+    ) -> HumanRequest | None:
+        """What the run asks a human, if it is paused; ``None`` otherwise.
+
+        Args:
+            store: the run's store, when it is not the agent's.
+        """
+        checkpoint = await CheckpointedRun.load(store or self.store, run_id)
         if checkpoint.status != "paused" or checkpoint.request is None:
             return None
         try:
@@ -360,18 +401,76 @@ class StatusAgent:
                 f"the request of paused run {run_id!r} cannot be read: {exc}"
             ) from exc
 
+    # -- sync twins -----------------------------------------------------------------------
+
+    def run_sync(
+        self,
+        user_input: str,
+        *,
+        metadata: dict[str, Any] | None = None,
+        backend: Literal["asyncio", "trio"] = "asyncio",
+        **options: Unpack[RunOverrides],
+    ) -> StatusAgentResult:
+        """The sync twin of :meth:`run`, for scripts (runs its own event loop on
+        ``backend``)."""
+        call = functools.partial(self.run, user_input, metadata=metadata, **options)
+        return _run_sync("run_sync", call, backend)
+
+    def resume_sync(
+        self,
+        run_id: str,
+        decision: object,
+        /,
+        *,
+        backend: Literal["asyncio", "trio"] = "asyncio",
+        **options: Unpack[RunOverrides],
+    ) -> StatusAgentResult:
+        """The sync twin of :meth:`resume`."""
+        return _run_sync(
+            "resume_sync", functools.partial(self.resume, run_id, decision, **options), backend
+        )
+
+    def recover_sync(
+        self,
+        run_id: str,
+        /,
+        *,
+        force: bool = False,
+        backend: Literal["asyncio", "trio"] = "asyncio",
+        **options: Unpack[RunOverrides],
+    ) -> StatusAgentResult:
+        """The sync twin of :meth:`recover`."""
+        call = functools.partial(self.recover, run_id, force=force, **options)
+        return _run_sync("recover_sync", call, backend)
+
     # -- internals ------------------------------------------------------------------------
 
-    def _deps(self, deps: Any = None) -> StatusDeps:
+    def _options(self, given: RunOverrides, *, resuming: bool = False) -> RunOptions:
+        """The agent's defaults with this call's options over them, checked."""
+        if resuming and "run_id" in given:
+            raise TypeError(
+                "resume() and recover() take the run's id as their first argument, not run_id="
+            )
+        return self.options.merged(**given)
+
+    def _store(self, options: RunOptions) -> CheckpointStore:
+        return options.store if options.store is not None else self.store
+
+    def _deps(self, options: RunOptions, run_id: str) -> StatusDeps:
         return StatusDeps(
-            scope=RunScope("", deps) if self.registry.takes_context else None,
+            scope=RunScope(run_id, options.deps) if self.registry.takes_context else None,
             steps=self.steps,
-            executor=self.executor,
+            executor=Executor(
+                self.registry,
+                concurrency=options.concurrency,
+                limiter=options.limiter,
+                tool_timeout=options.tool_timeout,
+            ),
             tools=self.registry.specs(),
-            needs_approval=self.needs_approval,
-            max_steps=self.max_steps,
+            options=options,
+            approval=approval_rule(options.needs_approval, self.registry.names),
+            max_turns=options.turns(MAX_TURNS),
             max_idle_visits=self.max_idle_visits,
-            concurrency=self.concurrency,
         )
 
     def _restore(self, checkpoint: Checkpoint, deps: StatusDeps) -> Execution[StatusAgentState]:
@@ -388,46 +487,51 @@ class StatusAgent:
 
     async def _drive(
         self,
-        run: CheckpointedRun,
         execution: Execution[StatusAgentState],
         start: Callable[[], Awaitable[FlowResult[StatusAgentState]]],
+        options: RunOptions,
     ) -> StatusAgentResult:
-        meter = UsageMeter()
-        meter.usage = execution.state.usage  # a resumed run goes on counting
         deps = execution.deps
         assert isinstance(deps, StatusDeps)
-        try:
-            with ExitStack() as stack:
-                stack.enter_context(meter.active())
-                if deps.scope is not None:
-                    deps.scope.run_id = execution.id
-                    stack.enter_context(deps.scope.active())
-                try:
-                    result = await start()
-                finally:
-                    execution.state.usage = meter.usage
-        except Exception as exc:
-            await note_cut_off(run, exc)  # a timeout, an error: what ended the calls it ran
-            try:
-                await run.fail(f"{type(exc).__name__}: {exc}")
-            except Exception:  # the run's own error matters more than this write's
-                run.release()
-            raise
-        except BaseException as exc:  # cancelled: the run stays "running", to be recovered
-            await note_cut_off(run, exc)
-            await run.abandon()  # (its lease, with a leasing store, is given back)
-            raise
-        state = result.state
-        if result.paused:
-            await run.pause(result)
-            return StatusAgentResult(
-                run_id=run.run_id, status="paused", request=state.question, state=state
-            )
-        await run.complete({"answer": state.answer, "stop_reason": state.stop_reason})
-        return StatusAgentResult(
-            run_id=run.run_id,
-            status="completed",
-            answer=state.answer,
-            stop_reason=state.stop_reason,
-            state=state,
+        ended = await drive(
+            execution, start, options, _LOGIC, scope=deps.scope, run=deps.run, completed=_kept
         )
+        return _result(execution.id, ended)
+
+
+def _kept(ended: Ended[StatusAgentState]) -> dict[str, Any]:
+    """What the store keeps of a completed run."""
+    return {"text": ended.state.answer, "stop_reason": ended.stop_reason}
+
+
+def _result(run_id: str, ended: Ended[StatusAgentState]) -> StatusAgentResult:
+    state = ended.state
+    if ended.status == "paused":
+        return StatusAgentResult(
+            run_id=run_id, status="paused", request=state.question, usage=state.usage, state=state
+        )
+    if state.stop_reason is None:  # ended by its timeout or its budget, with "finish"
+        state.stop_reason = ended.stop_reason
+    return StatusAgentResult(
+        run_id=run_id,
+        status="completed",
+        stop_reason=ended.stop_reason,
+        usage=state.usage,
+        text=state.answer,
+        state=state,
+    )
+
+
+def _run_sync(
+    name: str, call: Callable[[], Awaitable[StatusAgentResult]], backend: str
+) -> StatusAgentResult:
+    try:
+        running = sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        running = None
+    if running is not None:
+        raise RuntimeError(
+            f"{name}() was called inside a running {running} event loop; use "
+            f"`await agent.{name.removesuffix('_sync')}(...)` there"
+        )
+    return anyio.run(call, backend=backend)

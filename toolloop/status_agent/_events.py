@@ -1,20 +1,21 @@
-"""Typed events of a status-routed run, published on the flow's event stream."""
+"""Typed events of a status-routed run, published on the flow's event stream: the facts of
+this product only.
+
+Besides them a run publishes what every run does (:mod:`toolloop.kernel`): each step's
+model call (``ModelCallStarted`` / ``ModelCallFinished``), each node's checkpoint
+(``CheckpointSaved``, ``step`` the node), ``RunFinished``; the runner's tool-call events;
+and the engine's ``ExecutionPaused`` when the run pauses (its request is the
+:class:`~toolloop.checkpoints.HumanRequest`).
+"""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from ..checkpoints import CheckpointStatus, HumanRequest
 from ..flow import FlowEvent
 from ._state import AgentStatus, NodeName
 
-__all__ = [
-    "CheckpointSaved",
-    "HumanInputRequested",
-    "LoopGuardTripped",
-    "StatusChanged",
-    "StatusEvent",
-]
+__all__ = ["LoopGuardTripped", "StatusChanged", "StatusEvent"]
 
 
 class StatusEvent(FlowEvent):
@@ -29,24 +30,9 @@ class StatusChanged(StatusEvent):
     status: AgentStatus
 
 
-class CheckpointSaved(StatusEvent):
-    """The run's checkpoint was written after a node."""
-
-    kind: Literal["checkpoint_saved"] = "checkpoint_saved"
-    node: NodeName
-    status: CheckpointStatus
-    revision: int
-
-
-class HumanInputRequested(StatusEvent):
-    """The run pauses to ask a human."""
-
-    kind: Literal["human_input_requested"] = "human_input_requested"
-    request: HumanRequest
-
-
 class LoopGuardTripped(StatusEvent):
-    """The run cycled without progress (or ran out of steps) and ends."""
+    """The run cycled without progress (stop reason ``guard``) or took ``max_turns`` steps
+    (stop reason ``max_turns``), and ends; ``reason`` says how."""
 
     kind: Literal["loop_guard_tripped"] = "loop_guard_tripped"
     node: NodeName

@@ -3,8 +3,9 @@
 Progress is what the steps can see change: the analysis, the plan, the pending calls, a new
 tool record, a new note, a human decision, the answer. Each time a node is entered the
 guard counts the entries of that node since the last progress; the ``max_idle_visits``-th
-one ends the run (e.g. decision → reflection → decision → … with nothing new). A hard
-``max_steps`` bounds every run as well.
+one ends the run (e.g. decision → reflection → decision → … with nothing new): stop reason
+``"guard"``. A hard ``max_turns`` (node entries) bounds every run as well: stop reason
+``"max_turns"``. Either way the state's ``stop_detail`` says why, naming the last steps.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+from ..kernel import StopReason
 from ._state import NodeName, StatusAgentState
 
 __all__ = ["check_progress", "progress_key"]
@@ -38,13 +40,14 @@ def _trail(state: StatusAgentState, node: NodeName) -> str:
 
 
 def check_progress(
-    state: StatusAgentState, node: NodeName, *, max_steps: int, max_idle_visits: int
-) -> str | None:
-    """Count an entry of ``node``; the reason to end the run, or ``None`` to go on."""
+    state: StatusAgentState, node: NodeName, *, max_turns: int, max_idle_visits: int
+) -> tuple[StopReason, str] | None:
+    """Count an entry of ``node``; why the run ends (its stop reason and what happened), or
+    ``None`` to go on."""
     state.steps += 1
-    if state.steps > max_steps:
-        return (
-            f"loop guard: the run took {max_steps} steps (max_steps) without finishing; "
+    if state.steps > max_turns:
+        return "max_turns", (
+            f"the run took {max_turns} steps (max_turns) without finishing; "
             f"last steps: {_trail(state, node)}"
         )
     key = progress_key(state)
@@ -53,8 +56,8 @@ def check_progress(
     visits[entry] = count = visits.get(entry, 0) + 1
     state.visits = visits
     if count >= max_idle_visits:
-        return (
-            f"loop guard: {node!r} was reached {count} times with no progress in between (no "
+        return "guard", (
+            f"{node!r} was reached {count} times with no progress in between (no "
             "new plan, tool result, note, human decision or answer); the run cycled: "
             f"{_trail(state, node)}"
         )

@@ -3,8 +3,8 @@ changes the run.
 
 A node that needs a human leaves its question in ``state.question``; the human
 intervention node pauses the run with it. The decision that resumes the run was checked
-against that question before anything was written (:func:`~toolloop.checkpoints.check_decision`);
-here it is applied, once:
+against that question before anything was written; here it is applied, once, through the
+kernel's one applier (:func:`toolloop.kernel.decide`), whose verdicts map onto the state:
 
 ===========  ==========================================================  ====================
 decision     effect                                                      status
@@ -12,10 +12,12 @@ decision     effect                                                      status
 approve      the calls asked about may run (interrupted ones: again,     ready_for_execution
              under new call ids)
 edit         the same, with the edited arguments                         plan_modified
-reject       the calls asked about get a "rejected" record; not run      plan_modified
+reject       the calls asked about get a "rejected" record (the          plan_modified
+             kernel's :func:`~toolloop.kernel.rejected_error`); not run
 replan       pending calls are dropped                                   replan
 continue     go on                                                       continue
-stop         the run ends; the message is its answer                     human_stopped
+stop         the run ends (stop reason ``stopped``); the message is its  human_stopped
+             answer
 ===========  ==========================================================  ====================
 """
 
@@ -25,19 +27,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..checkpoints import (
-    Approve,
-    Continue,
     DecisionKind,
-    Edit,
     HumanAnswer,
-    HumanDecision,
     HumanRequest,
-    Reject,
-    Replan,
     RequestedCall,
-    Stop,
     interruption,
 )
+from ..kernel import Run, Skip, Verdict, decide
 from ..runner import ToolExecutionRecord
 from ._state import Note, StatusAgentState, StatusCallRecord, StatusToolCall
 
@@ -72,6 +68,7 @@ def approval_request(calls: list[StatusToolCall], model_reason: str = "") -> Hum
                 arguments=c.arguments,
                 purpose=c.purpose,
                 why=c.why,
+                allowed=c.allowed,
             )
             for c in calls
         ],
@@ -115,123 +112,77 @@ def review_request(reason: str, details: dict[str, Any] | None = None) -> HumanR
     return HumanRequest(kind="review", reason=reason, allowed=_ON_REVIEW, details=details or {})
 
 
-def apply_decision(state: StatusAgentState, decision: HumanAnswer) -> None:
-    """Change ``state`` as ``decision`` says (see the module docs) and set the status."""
-    question = state.question
-    kind = question.kind if question is not None else "review"
-    asked = {c.call_id: c for c in question.tool_calls} if question is not None else {}
+def apply_decision(state: StatusAgentState, answer: HumanAnswer) -> None:
+    """Change ``state`` as ``answer`` says (see the module docs) and set the status."""
+    question = state.question or review_request("the run waits for a human")
+    decided = decide(question, answer)  # checked when the run was resumed: applied here
     state.question = None
     state.error = None
-    state.decisions.append(decision)
-    if isinstance(decision, dict):
-        _apply_per_call(state, kind, asked, decision)
-        return
-    if decision.message:
-        state.notes.append(Note(source="human", text=decision.message))
-    if isinstance(decision, (Approve, Edit)):
-        edits = decision.arguments if isinstance(decision, Edit) else {}
-        if kind == "interrupted_tool_calls":
-            state.pending_calls = [
-                StatusToolCall(
-                    call_id=state.new_call_id(),
-                    tool_name=c.tool_name,
-                    arguments=edits.get(c.call_id, c.arguments),
-                    purpose=c.purpose,
-                    approved=True,
-                )
-                for c in asked.values()
-            ]
-        else:
-            state.pending_calls = [
-                c.model_copy(
-                    update={
-                        "approved": True,
-                        "why": "",
-                        "arguments": edits.get(c.call_id, c.arguments),
-                    }
-                )
-                for c in state.pending_calls
-            ]
-        state.status = "ready_for_execution" if isinstance(decision, Approve) else "plan_modified"
-    elif isinstance(decision, Reject):
-        if kind == "approve_tool_calls":
-            _reject(state, [c for c in state.pending_calls if c.call_id in asked], decision)
-        state.status = "plan_modified"
-    elif isinstance(decision, Replan):
+    state.decisions.append(decided.decision)
+    if isinstance(decided.decision, dict):
+        for call_id, one in decided.decision.items():
+            if one.message:
+                state.notes.append(Note(source="human", text=f"on {call_id}: {one.message}"))
+    elif decided.message:
+        state.notes.append(Note(source="human", text=decided.message))
+    if decided.stops:
         state.pending_calls = []
-        state.status = "replan"
-    elif isinstance(decision, Continue):
-        state.status = "continue"
-    else:
-        assert isinstance(decision, Stop)
-        state.pending_calls = []
-        if decision.message:
-            state.answer = decision.message
-        state.stop_reason = "stopped by the human" + (
-            f": {decision.message}" if decision.message else ""
+        if decided.message:
+            state.answer = decided.message
+        state.stop_reason = "stopped"
+        state.stop_detail = "a human stopped the run" + (
+            f": {decided.message}" if decided.message else ""
         )
         state.status = "human_stopped"
+    elif decided.replans:
+        state.pending_calls = []
+        state.status = "replan"
+    elif decided.goes_on:
+        state.status = "continue"
+    else:
+        if question.kind == "interrupted_tool_calls":
+            _again(state, question, decided.calls)
+        else:
+            _approved(state, decided.calls)
+        given = decided.decision
+        kinds = {d.kind for d in given.values()} if isinstance(given, dict) else {given.kind}
+        state.status = "ready_for_execution" if kinds == {"approve"} else "plan_modified"
 
 
-def _reject(state: StatusAgentState, calls: list[StatusToolCall], decision: Reject) -> None:
-    """The rejected calls get a failed record each (``source="rejected"``); they never run."""
-    why = f"rejected by the human: {decision.message or 'no reason given'}"
-    for call in calls:
-        record = ToolExecutionRecord.failed(call.command(), why)
-        state.records.append(
-            StatusCallRecord(call_id=call.call_id, record=record, source="rejected")
-        )
-    gone = {c.call_id for c in calls}
-    state.pending_calls = [c for c in state.pending_calls if c.call_id not in gone]
-
-
-def _apply_per_call(
-    state: StatusAgentState,
-    kind: str,
-    asked: dict[str, RequestedCall],
-    decisions: dict[str, HumanDecision],
-) -> None:
-    """One decision per call: approve, edit (new arguments) or reject each."""
-    for call_id, decision in decisions.items():
-        if decision.message:
-            state.notes.append(Note(source="human", text=f"on {call_id}: {decision.message}"))
-    if kind == "interrupted_tool_calls":
-        again = []
-        for call_id, decision in decisions.items():
-            if isinstance(decision, (Approve, Edit)):
-                c = asked[call_id]
-                edits = decision.arguments if isinstance(decision, Edit) else {}
-                again.append(
-                    StatusToolCall(
-                        call_id=state.new_call_id(),
-                        tool_name=c.tool_name,
-                        arguments=edits.get(call_id, c.arguments),
-                        purpose=c.purpose,
-                        approved=True,
-                    )
-                )
-        state.pending_calls = again
-        state.status = "plan_modified"
-        return
-    rejected: list[tuple[StatusToolCall, Reject]] = []
+def _approved(state: StatusAgentState, verdicts: Mapping[str, Verdict]) -> None:
+    """The pending calls asked about: approved (with their arguments as decided) or
+    rejected (a failed record each, ``source="rejected"``; they never run)."""
     kept: list[StatusToolCall] = []
+    rejected: list[StatusCallRecord] = []
     for call in state.pending_calls:
-        answer = decisions.get(call.call_id)
-        if isinstance(answer, Reject):
-            rejected.append((call, answer))
-            continue
-        if answer is not None:
-            edits = answer.arguments if isinstance(answer, Edit) else {}
-            call = call.model_copy(
-                update={
-                    "approved": True,
-                    "why": "",
-                    "arguments": edits.get(call.call_id, call.arguments),
-                }
+        verdict = verdicts.get(call.call_id)
+        if isinstance(verdict, Skip):
+            record = ToolExecutionRecord.failed(call.command(), verdict.error)
+            rejected.append(
+                StatusCallRecord(call_id=call.call_id, record=record, source="rejected")
             )
+            continue
+        if verdict is not None:
+            update = {"approved": True, "why": "", "allowed": None, "arguments": verdict.arguments}
+            call = call.model_copy(update=update)
         kept.append(call)
     state.pending_calls = kept
-    for call, reject in rejected:
-        _reject(state, [call], reject)
-    everything_approved = all(isinstance(d, Approve) for d in decisions.values())
-    state.status = "ready_for_execution" if everything_approved else "plan_modified"
+    state.records.extend(rejected)
+
+
+def _again(
+    state: StatusAgentState, question: HumanRequest, verdicts: Mapping[str, Verdict]
+) -> None:
+    """Interrupted calls a human approved run again, under new call ids (their first call
+    keeps its interrupted record); those rejected stay as they are."""
+    state.pending_calls = [
+        StatusToolCall(
+            call_id=state.new_call_id(),
+            tool_name=asked.tool_name,
+            arguments=verdict.arguments,
+            purpose=asked.purpose,
+            approved=True,
+        )
+        for asked in question.tool_calls
+        if isinstance(verdict := verdicts.get(asked.call_id), Run)
+    ]

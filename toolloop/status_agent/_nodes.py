@@ -5,8 +5,10 @@ Every node is wrapped the same way (:func:`node`): the loop guard counts the ent
 end the run), the node's body runs and sets the status, what its model calls cost is
 journaled (also when it raises or is cancelled) and counted in the state, the transition is
 noted and published, and a progress checkpoint is written (a snapshot that a crashed run is
-recovered from). Transitions are idempotent: a node entered again from the same state (after a
-recovery) does the same thing, and tool calls go through the journal, so none runs twice.
+recovered from; told as the kernel's ``CheckpointSaved(step=<node>)``). Transitions are
+idempotent: a node entered again from the same state (after a recovery) does the same thing,
+and tool calls go through the kernel's journal (:func:`toolloop.kernel.journaled_call`), so
+none runs twice; a call whose outcome is unknown follows the run's ``unknown_outcome``.
 """
 
 from __future__ import annotations
@@ -16,36 +18,41 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .._errors import ExecutionError
 from ..checkpoints import (
     Approve,
-    CallSource,
     CheckpointedRun,
     Continue,
     Edit,
     Reject,
     Replan,
+    RequestedCall,
     Stop,
-    call_once,
     cut_off_causes,
     record_usage,
 )
 from ..flow import Context, FlowSnapshot, Step, Wait
+from ..kernel import (
+    CheckpointSaved,
+    Interrupted,
+    RunOptions,
+    StopReason,
+    journaled_call,
+    record_interrupted,
+)
 from ..models import UsageMeter, current_meter
 from ..runner import (
+    CallSource,
     Executor,
     ToolBatch,
     ToolCallFinished,
     ToolCallStarted,
     ToolExecutionRecord,
     cancelled_record,
+    json_safe,
 )
 from ..tools import RunScope
-from ._events import (
-    CheckpointSaved,
-    HumanInputRequested,
-    LoopGuardTripped,
-    StatusChanged,
-)
+from ._events import LoopGuardTripped, StatusChanged
 from ._guard import check_progress
 from ._human import (
     HUMAN_EVENT,
@@ -98,6 +105,10 @@ State = StatusAgentState
 _DECISIONS = (Approve, Edit, Reject, Replan, Continue, Stop)
 
 
+ApprovalCheck = Callable[[RequestedCall], "RequestedCall | None"]
+"""What the kernel's :func:`~toolloop.kernel.approval_rule` makes of ``needs_approval``."""
+
+
 @dataclass
 class StatusDeps:
     """A run's services and configuration (not checkpointed: given again on resume)."""
@@ -105,11 +116,13 @@ class StatusDeps:
     steps: StatusSteps
     executor: Executor
     tools: list[dict[str, Any]]
-    needs_approval: Callable[[StatusToolCall], str | None]
-    """``None`` when the call may run at once, else why it waits for a human."""
-    max_steps: int
+    options: RunOptions
+    """The run's options (this call's: a resume has its own)."""
+    approval: ApprovalCheck | None
+    """The call as a human is asked about it, or ``None`` when it runs at once (the
+    kernel's :func:`~toolloop.kernel.approval_rule` of ``needs_approval``)."""
+    max_turns: int
     max_idle_visits: int
-    concurrency: int
     run: CheckpointedRun | None = None
     scope: RunScope | None = None
     """What the tools that take a run context are told (``None``: no tool takes one)."""
@@ -118,6 +131,13 @@ class StatusDeps:
     def checkpoint(self) -> CheckpointedRun:
         assert self.run is not None, "a status agent run writes checkpoints"
         return self.run
+
+    async def step(self, name: str, state: StatusAgentState) -> Any:
+        """What the step ``name`` answers for the run as it stands (within the run's
+        ``model_timeout``)."""
+        view = StatusView.of(state, self.tools)
+        fn = getattr(self.steps, name)
+        return await call_step(fn, view, name=name, timeout=self.options.model_timeout)
 
 
 def _deps(ctx: Context[State]) -> StatusDeps:
@@ -146,13 +166,15 @@ def node(name: NodeName) -> Callable[[NodeBody], Step]:
         async def run_node(value: Any, ctx: Context[State]) -> None:
             state, deps = ctx.state, _deps(ctx)
             if not (name == "human_intervention" and isinstance(value, (*_DECISIONS, dict))):
-                reason = check_progress(
-                    state, name, max_steps=deps.max_steps, max_idle_visits=deps.max_idle_visits
+                stopped = check_progress(
+                    state, name, max_turns=deps.max_turns, max_idle_visits=deps.max_idle_visits
                 )
-                if reason is not None:
-                    state.stop_reason = reason
+                if stopped is not None:
+                    state.stop_reason, state.stop_detail = stopped
                     if ctx.observed:
-                        ctx.publish(_event(LoopGuardTripped, ctx, node=name, reason=reason))
+                        ctx.publish(
+                            _event(LoopGuardTripped, ctx, node=name, reason=state.stop_detail)
+                        )
                     ctx.end(state.answer)
                     return
             meter = current_meter()
@@ -170,17 +192,9 @@ def node(name: NodeName) -> Callable[[NodeBody], Step]:
             state.history.append(Transition(node=name, status=state.status))
             if ctx.observed:
                 ctx.publish(_event(StatusChanged, ctx, node=name, status=state.status))
-            written = await deps.checkpoint.save(recover_snapshot(state, ctx.execution_id, name))
+            await deps.checkpoint.save(recover_snapshot(state, ctx.execution_id, name))
             if ctx.observed:
-                ctx.publish(
-                    _event(
-                        CheckpointSaved,
-                        ctx,
-                        node=name,
-                        status=written.status,
-                        revision=written.revision,
-                    )
-                )
+                ctx.publish(_event(CheckpointSaved, ctx, step=name))
 
         run_node.__name__ = run_node.__qualname__ = name
         return Step(run_node, name=name)
@@ -200,19 +214,15 @@ def _event(cls: Callable[..., Any], ctx: Context[State], **fields: Any) -> Any:
     return cls(execution_id=ctx.execution_id, at=ctx.elapsed(), **fields)
 
 
-def _view(state: State, deps: StatusDeps) -> StatusView:
-    return StatusView.of(state, deps.tools)
-
-
 @node("analysis")
 async def analysis(value: Any, state: State, deps: StatusDeps, ctx: Context[State]) -> None:
-    state.analysis = as_text(await call_step(deps.steps.analyze, _view(state, deps)), "analyze")
+    state.analysis = as_text(await deps.step("analyze", state), "analyze")
     state.status = "analysis_completed"
 
 
 @node("planning")
 async def planning(value: Any, state: State, deps: StatusDeps, ctx: Context[State]) -> None:
-    plan = as_output(StatusPlan, await call_step(deps.steps.plan, _view(state, deps)), "plan")
+    plan = as_output(StatusPlan, await deps.step("plan", state), "plan")
     state.plan = list(plan.steps)
     state.status = "decision_ready" if plan.steps else "conversation_ready"
 
@@ -220,7 +230,9 @@ async def planning(value: Any, state: State, deps: StatusDeps, ctx: Context[Stat
 @node("conversation")
 async def conversation(value: Any, state: State, deps: StatusDeps, ctx: Context[State]) -> None:
     try:
-        answer = as_text(await call_step(deps.steps.converse, _view(state, deps)), "converse")
+        answer = as_text(await deps.step("converse", state), "converse")
+    except ExecutionError:  # the run's own end (its budget): not the answer's failure
+        raise
     except Exception as exc:
         state.error = f"{type(exc).__name__}: {exc}"
         state.question = review_request(f"the answer could not be written: {state.error}")
@@ -241,22 +253,23 @@ async def decision(value: Any, state: State, deps: StatusDeps, ctx: Context[Stat
         else:
             state.status = "ready_for_execution"
         return
-    raw = await call_step(deps.steps.decide, _view(state, deps))
-    decided = as_output(StatusDecision, raw, "decide")
+    decided = as_output(StatusDecision, await deps.step("decide", state), "decide")
     if decided.action == "ask_human":
         state.question = review_request(decided.reason or "the decision step asks for a human")
         state.status = "waiting_for_human"
     elif decided.action == "call_tools" and decided.tool_calls:
-        calls: list[StatusToolCall] = []
-        for asked in decided.tool_calls:
-            call = StatusToolCall(
-                call_id=state.new_call_id(),
-                tool_name=asked.tool_name,
-                arguments=asked.arguments,
-                purpose=asked.purpose,
+        calls = [
+            _cleared(
+                StatusToolCall(
+                    call_id=state.new_call_id(),
+                    tool_name=asked.tool_name,
+                    arguments=asked.arguments,
+                    purpose=asked.purpose,
+                ),
+                deps.approval,
             )
-            why = deps.needs_approval(call)
-            calls.append(call.model_copy(update={"approved": why is None, "why": why or ""}))
+            for asked in decided.tool_calls
+        ]
         state.pending_calls = calls
         waiting = [c for c in calls if not c.approved]
         if waiting:
@@ -270,6 +283,24 @@ async def decision(value: Any, state: State, deps: StatusDeps, ctx: Context[Stat
         state.status = "decision_completed"
 
 
+def _cleared(call: StatusToolCall, approval: ApprovalCheck | None) -> StatusToolCall:
+    """``call``, approved to run, or waiting for a human with why (and what they may
+    decide), as the run's ``needs_approval`` says."""
+    asked = None if approval is None else approval(_requested(call))
+    if asked is None:
+        return call.model_copy(update={"approved": True})
+    return call.model_copy(update={"why": asked.why, "allowed": asked.allowed})
+
+
+def _requested(call: StatusToolCall) -> RequestedCall:
+    return RequestedCall(
+        call_id=call.call_id,
+        tool_name=call.tool_name,
+        arguments=call.arguments,
+        purpose=call.purpose,
+    )
+
+
 @node("tool_execution")
 async def tool_execution(value: Any, state: State, deps: StatusDeps, ctx: Context[State]) -> None:
     run = deps.checkpoint
@@ -278,17 +309,41 @@ async def tool_execution(value: Any, state: State, deps: StatusDeps, ctx: Contex
     todo = [c for c in calls if state.record_of(c.call_id) is None]  # never twice in the state
     observed = ctx.observed
     turn = sum(t.node == "tool_execution" for t in state.history)
+    options = deps.options
     if deps.scope is not None:
         deps.scope.round_index = turn
 
-    async def one(
-        call: StatusToolCall, started: Callable[[], None]
-    ) -> tuple[ToolExecutionRecord, CallSource]:
-        return await call_once(
-            run, call.call_id, call.command(), deps.executor, journal=journal, on_start=started
-        )
+    async def one(call: StatusToolCall, started: Callable[[], None]) -> Done:
+        command = call.command()
+        ran = False
 
-    def cancelled(call: StatusToolCall) -> tuple[ToolExecutionRecord, CallSource]:
+        async def execute() -> ToolExecutionRecord:
+            nonlocal ran
+            ran = True
+            return await deps.executor.call(command, on_start=started)
+
+        outcome = await journaled_call(
+            run,
+            journal,
+            call.call_id,
+            tool_name=call.tool_name,
+            arguments=call.arguments,
+            call=execute,
+            dump=json_safe,
+            load=ToolExecutionRecord.model_validate,
+            unknown_outcome=options.unknown_outcome,
+            idempotent_tools=options.idempotent_tools,
+        )
+        if not isinstance(outcome, Interrupted):
+            return outcome, "ran" if ran else "replayed"
+        # its outcome is unknown and it does not run again: a failed record that says what
+        # cut it off (the reflection sees a failed call, or asks a human under "ask")
+        record = ToolExecutionRecord.failed(command, outcome.error)
+        if outcome.answered is None:
+            await record_interrupted(run, call.call_id, json_safe(record))
+        return record, "interrupted"
+
+    def cancelled(call: StatusToolCall) -> Done:
         return cancelled_record(call.command()), "interrupted"
 
     def on_start(k: int, call: StatusToolCall) -> None:
@@ -303,7 +358,7 @@ async def tool_execution(value: Any, state: State, deps: StatusDeps, ctx: Contex
             )
         )
 
-    def on_finish(k: int, done: tuple[ToolExecutionRecord, CallSource], took: float) -> None:
+    def on_finish(k: int, done: Done, took: float) -> None:
         ctx.publish(
             ToolCallFinished(
                 execution_id=ctx.execution_id,
@@ -317,21 +372,31 @@ async def tool_execution(value: Any, state: State, deps: StatusDeps, ctx: Contex
             )
         )
 
-    batch: ToolBatch[StatusToolCall, tuple[ToolExecutionRecord, CallSource]] = ToolBatch(
+    results: list[Done] = []
+    batch: ToolBatch[StatusToolCall, Done] = ToolBatch(
         one,
         cancelled,
-        concurrency=deps.concurrency,
+        concurrency=options.concurrency,
         on_start=on_start if observed else None,
         on_finish=on_finish if observed else None,
+        results=results,
     )
-    async with batch:
-        await batch.run_here(todo)
-    for call, (record, source) in zip(todo, batch.results, strict=True):
-        state.records.append(StatusCallRecord(call_id=call.call_id, record=record, source=source))
+    try:
+        async with batch:
+            await batch.run_here(todo)
+    finally:  # also when the run's end cuts the calls off: its result has their records
+        for call, (record, source) in zip(todo, results, strict=False):
+            state.records.append(
+                StatusCallRecord(call_id=call.call_id, record=record, source=source)
+            )
     state.pending_calls = [c for c in state.pending_calls if not c.approved]
     state.unreflected = [c.call_id for c in calls]
     failed = [c for c in calls if not _succeeded(state, c.call_id)]
     state.status = "tool_execution_failed" if failed else "tools_completed"
+
+
+Done = tuple[ToolExecutionRecord, CallSource]
+"""A call's record, and how it came about."""
 
 
 def _succeeded(state: State, call_id: str) -> bool:
@@ -344,12 +409,13 @@ async def reflection(value: Any, state: State, deps: StatusDeps, ctx: Context[St
     fresh = set(state.unreflected)
     last = [r for r in state.records if r.call_id in fresh]
     earlier = [r for r in state.records if r.call_id not in fresh]
-    interrupted = [r for r in last if r.source == "interrupted"]
-    failed = [r for r in last if not r.record.success and r.source != "interrupted"]
+    ask = deps.options.unknown_outcome == "ask"
+    interrupted = [r for r in last if r.source == "interrupted"] if ask else []
+    failed = [r for r in last if not r.record.success and r not in interrupted]
     done = {_call_key(r) for r in earlier if r.source != "rejected" and r.record.success}
     repeated = [r for r in last if _call_key(r) in done]
-    view = _view(state, deps)
-    state.unreflected = []
+    if interrupted or failed or repeated:
+        state.unreflected = []
     if interrupted:  # what cut them off: a crash, or the run's own end (the journal says)
         causes = cut_off_causes(await deps.checkpoint.journal())
         state.question = interrupted_request(interrupted, causes)
@@ -378,7 +444,8 @@ async def reflection(value: Any, state: State, deps: StatusDeps, ctx: Context[St
         )
         state.status = "needs_human"
         return
-    verdict = as_output(StatusReflection, await call_step(deps.steps.reflect, view), "reflect")
+    verdict = as_output(StatusReflection, await deps.step("reflect", state), "reflect")
+    state.unreflected = []
     if verdict.note:
         state.notes.append(Note(source="reflection", text=verdict.note))
     if verdict.answer is not None:
@@ -413,19 +480,15 @@ def await_human(value: Any, ctx: Context[State]) -> None:
     state = ctx.state
     question = state.question or review_request("the run waits for a human")
     ctx.pause(HUMAN_EVENT, question.model_dump(mode="json"))
-    if ctx.observed:
-        ctx.publish(_event(HumanInputRequested, ctx, request=question))
-
-
-_STOP_REASONS = {
-    "conversation_completed": "answered",
-    "reflection_completed": "finished",
-}
 
 
 def finish(value: Any, ctx: Context[State]) -> str | None:
-    """The end of a run: its answer, and why it stopped."""
+    """The end of a run: its answer, and why it stopped (a human's ``Stop`` said so
+    already; otherwise the run answered: the conversation, or a reflection's ``finish``)."""
     state = ctx.state
     if state.stop_reason is None:
-        state.stop_reason = _STOP_REASONS.get(state.status, state.status)
+        state.stop_reason = _answered
     return state.answer
+
+
+_answered: StopReason = "answered"

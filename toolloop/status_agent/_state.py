@@ -11,7 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..checkpoints import HumanAnswer, HumanRequest
+from ..checkpoints import DecisionKind, HumanAnswer, HumanRequest
+from ..kernel import StopReason
 from ..models import Usage
 from ..runner import ToolCommand, ToolExecutionRecord
 
@@ -90,6 +91,8 @@ class StatusToolCall(BaseModel):
     """Cleared to run (no approval needed, or a human approved it)."""
     why: str = ""
     """Why it waits for a human, when it does."""
+    allowed: list[DecisionKind] | None = None
+    """The decisions a human may take on it, when its approval allows fewer than all."""
 
     def command(self) -> ToolCommand:
         return ToolCommand(
@@ -108,8 +111,9 @@ class StatusCallRecord(BaseModel):
     record: ToolExecutionRecord
     source: Literal["ran", "replayed", "interrupted", "rejected"] = "ran"
     """``ran`` now; ``replayed`` from the journal after a crash (the tool did not run again);
-    ``interrupted`` (started before a crash, outcome unknown, not run again); ``rejected`` by
-    a human (never ran)."""
+    ``interrupted`` (cut off before its outcome was recorded, by a crash or the run's own
+    end: it may or may not have taken effect; not run again, its record says what cut it
+    off); ``rejected`` by a human (never ran)."""
 
 
 class Note(BaseModel):
@@ -150,12 +154,18 @@ class StatusAgentState(BaseModel):
     decisions: list[HumanAnswer] = Field(default_factory=list)
     """The human's answers, in order (a decision, or one per call)."""
     answer: str | None = None
+    """The run's answer so far (the result's ``text``)."""
     error: str | None = None
     """The last error a step reported (e.g. the conversation's)."""
-    stop_reason: str | None = None
+    stop_reason: StopReason | None = None
+    """Why the run stopped, once it did (``answered``, ``stopped``, ``max_turns``,
+    ``guard``, ``timeout``, ``usage_limit``)."""
+    stop_detail: str | None = None
+    """What stopped it, in words: the loop guard's explanation (the cycle, the last steps),
+    the human's words with ``Stop``."""
     call_seq: int = 0
     steps: int = 0
-    """Nodes entered so far (the loop guard's count)."""
+    """Nodes entered so far (the turns ``max_turns`` bounds, and the loop guard's count)."""
     visits: dict[str, int] = Field(default_factory=dict)
     """Entries per node since the last progress (the loop guard's memory)."""
     history: list[Transition] = Field(default_factory=list)

@@ -22,8 +22,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .._errors import ModelCallError
 from ._state import AgentStatus, Note, StatusAgentState, StatusCallRecord, StatusToolCall
 
 __all__ = [
@@ -148,12 +150,25 @@ class StatusSteps:
     converse: StepFunction
 
 
-async def call_step(step: StepFunction, view: StatusView) -> Any:
-    """Call a step, sync or async."""
-    result = step(view)
-    if inspect.isawaitable(result):
-        result = await result
-    return result
+async def call_step(
+    step: StepFunction, view: StatusView, *, name: str = "step", timeout: float | None = None
+) -> Any:
+    """Call a step, sync or async, within ``timeout`` seconds (the run's ``model_timeout``).
+
+    Raises:
+        ModelCallError: an async step that did not finish in time (it was cancelled): it
+            fails as a model call that failed does.
+    """
+    with anyio.move_on_after(timeout) as scope:
+        result = step(view)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+    assert scope.cancelled_caught
+    raise ModelCallError(
+        f"the {name} step did not finish within {timeout:g} s (model_timeout); it was "
+        "cancelled: raise model_timeout if its model needs longer"
+    )
 
 
 def as_text(value: Any, step: str) -> str | None:
