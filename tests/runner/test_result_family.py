@@ -1,4 +1,4 @@
-"""The three products hand back results of one family (:class:`toolloop.runner.RunResult`)."""
+"""The three products hand back results of one family (:class:`toolloop.kernel.RunResult`)."""
 
 from __future__ import annotations
 

@@ -163,8 +163,9 @@ class Execution(Generic[S]):
         its observers still listen: the events it returns are published before the
         engine's last one (``ExecutionFinished``, ``ExecutionPaused`` or ``ExecutionFailed``).
         ``status`` is ``completed``, ``paused`` or ``failed`` (then ``failure`` is the error
-        about to be raised); ``at`` is the time of the engine's last event. Called only when someone observes the execution; one hook per
-        execution (a later call replaces it, ``None`` removes it)."""
+        about to be raised); ``at`` is the time of the engine's last event. Called only when
+        someone observes the execution; one hook per execution (a later call replaces it,
+        ``None`` removes it)."""
         self._closing = closing
 
     def run(
