@@ -1,7 +1,8 @@
 """A durable loop run in a process of its own, for the SIGKILL tests.
 
-    python durable_support.py run|resume STORE EFFECTS RUN_ID [--crash WHEN]
-        [--backend asyncio|trio] [--policy fail|retry] [--metered] [--max-requests N]
+    python durable_support.py run|resume|decide STORE EFFECTS RUN_ID [--crash WHEN]
+        [--backend asyncio|trio] [--policy fail|retry|ask] [--metered] [--max-requests N]
+        [--decision approve|reject]
 
 ``STORE`` is a SQLite file or ``postgresql://...#schema``. Every tool call appends a line to
 ``EFFECTS`` (its side effect, counted by the tests). ``--crash`` kills this process with
@@ -12,7 +13,7 @@ checkpoint is written), ``after_final_checkpoint`` (once it is written, before t
 returns). ``--metered``: each planner call is one model call (10 tokens), counted by the
 run's usage; the result then has ``model_requests``, the model calls this process made.
 ``--max-requests``: the resumed run's budget (``usage_limits``, finishing at the limit).
-Prints the run's result as JSON.
+``decide`` resumes a paused run with ``--decision``. Prints the run's result as JSON.
 """
 
 from __future__ import annotations
@@ -34,7 +35,12 @@ from toolloop.checkpoints import (
     SQLiteCheckpointStore,
 )
 from toolloop.flow import FlowEvent
-from toolloop.loop import RoundFinished, async_plan_and_execute, async_recover_plan_and_execute
+from toolloop.loop import (
+    RoundFinished,
+    async_plan_and_execute,
+    async_recover_plan_and_execute,
+    async_resume_plan_and_execute,
+)
 from toolloop.models import ChatRequest, UsageLimits, stream_chat
 from toolloop.testing import ScriptedChatModel, ScriptedChatReply
 
@@ -62,7 +68,7 @@ def die() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["run", "resume"])
+    parser.add_argument("mode", choices=["run", "resume", "decide"])
     parser.add_argument("store")
     parser.add_argument("effects", type=Path)
     parser.add_argument("run_id")
@@ -71,6 +77,7 @@ def main() -> None:
     parser.add_argument("--policy", default="fail")
     parser.add_argument("--metered", action="store_true")
     parser.add_argument("--max-requests", type=int, default=None)
+    parser.add_argument("--decision", default="approve")
     args = parser.parse_args()
     crash = args.crash
     model = ScriptedChatModel(
@@ -133,6 +140,14 @@ def main() -> None:
                     store=store,
                     run_id=args.run_id,
                     on_event=on_event,
+                )
+            elif args.mode == "decide":
+                result = await async_resume_plan_and_execute(
+                    args.run_id,
+                    args.decision,
+                    store=store,
+                    tools=[effect],
+                    planner=Planner(),
                 )
             else:
                 with anyio.fail_after(60):  # the server may take a moment to end a dead

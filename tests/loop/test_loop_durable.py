@@ -109,7 +109,7 @@ async def test_a_durable_run_gives_what_a_plain_run_gives_and_keeps_its_journal(
     # the run id is taken
     with pytest.raises(
         CheckpointConflictError,
-        match=r"already has a run .*: to continue it, call async_resume_plan_and_execute",
+        match=r"already has a run .*: to continue it, call async_recover_plan_and_execute",
     ):
         await async_plan_and_execute(
             "go", tools=[durable.effect], planner=ScriptedPlanner(SCRIPT), store=store, run_id="r"
@@ -318,10 +318,43 @@ def test_killed_mid_tool_the_unknown_call_follows_the_policy(
         assert done["c"] == 1
         assert third["success"] is False
         assert "was interrupted: its process stopped after the call started" in third["error"]
-        assert resumed["stop_reason"] == "response"
+        assert resumed["stop_reason"] == "answered"
     else:  # an idempotent tool: run again, and the run ends as if nothing happened
         assert done["c"] == 2
         assert resumed == expected
+
+
+@pytest.mark.parametrize("decision", ["approve", "reject"])
+def test_killed_mid_tool_the_unknown_call_is_put_to_a_human_when_asked(
+    decision: str, tmp_path: Path, uninterrupted: tuple[dict[str, Any], list[str]]
+) -> None:
+    """``unknown_outcome="ask"``: the recovered run pauses before round 1 runs again and asks
+    about call ``1.0`` (the id its events gave it); approved, it runs once more; rejected,
+    it never does and the planner is told."""
+    from toolloop.checkpoints import HumanRequest
+
+    store, effects = str(tmp_path / "runs.db"), tmp_path / "effects"
+    assert support("run", store, str(effects), "r", "--crash", "mid_tool") is None
+    paused = support("resume", store, str(effects), "r", "--policy", "ask")
+    assert paused is not None and paused["status"] == "paused"
+    request = HumanRequest.model_validate(paused["request"])
+    assert request.kind == "interrupted_tool_calls"
+    assert [(c.call_id, c.tool_name, c.arguments) for c in request.tool_calls] == [
+        ("1.0", "effect", {"key": "c"})
+    ]
+    assert "its process stopped" in request.tool_calls[0].why
+    assert effects.read_text().split().count("c") == 1  # asked first: not run again yet
+    done = support("decide", store, str(effects), "r", "--decision", decision)
+    assert done is not None and done["stop_reason"] == "answered"
+    counts = Counter(effects.read_text().split())
+    assert counts["a"] == counts["b"] == 1
+    third = done["done_plans"][2]
+    if decision == "approve":
+        assert counts["c"] == 2 and third["success"] is True
+        assert done["done_plans"] == uninterrupted[0]["done_plans"]
+    else:
+        assert counts["c"] == 1 and third["success"] is False
+        assert third["error"].startswith("a human rejected this call of 'effect'; it did not run")
 
 
 # -- pausing for a human ------------------------------------------------------------------
@@ -373,9 +406,13 @@ async def test_a_tool_that_needs_approval_pauses_the_run_until_a_human_decides()
     assert [(c.tool_name, c.arguments) for c in request.tool_calls] == [("send", {"to": "ada"})]
     assert mail.sent == [] and effects.done == []  # the whole round waits
     stored = await store.get("m")
-    assert stored is not None and stored.status == "paused" and stored.request == result.request
+    assert (
+        stored is not None
+        and stored.status == "paused"
+        and stored.request == result.request.model_dump(mode="json")
+    )
     planner = ScriptedPlanner(MAIL_SCRIPT)
-    with pytest.raises(RunNotResumableError, match="paused for a human: resume it with decision="):
+    with pytest.raises(RunNotResumableError, match="paused for a human: resume it with a decision"):
         await async_recover_plan_and_execute("m", store=store, tools=tools, planner=planner)
     with pytest.raises(DecisionError, match="does not fit it"):
         await async_resume_plan_and_execute(
@@ -538,7 +575,7 @@ async def test_needs_approval_refuses_a_name_that_is_no_tool() -> None:
     """A misspelt name would let the real tool run unapproved: refused before anything runs."""
     tools = Effects()
     planner = ScriptedPlanner(SCRIPT)
-    with pytest.raises(ValueError, match=r"needs_approval= names \['efect'\], which are no"):
+    with pytest.raises(ValueError, match=r"needs_approval names \['efect'\], which are no"):
         await async_plan_and_execute(
             "go",
             tools=[tools.effect],
@@ -581,7 +618,7 @@ def test_killed_mid_tool_the_model_calls_made_before_count_after_resume(
     assert capped["stop_reason"] == "usage_limit"
     assert (capped["usage"]["requests"], capped["usage"]["total_tokens"]) == (2, 20)
     free = support("resume", db, str(tmp_path / "free"), "free", "--metered", "--backend", backend)
-    assert free is not None and free["stop_reason"] == "response"
+    assert free is not None and free["stop_reason"] == "answered"
     assert free["model_requests"] == 1
     assert (free["usage"]["requests"], free["usage"]["total_tokens"]) == (3, 30)
 

@@ -22,6 +22,8 @@ from ..models import (
     ModelSettings,
     ReplyReader,
     Usage,
+    UsageLimits,
+    UsageMeter,
     stream_chat,
 )
 from ..runner import json_safe
@@ -151,12 +153,14 @@ class AnswerStream:
 
 class FinalAnswer(str):
     """The final answer's text (a ``str``), with how it ended: ``finish_reason`` (``"length"``:
-    cut off by ``max_tokens``, see ``cut_off``), the call's ``usage`` when reported, and the
-    ``reasoning`` of a thinking model (``""`` when none was sent)."""
+    cut off by ``max_tokens``, see ``cut_off``), the call's ``usage`` when reported, the
+    ``reasoning`` of a thinking model (``""`` when none was sent), and ``run_usage``: the
+    run's usage with this answer's call added (what the run cost in all)."""
 
     finish_reason: str | None
     usage: Usage | None
     reasoning: str
+    run_usage: Usage | None
 
     def __new__(
         cls,
@@ -165,11 +169,13 @@ class FinalAnswer(str):
         finish_reason: str | None = None,
         usage: Usage | None = None,
         reasoning: str = "",
+        run_usage: Usage | None = None,
     ) -> FinalAnswer:
         self = super().__new__(cls, text)
         self.finish_reason = finish_reason
         self.usage = usage
         self.reasoning = reasoning
+        self.run_usage = run_usage
         return self
 
     @property
@@ -188,6 +194,7 @@ async def stream_final_answer(
     temperature: float | None = None,
     max_result_chars: int = FINAL_ANSWER_RESULT_CHARS,
     settings: ModelSettings | None = None,
+    usage_limits: UsageLimits | None = None,
 ) -> AsyncIterator[AnswerStream]:
     """Stream the final answer to the user's request, with the loop's results::
 
@@ -204,6 +211,10 @@ async def stream_final_answer(
         max_result_chars: each action result is cut to this many characters in the prompt.
         settings: more model settings for this call
             (:class:`~toolloop.models.ModelSettings`).
+        usage_limits: the run's budget: the answer is one more model call of the run, so
+            ``result.usage`` counts against it (a call past it is refused, a reply that
+            passes a token budget is closed: :class:`~toolloop.errors.UsageLimitError`).
+            A run given ``answer_with=`` makes its answer under its own budget.
 
     Yields:
         The answer's text, delta by delta (an :class:`AnswerStream`: once read, its
@@ -223,8 +234,15 @@ async def stream_final_answer(
         temperature=temperature,
         settings=settings,
     )
-    async with stream_chat(model, request) as deltas:
-        yield AnswerStream(deltas)
+    if usage_limits is None:
+        async with stream_chat(model, request) as deltas:
+            yield AnswerStream(deltas)
+        return
+    meter = UsageMeter(usage_limits)
+    meter.usage = result.usage  # the run's model calls so far count
+    with meter:
+        async with stream_chat(model, request) as deltas:
+            yield AnswerStream(deltas)
 
 
 async def final_answer(
@@ -236,6 +254,7 @@ async def final_answer(
     temperature: float | None = None,
     max_result_chars: int = FINAL_ANSWER_RESULT_CHARS,
     settings: ModelSettings | None = None,
+    usage_limits: UsageLimits | None = None,
 ) -> FinalAnswer:
     """The whole final answer (see :func:`stream_final_answer`): its text, a ``str``, with
     its ``finish_reason`` (``cut_off`` when ``max_tokens`` ended it), ``usage`` and
@@ -255,8 +274,14 @@ async def final_answer(
         temperature=temperature,
         max_result_chars=max_result_chars,
         settings=settings,
+        usage_limits=usage_limits,
     ) as text:
         whole = "".join([piece async for piece in text])
+        call = text.usage if text.usage is not None else Usage.unknown()
         return FinalAnswer(
-            whole, finish_reason=text.finish_reason, usage=text.usage, reasoning=text.reasoning
+            whole,
+            finish_reason=text.finish_reason,
+            usage=text.usage,
+            reasoning=text.reasoning,
+            run_usage=result.usage + call,
         )

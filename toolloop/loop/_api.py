@@ -16,7 +16,15 @@ import sniffio
 from .._errors import PlannerError, UsageLimitError
 from ..checkpoints import HumanRequest
 from ..flow import EventStream, Execution, FlowEvent
-from ..kernel import ApprovalSpec, Ended, RunOptions, StopReason, UnknownOutcome, drive
+from ..kernel import (
+    ApprovalSpec,
+    Ended,
+    RunOptions,
+    StopReason,
+    UnknownOutcome,
+    approval_rule,
+    drive,
+)
 from ..models import ChatModel, UsageLimits
 from ..planners import PlannerLike
 from ..runner import (
@@ -337,6 +345,7 @@ async def async_plan_and_execute(
         return await _drive(execution, options)
     from ._durable import DurableLoop, begin
 
+    approval_rule(needs_approval, execution.deps.registry.names)  # refused before any write
     checkpointed = await begin(store, execution.id, execution.deps, options)
     durable = DurableLoop(
         checkpointed, execution.state, options, tool_names=execution.deps.registry.names
