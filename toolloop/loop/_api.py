@@ -372,11 +372,11 @@ async def _continued(
     from ._durable import (
         DECISIONS,
         DurableLoop,
-        _read_verdicts,
         approval_of_checkpoint,
         decision_of,
         journal_verdicts,
         resume_checkpoint,
+        verdicts_data,
     )
 
     checkpoint = await CheckpointedRun.load(store, run_id)
@@ -412,31 +412,30 @@ async def _continued(
         answer=answer,
     )
     registry = execution.deps.registry
+    verdicts: Any = None
     if paused:
         decided = decision_of(checkpoint, decision, registry)
-        value: Any = {"calls": list(decided.calls)}
+        asked = checkpoint.request if isinstance(checkpoint.request, dict) else {}
+        verdicts = verdicts_data(decided, again=asked.get("kind") == "interrupted_tool_calls")
+        # noted with the claim, so a process that dies before journaling them has them
         claimed = await CheckpointedRun.claim(
-            store, checkpoint, expect=("paused",), event=DECISIONS, value=value
+            store, checkpoint, expect=("paused",), event=DECISIONS, value=verdicts
         )
-        try:
-            await journal_verdicts(claimed, state.round_index, decided)
-            journal = await claimed.journal()
-        except BaseException:
-            await claimed.abandon()
-            raise
+        decided_at = claimed.checkpoint.revision
     else:
         claimed = await CheckpointedRun.claim(
             store, checkpoint, expect=("running", "failed"), force=force
         )
-        try:
+        if checkpoint.resume_event == DECISIONS:  # it may have died before journaling them
+            verdicts = checkpoint.resume_value
+        decided_at = checkpoint.revision
+    try:
+        journal = await claimed.journal()
+        if verdicts is not None and await journal_verdicts(claimed, journal, decided_at, verdicts):
             journal = await claimed.journal()
-        except BaseException:
-            await claimed.abandon()
-            raise
-        if checkpoint.resume_event == DECISIONS and not any(  # died before noting them
-            entry.tool_name == DECISIONS for entry in journal.values()
-        ):
-            _read_verdicts({}, run_id)
+    except BaseException:
+        await claimed.abandon()
+        raise
     durable = DurableLoop(claimed, state, options, journal=journal, tool_names=registry.names)
     durable.count_journaled_usage()
     execution.deps = durable.wrap(execution.deps)

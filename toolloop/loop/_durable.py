@@ -25,7 +25,6 @@ usage journaled from that round on. A budget holds exactly across resumes.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
 from typing import Any
@@ -120,18 +119,23 @@ def _read_usage(data: Any, key: str, run_id: str) -> Usage:
         ) from exc
 
 
-def _dump_verdict(verdict: Verdict) -> dict[str, Any]:
+def _dump_verdict(verdict: Verdict, again: bool) -> dict[str, Any]:
     if isinstance(verdict, Run):
-        return {"run": json_safe(verdict.arguments)}
+        return {"run": json_safe(verdict.arguments), "again": again}
     return {"skip": verdict.error, "why": verdict.why}
 
 
-def _read_verdicts(data: Any, run_id: str) -> dict[str, Verdict]:
+def _read_verdicts(data: Any, run_id: str) -> tuple[dict[str, Verdict], set[str]]:
+    """The decisions by call id, and the ids of the cut-off calls a human said to run
+    once more."""
     verdicts: dict[str, Verdict] = {}
+    again: set[str] = set()
     try:
         for key, value in dict(data).items():
             if "run" in value:
                 verdicts[str(key)] = Run(dict(value["run"]))
+                if value.get("again"):
+                    again.add(str(key))
             else:
                 verdicts[str(key)] = Skip(str(value["skip"]), value.get("why", "rejected"))
     except (TypeError, ValueError, KeyError) as exc:
@@ -139,7 +143,7 @@ def _read_verdicts(data: Any, run_id: str) -> dict[str, Verdict]:
             f"a journaled human decision of run {run_id!r} cannot be read ({exc}); it was "
             "left as it is"
         ) from exc
-    return verdicts
+    return verdicts, again
 
 
 class DurableLoop:
@@ -151,6 +155,7 @@ class DurableLoop:
         "_data",
         "_ids",
         "_saved_round",
+        "again",
         "approval",
         "base_usage",
         "cuts",
@@ -178,9 +183,13 @@ class DurableLoop:
         self.approval = approval_rule(options.needs_approval, tool_names)
         self.verdicts: dict[str, Verdict] = {}
         """A human's decision on each call that needed one, by call id."""
+        self.again: set[str] = set()
+        """The calls cut off before that a human said to run once more."""
         for entry in self.journal.values():
             if entry.tool_name == DECISIONS and entry.state == "finished":
-                self.verdicts.update(_read_verdicts(entry.outcome, run.run_id))
+                verdicts, again = _read_verdicts(entry.outcome, run.run_id)
+                self.verdicts.update(verdicts)
+                self.again |= again
         self.cuts = cut_off_causes(self.journal)
         """What the run's own end cut off, by call id (see ``note_cut_off``)."""
         self.base_usage = state.usage
@@ -358,10 +367,9 @@ class DurableLoop:
         return FlowSnapshot(flow=loop_flow.name, execution_id=self.run.run_id, state=data)
 
     async def journaled(
-        self, key: str, command: ToolCommand, call: Callable[[], Any], *, again: bool = False
+        self, key: str, command: ToolCommand, call: Callable[[], Any]
     ) -> ToolExecutionRecord:
-        """The record of ``command`` under ``key``, its tool run at most once (``again``: a
-        human approved running a call that was cut off, once more)."""
+        """The record of ``command`` under ``key``, its tool run at most once."""
         options = self.options
         outcome = await journaled_call(
             self.run,
@@ -372,8 +380,8 @@ class DurableLoop:
             call=call,
             dump=self.record_data,
             load=ToolExecutionRecord.model_validate,
-            unknown_outcome="retry" if again else options.unknown_outcome,
-            idempotent_tools={command.tool_name} if again else options.idempotent_tools,
+            unknown_outcome=options.unknown_outcome,
+            idempotent_tools=options.idempotent_tools,
         )
         if not isinstance(outcome, Interrupted):
             # the planner's own words (purpose, todo) of this round, the journal's outcome
@@ -420,12 +428,24 @@ def decision_of(checkpoint: Checkpoint, decision: object, registry: Any) -> Deci
     return decide(request, decision, validate_arguments=validate)
 
 
-async def journal_verdicts(run: CheckpointedRun, round_index: int, decided: Decided) -> None:
-    """Journal a human's decisions on the round's calls (once: a recovered run finds them)."""
-    key = f"r{round_index}/decisions/{uuid.uuid4().hex}"
-    data = {k: _dump_verdict(v) for k, v in decided.calls.items()}
+def verdicts_data(decided: Decided, *, again: bool) -> dict[str, Any]:
+    """A human's decisions on the round's calls as the journal keeps them; ``again``: they
+    answer about calls cut off before (approved: run once more)."""
+    return {k: _dump_verdict(v, again) for k, v in decided.calls.items()}
+
+
+async def journal_verdicts(
+    run: CheckpointedRun, journal: Mapping[str, JournalEntry], decided_at: int, data: Any
+) -> bool:
+    """Journal a human's decisions, noted with the claim that wrote revision ``decided_at``
+    of the run's checkpoint (once: a recovered run finds them there, and a process that
+    died before it journaled them does it now); whether it wrote them."""
+    key = f"decisions/{decided_at}"
+    if key in journal:
+        return False
     await run.record_intent(JournalEntry(call_id=key, tool_name=DECISIONS))
     await run.record_outcome(key, data)
+    return True
 
 
 class JournaledExecutor(Executor):
@@ -452,11 +472,12 @@ class JournaledExecutor(Executor):
         async def run() -> ToolExecutionRecord:
             return await Executor.call(self, command, on_start)
 
+        if key in durable.again:  # cut off before, a human said to run it once more: a
+            key = f"{key}/again"  # fresh intent, so a second cut-off is not run a third time
         entry = durable.journal.get(key)
-        again = verdict is not None and entry is not None and entry.state == "started"
         if entry is not None and entry.state != "started" and on_start is not None:
             on_start()  # replayed: the call is told as started and finished all the same
-        return await durable.journaled(key, command, run, again=again)
+        return await durable.journaled(key, command, run)
 
 
 _REPLY_FIELDS = frozenset(
