@@ -140,6 +140,10 @@ async def test_run_in_process_plain(tools_module: Path) -> None:
     assert "action_results (injected into the final prompt), one line each:" in text
     assert f"\nanswer:\n{ANSWER}\n" in text
     assert "stop: answered · 1 round · 2 records (1 failed)" in text
+    # the answer is the run's third model call, and the last line says so
+    assert re.search(
+        r"\nwith the answer: [\d,]+ tokens \([\d,]+ in, [\d,]+ out\) in 3 model calls", text
+    )
     # the key went to the server, and nowhere else
     assert requests[0].headers["authorization"] == "Bearer sk-test-0123456789abcdefghijkl"
     trace = read_trace(tools_module / "run.jsonl")
@@ -244,7 +248,7 @@ async def test_python_dash_m_toolloop_run(tmp_path: Path) -> None:
     assert "\x1b[" not in stdout  # no escapes when stdout is not a terminal
     assert re.search(r"^ +\d+\.\d{3}s  round 0  plan: execute 2 commands", stdout, re.M)
     assert "finished: answered after 1 round, 2 records" in stdout
-    assert stdout.endswith(f"answer:\n{ANSWER}\n")
+    assert f"answer:\n{ANSWER}\nwith the answer: " in stdout  # and what the run cost in all
     assert read_trace(tmp_path / "out.jsonl").events
     ET.parse(tmp_path / "out.svg")
 

@@ -14,7 +14,7 @@ import anyio
 
 from ..flow import FlowEvent
 from ..loop import LoopResult, stream_final_answer
-from ..models import ChatModel, ModelSettings
+from ..models import ChatModel, ModelSettings, Usage
 from ..tracing import OpenTelemetrySpans, TraceRecorder, TraceWriter, write_timeline
 from ._load import CLIError
 from ._plain import PlainDisplay, ms, preview, usage_summary
@@ -250,5 +250,11 @@ async def stream_answer(
     if text.cut_off:
         limit = f" ({max_tokens} tokens)" if max_tokens is not None else ""
         out.write(f"note: the answer was cut off by the token limit{limit}; raise --max-tokens\n")
+    # the answer is one more model call of the run: the run's usage in all
+    in_all = usage_summary(
+        result.usage + (text.usage if text.usage is not None else Usage.unknown())
+    )
+    if in_all:
+        out.write(f"with the answer: {in_all}\n")
     out.flush()
     return "".join(pieces)
