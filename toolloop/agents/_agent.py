@@ -34,7 +34,7 @@ from ..models import ChatModel, ModelSettings, Usage, UsageLimits, check_setting
 from ..runner import Executor, ToolExecutionRecord, progress_reporter
 from ..tools import RunScope, Tool, ToolRegistry
 from ._durable import RECOVERY
-from ._flow import ANSWERED, AgentDeps, agent_flow, stop_reason
+from ._flow import ANSWERED, AgentDeps, agent_flow, settle, stop_reason
 from ._messages import MessageLike, as_messages
 from ._middleware import AgentMiddleware
 from ._persist import (
@@ -45,7 +45,7 @@ from ._persist import (
     load_paused,
     summary,
 )
-from ._result import AgentResult, closed, result_of
+from ._result import AgentResult, result_of
 from ._spec import AgentSpec, build_spec
 from ._state import AgentState
 from ._structured import ResponseFormat
@@ -73,7 +73,7 @@ _LOGIC = _Logic()
 
 
 def _stored(ended: Ended[AgentState]) -> dict[str, Any]:
-    return summary(closed(ended))
+    return summary(ended.state)
 
 
 class Agent:
@@ -145,7 +145,14 @@ class Agent:
             deps.scope.run_id = execution.id
             deps.scope.report = progress_reporter(execution.context_for("tools"))
         ended = await drive(
-            execution, start, options, _LOGIC, scope=deps.scope, run=run, completed=_stored
+            execution,
+            start,
+            options,
+            _LOGIC,
+            scope=deps.scope,
+            run=run,
+            completed=_stored,
+            settle=settle,
         )
         return result_of(ended, execution)
 

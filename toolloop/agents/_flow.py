@@ -77,7 +77,7 @@ from ._state import AgentState, JumpTo, apply_update, check_update
 from ._structured_turn import structured_answer
 from ._tool_call import ToolOutcome, command_of, error_message, record_of, run_tool_call
 
-__all__ = ["ANSWERED", "MAX_TURNS", "AgentDeps", "agent_flow", "close_calls", "stop_reason"]
+__all__ = ["ANSWERED", "MAX_TURNS", "AgentDeps", "agent_flow", "settle", "stop_reason"]
 
 ANSWERED = "answered"
 """The external event that resumes a paused run with its answer."""
@@ -139,7 +139,7 @@ def _note_answers(state: AgentState, start: int) -> None:
                 state.records.append(record_of(call, message))
 
 
-def close_calls(state: AgentState, error: str) -> None:
+def _close_calls(state: AgentState, error: str) -> None:
     """Answer the calls still waiting with ``error`` (the run ends before they run), so the
     conversation stays valid for a next run on this state."""
     left = pending_tool_calls(state.messages)
@@ -147,6 +147,18 @@ def close_calls(state: AgentState, error: str) -> None:
         start = len(state.messages)
         state.messages.extend(error_message(call, error) for call in left)
         _note_answers(state, start)
+
+
+_CUT: dict[str, str] = {
+    "timeout": "the run's timeout ended the run before this call finished",
+    "usage_limit": "the run's budget (usage_limits) ended the run before this call finished",
+}
+
+
+def settle(state: AgentState, stop: StopReason) -> None:
+    """A run the kernel finished mid-turn (its timeout, its budget): the calls it cut off
+    are answered (and recorded), so the conversation stays valid for a next run."""
+    _close_calls(state, _CUT.get(stop, "the run ended before this call finished"))
 
 
 def stop_reason(state: AgentState) -> StopReason:
@@ -571,7 +583,7 @@ async def finish(_: Any, ctx: AgentContext) -> None:
     state, deps = ctx.state, _deps(ctx)
     runtime = deps.runtime
     _count_usage(state)
-    close_calls(state, "the run ended before this call ran")
+    _close_calls(state, "the run ended before this call ran")
     for mw in deps.spec.after_agent:
         jump, _p = await _hook(deps, mw, "after_agent", (state, runtime), state)
         if jump not in (None, "end"):

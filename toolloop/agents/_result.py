@@ -11,16 +11,10 @@ from ..checkpoints import HumanRequest
 from ..flow import Execution, FlowSnapshot, TraceEntry
 from ..kernel import Ended, RunResult
 from ..runner import ToolExecutionRecord
-from ._flow import close_calls
 from ._messages import AssistantMessage, Message
 from ._state import AgentState, Todo
 
 __all__ = ["AgentResult", "result_of"]
-
-_CUT: dict[str, str] = {
-    "timeout": "the run's timeout ended the run before this call finished",
-    "usage_limit": "the run's budget (usage_limits) ended the run before this call finished",
-}
 
 
 class AgentResult(RunResult):
@@ -105,18 +99,9 @@ def _request(asked: Any) -> HumanRequest | None:
         return None  # a middleware of its own that asks something else
 
 
-def closed(ended: Ended[AgentState]) -> AgentState:
-    """The state of a session that ended, the calls a limit cut off answered (a run the
-    kernel finished at its timeout or budget stopped mid-step)."""
-    state = ended.state
-    if ended.flow is None and ended.stop_reason in _CUT:
-        close_calls(state, _CUT[ended.stop_reason])
-    return state
-
-
 def result_of(ended: Ended[AgentState], execution: Execution[AgentState]) -> AgentResult:
     """The result of one session of a run."""
-    state = closed(ended)
+    state = ended.state
     flow = ended.flow
     where = ended.request if isinstance(ended.request, dict) else None
     asked = where.get("request") if where is not None else None
