@@ -152,9 +152,9 @@ async def drive(
             store keeps the result.
 
     Raises:
-        Whatever the run raised, unless ``options`` turn it into a finish (a timeout, a
-        spent budget); the error keeps the run's state. A cancelled run stays ``running``
-        in the store, to be recovered.
+        Exception: whatever the run raised, unless ``options`` turn it into a finish (a
+            timeout, a spent budget); the error keeps the run's state. A cancelled run
+            stays ``running`` in the store, to be recovered.
     """
     state = execution.state
     if options.on_event is not None:
