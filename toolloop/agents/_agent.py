@@ -31,7 +31,7 @@ from ..kernel import (
     drive,
 )
 from ..models import ChatModel, ModelSettings, Usage, UsageLimits, check_settings
-from ..runner import Executor, ToolExecutionRecord, progress_reporter
+from ..runner import ToolExecutionRecord, progress_reporter
 from ..tools import RunScope, Tool, ToolRegistry
 from ._durable import RECOVERY
 from ._flow import ANSWERED, AgentDeps, agent_flow, settle, stop_reason
@@ -126,10 +126,9 @@ class Agent:
     def _deps(self, options: RunOptions) -> AgentDeps:
         spec = self._spec
         scope = RunScope("", options.deps) if spec.registry.takes_context else None
-        executor = Executor(
-            spec.registry, limiter=options.limiter, tool_timeout=options.tool_timeout
+        return AgentDeps(
+            spec, options, spec.executor_for(options), spec.approval_for(options), scope=scope
         )
-        return AgentDeps(spec, options, executor, spec.approval_for(options), scope=scope)
 
     async def _session(
         self,

@@ -105,7 +105,7 @@ def result_of(ended: Ended[AgentState], execution: Execution[AgentState]) -> Age
     flow = ended.flow
     where = ended.request if isinstance(ended.request, dict) else None
     asked = where.get("request") if where is not None else None
-    return AgentResult(
+    return AgentResult.model_construct(  # of checked values: no validation on the hot path
         run_id=execution.id,
         status=ended.status,
         stop_reason=ended.stop_reason,

@@ -17,6 +17,7 @@ from typing import Any
 from ..checkpoints import RequestedCall
 from ..kernel import RunOptions, approval_rule
 from ..models import ChatModel
+from ..runner import Executor
 from ..tools import Tool, ToolRegistry
 from ._errors import AgentDefinitionError
 from ._messages import AssistantMessage, ToolMessage
@@ -91,6 +92,20 @@ class AgentSpec:
     call_model: ModelHandler
     call_tool: ToolHandler
     openai_tools: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    executor: Executor | None = None
+    """The executor of the runs under the default options (an executor holds only
+    configuration, so they share it)."""
+
+    def executor_for(self, options: RunOptions) -> Executor:
+        """The executor of a run with ``options``: its ``limiter`` and ``tool_timeout``."""
+        executor = self.executor
+        if (
+            executor is not None
+            and options.limiter is executor.limiter
+            and options.tool_timeout == executor.tool_timeout
+        ):
+            return executor
+        return Executor(self.registry, limiter=options.limiter, tool_timeout=options.tool_timeout)
 
     def approval_for(self, options: RunOptions) -> ApprovalCheck | None:
         """The approval rule of a run with ``options`` (compiled once for the defaults).
@@ -266,6 +281,7 @@ def build_spec(
         after_agent=having("after_agent")[::-1],
         call_model=call_model,
         call_tool=call_tool,
+        executor=Executor(registry, limiter=options.limiter, tool_timeout=options.tool_timeout),
     )
     spec.openai_tools[id(offered)] = [t.openai_tool() for t in offered]
     return spec
