@@ -123,6 +123,9 @@ def test_import_toolloop_is_light() -> None:
         ("toolloop.agents", "ToolCallFinished"),  # toolloop.runner
         ("toolloop.agents", "StatusAgent"),  # toolloop.status_agent
         ("toolloop.agents", "ApprovalPolicy"),  # toolloop.status_agent.RequireApproval
+        ("toolloop.agents", "ModelCallFinished"),  # toolloop.kernel
+        ("toolloop.agents", "AgentFinished"),  # toolloop.kernel.RunFinished
+        ("toolloop.agents.middleware", "ApprovalPolicy"),  # toolloop.kernel.Approval
     ],
 )
 def test_a_name_has_one_path(module: str, name: str) -> None:

@@ -36,6 +36,7 @@ from toolloop.agents import (
 )
 from toolloop.errors import StepFailedError
 from toolloop.testing import ScriptedChatModel
+from toolloop.tools import RunContext
 
 pytestmark = pytest.mark.anyio
 
@@ -337,19 +338,42 @@ async def test_an_async_hook_that_hangs_times_out() -> None:
     agent = create_agent(ScriptedChatModel(), middleware=[hang], hook_timeout=0.05)
     with pytest.raises(ExecutionTimeoutError, match=r"hook hang\.before_model did not finish"):
         await agent.run("go")
+    # a hook's timeout is no timeout of the run: on_timeout="finish" does not finish on it
+    with pytest.raises(ExecutionTimeoutError, match=r"hook hang\.before_model") as info:
+        await agent.run("go", on_timeout="finish")
+    assert info.value.step == "hang.before_model"
 
 
-async def test_runtime_context_reaches_the_hooks() -> None:
+async def test_the_caller_s_deps_reach_the_hooks_and_the_tools_as_one_object() -> None:
     seen: list[Any] = []
 
     @before_agent
     def look(state: AgentState, runtime: Runtime) -> None:
-        seen.append((runtime.context, runtime.execution_id))
+        seen.append(("hook", runtime.deps, runtime.run_id))
 
-    result = await create_agent(ScriptedChatModel(["ok"]), middleware=[look]).run(
-        "go", context={"user": "ada"}
-    )
-    assert seen == [({"user": "ada"}, result.execution_id)]
+    def whoami(ctx: RunContext[dict[str, str]]) -> str:
+        """Who asks."""
+        seen.append(("tool", ctx.deps, ctx.run_id))
+        return ctx.deps["user"]
+
+    def scripted() -> ScriptedChatModel:
+        model = ScriptedChatModel()
+        model.add_reply(tool_calls=[{"name": "whoami", "arguments": "{}"}])
+        model.add_reply("ok")
+        return model
+
+    deps = {"user": "ada"}
+    agent = create_agent(scripted(), [whoami], middleware=[look])
+    result = await agent.run("go", deps=deps)
+    assert seen == [("hook", deps, result.run_id), ("tool", deps, result.run_id)]
+    assert seen[0][1] is seen[1][1] is deps  # one channel: the same object
+    assert result.records[0].result == "ada"
+    seen.clear()
+    default = {"user": "bob"}  # the agent's deps, for every run that gives none
+    result = await create_agent(scripted(), [whoami], middleware=[look], deps=default).run("go")
+    assert [d for _, d, _ in seen] == [default, default]
+    with pytest.raises(TypeError, match="context"):
+        await agent.run("go", context=deps)  # type: ignore[call-arg]
 
 
 async def test_wrap_model_call_may_answer_tool_calls_without_running_them() -> None:

@@ -17,7 +17,6 @@ from toolloop.agents import (
     AgentMiddleware,
     AgentResult,
     AgentState,
-    ModelCallLimitError,
     Pause,
     Runtime,
     StructuredOutputError,
@@ -67,17 +66,25 @@ async def resume_until_done(agent: Any, result: AgentResult, *, via_json: bool) 
     return pauses
 
 
+async def resume_until_done_result(agent: Any, result: AgentResult) -> AgentResult:
+    while result.status == "paused":
+        assert result.snapshot is not None
+        result = await agent.resume(json.dumps(result.snapshot.model_dump(mode="json")), "go on")
+    return result
+
+
 @pytest.mark.parametrize("via_json", [False, True], ids=["snapshot", "json"])
-async def test_max_model_calls_holds_across_pauses(via_json: bool) -> None:
+async def test_max_turns_holds_across_pauses(via_json: bool) -> None:
     model = endless_model(10)
-    agent = create_agent(model, [echo], middleware=[PauseAfterEachModelCall()], max_model_calls=2)
+    agent = create_agent(model, [echo], middleware=[PauseAfterEachModelCall()], max_turns=2)
     result = await agent.run("loop for ever")
     assert result.status == "paused"
     assert result.state.model_calls == 1
-    with pytest.raises(ModelCallLimitError, match="made 2 model calls") as info:
-        await resume_until_done(agent, result, via_json=via_json)
+    pauses = await resume_until_done(agent, result, via_json=via_json)
+    assert pauses == 2
     assert len(model.requests) == 2  # without the state, each resume started again at 0
-    assert info.value.state.model_calls == 2
+    done = await resume_until_done_result(agent, await agent.run("loop", max_turns=2))
+    assert (done.stop_reason, done.state.model_calls) == ("max_turns", 2)
 
 
 class Answer(BaseModel):
@@ -92,7 +99,6 @@ async def test_structured_output_retries_hold_across_pauses() -> None:
         model,
         middleware=[PauseAfterEachModelCall()],
         response_format=ToolStrategy(Answer, retries=2),
-        max_model_calls=None,
     )
     result = await agent.run("where?")
     with pytest.raises(StructuredOutputError, match="3 times"):
@@ -103,23 +109,23 @@ async def test_structured_output_retries_hold_across_pauses() -> None:
 async def test_a_new_run_from_an_old_state_starts_its_counters_at_zero() -> None:
     model = endless_model(3)
     model.add_reply("done")
-    agent = create_agent(model, [echo], max_model_calls=2)
-    with pytest.raises(ModelCallLimitError) as info:
-        await agent.run("loop")
-    state = info.value.state
-    assert state.model_calls == 2
+    agent = create_agent(model, [echo], max_turns=2)
+    ended = await agent.run("loop")
+    assert ended.stop_reason == "max_turns"
+    state = ended.state
+    assert state.model_calls == 2 and len(ended.records) == 2
     model2 = ScriptedChatModel()
     model2.add_reply("fine")
-    again = await create_agent(model2, max_model_calls=1).run("again", state=state)
-    assert again.text == "fine"
-    assert again.state.model_calls == 1
+    again = await create_agent(model2, max_turns=1).run("again", state=state)
+    assert (again.text, again.stop_reason) == ("fine", "answered")
+    assert again.state.model_calls == 1 and again.records == []  # this run's own
 
 
 PROCESS = textwrap.dedent(
     """
     import json, sys
     import anyio
-    from toolloop.agents import AgentMiddleware, ModelCallLimitError, Pause, create_agent
+    from toolloop.agents import AgentMiddleware, Pause, create_agent
     from toolloop.testing import ScriptedChatModel
 
     class PauseAfterEachModelCall(AgentMiddleware):
@@ -133,14 +139,12 @@ PROCESS = textwrap.dedent(
     model = ScriptedChatModel()
     for _ in range(10):
         model.add_reply(tool_calls=[{"name": "echo", "arguments": '{"text": "x"}'}])
-    agent = create_agent(model, [echo], middleware=[PauseAfterEachModelCall()],
-                         max_model_calls=2)
+    agent = create_agent(model, [echo], middleware=[PauseAfterEachModelCall()], max_turns=2)
     snapshot = sys.stdin.read()
 
     async def main():
-        try:
-            result = await agent.resume(snapshot, "go on")
-        except ModelCallLimitError:
+        result = await agent.resume(snapshot, "go on")
+        if result.stop_reason == "max_turns":
             print(json.dumps({"limit": True, "requests": len(model.requests)}))
             return
         print(json.dumps({"limit": False, "requests": len(model.requests),
@@ -151,9 +155,9 @@ PROCESS = textwrap.dedent(
 )
 
 
-async def test_max_model_calls_holds_when_each_resume_is_another_process() -> None:
+async def test_max_turns_holds_when_each_resume_is_another_process() -> None:
     model = endless_model(1)
-    agent = create_agent(model, [echo], middleware=[PauseAfterEachModelCall()], max_model_calls=2)
+    agent = create_agent(model, [echo], middleware=[PauseAfterEachModelCall()], max_turns=2)
     result = await agent.run("loop for ever")
     assert result.snapshot is not None
     snapshot = json.dumps(result.snapshot.model_dump(mode="json"))

@@ -1,6 +1,7 @@
 """A middleware-agent run cut off (cancelled, or its process killed) is recovered from its
 last checkpoint: finished tool calls are replayed, never re-run; a call whose outcome is
-unknown goes to a human."""
+unknown follows the run's ``unknown_outcome``: answered with what cut it off (``"fail"``),
+run again when its tool is idempotent (``"retry"``), or put to a human (``"ask"``)."""
 
 from __future__ import annotations
 
@@ -16,12 +17,15 @@ import pytest
 from toolloop.agents import create_agent
 from toolloop.checkpoints import (
     Approve,
+    Edit,
     MemoryCheckpointStore,
     Reject,
     RunNotResumableError,
     SQLiteCheckpointStore,
 )
 from toolloop.errors import ResumeError
+from toolloop.flow import FlowEvent
+from toolloop.runner import ToolCallFinished, ToolCallStarted
 from toolloop.testing import ScriptedChatModel, ScriptedChatReply
 
 pytestmark = pytest.mark.anyio
@@ -75,29 +79,82 @@ async def cancelled_mid_tool(store: MemoryCheckpointStore) -> Mailer:
     return mailer
 
 
-@pytest.mark.parametrize("approve", [True, False], ids=["approved", "rejected"])
-async def test_a_call_cut_off_mid_tool_goes_to_a_human(approve: bool) -> None:
+async def test_by_default_a_cut_off_call_is_answered_with_what_cut_it_off() -> None:
     store = MemoryCheckpointStore()
-    first = await cancelled_mid_tool(store)
-    assert first.sent == 1
+    assert (await cancelled_mid_tool(store)).sent == 1
     mailer = Mailer(hold=False)
     agent = create_agent(mail_model(), [mailer.send_mail], store=store)
     with pytest.raises(RunNotResumableError, match="running"):
         await agent.resume("r", Approve())  # not paused: it is recovered, not resumed
-    paused = await agent.recover("r")
+    events: list[FlowEvent] = []
+    done = await agent.recover("r", on_event=events.append)
+    assert (done.status, done.stop_reason) == ("completed", "answered")
+    assert mailer.sent == 0  # not re-run: the model was told, and decided
+    (record,) = done.records
+    assert not record.success and "was interrupted" in str(record.error)
+    assert "the run's cancellation ended it while it ran" in str(record.error)
+    assert done.text is not None and "the run's cancellation ended it" in done.text
+    (finished,) = [e for e in events if isinstance(e, ToolCallFinished)]
+    assert finished.source == "interrupted" and finished.record == record
+    stored = await store.get("r")
+    assert stored is not None and stored.status == "completed"
+
+
+@pytest.mark.parametrize("idempotent", [True, False], ids=["idempotent", "not_idempotent"])
+async def test_retry_runs_an_idempotent_tool_again_and_fails_the_others(idempotent: bool) -> None:
+    store = MemoryCheckpointStore()
+    await cancelled_mid_tool(store)
+    mailer = Mailer(hold=False)
+    agent = create_agent(
+        mail_model(),
+        [mailer.send_mail],
+        store=store,
+        unknown_outcome="retry",
+        idempotent_tools=["send_mail"] if idempotent else [],
+    )
+    done = await agent.recover("r")
+    assert done.status == "completed"
+    (record,) = done.records
+    if idempotent:
+        assert mailer.sent == 1 and record.success
+        assert done.text == "done: mail 1 sent to ada"
+    else:
+        assert mailer.sent == 0 and "was interrupted" in str(record.error)
+
+
+@pytest.mark.parametrize("answer", ["approve", "edit", "reject"])
+async def test_ask_puts_a_cut_off_call_to_a_human(answer: str) -> None:
+    store = MemoryCheckpointStore()
+    await cancelled_mid_tool(store)
+    mailer = Mailer(hold=False)
+    agent = create_agent(mail_model(), [mailer.send_mail], store=store)
+    paused = await agent.recover("r", unknown_outcome="ask")
     assert paused.status == "paused"
     assert mailer.sent == 0  # not re-run on its own
     request = paused.request
     assert request is not None and request.kind == "interrupted_tool_calls"
-    assert [c.tool_name for c in request.tool_calls] == ["send_mail"]
+    (asked,) = request.tool_calls
+    assert asked.tool_name == "send_mail"
     assert "the run's cancellation ended them while they ran" in request.reason
-    done = await agent.resume("r", Approve() if approve else Reject(message="sent already"))
+    decision: Any = {
+        "approve": Approve(),
+        "edit": Edit(arguments={asked.call_id: {"to": "bob"}}),
+        "reject": Reject(message="sent already"),
+    }[answer]
+    events: list[FlowEvent] = []
+    done = await agent.resume("r", decision, on_event=events.append)
     assert done.status == "completed"
-    assert mailer.sent == (1 if approve else 0)
-    if approve:
-        assert done.text == "done: mail 1 sent to ada"
+    (record,) = done.records
+    if answer == "reject":
+        assert mailer.sent == 0
+        assert "a human chose not to run it again: sent already" in str(record.error)
+        assert done.text is not None and "sent already" in done.text
     else:
-        assert "a human chose not to run it again (sent already)" in done.text
+        to = "bob" if answer == "edit" else "ada"
+        assert mailer.sent == 1 and done.text == f"done: mail 1 sent to {to}"
+        assert record.kwargs == {"to": to} and record.result == f"mail 1 sent to {to}"
+        (started,) = [e for e in events if isinstance(e, ToolCallStarted)]
+        assert started.call_id == asked.call_id  # run again under its own id
     stored = await store.get("r")
     assert stored is not None and stored.status == "completed"
 
@@ -148,12 +205,44 @@ def files(tmp_path: Path) -> dict[str, Path]:
 
 
 @pytest.mark.timeout(300)
-async def test_killed_inside_the_tool_the_call_is_put_to_a_human(
+async def test_killed_inside_the_tool_the_model_is_told_by_default(
     files: dict[str, Path], anyio_backend: str
 ) -> None:
     assert await process(files, anyio_backend, "run", "--crash", "in_tool") is None
     assert sent(files) == 1  # the mail went out, but its outcome was never recorded
-    paused = await process(files, anyio_backend, "recover")
+    done = await process(files, anyio_backend, "recover")
+    assert done is not None and done["status"] == "completed"
+    assert sent(files) == 1  # recovery did not send it again
+    (record,) = done["records"]
+    assert not record["success"]
+    assert "its process stopped after the call started" in record["error"]
+    assert "its process stopped" in done["text"]  # the model saw it
+    kinds = [e["kind"] for e in done["events"]]
+    assert kinds[-1] == "run_finished" and "checkpoint_saved" in kinds
+    assert kinds.count("model_call_started") == kinds.count("model_call_finished") == 1
+
+
+@pytest.mark.timeout(300)
+async def test_killed_inside_the_tool_an_idempotent_tool_runs_again_with_retry(
+    files: dict[str, Path], anyio_backend: str
+) -> None:
+    assert await process(files, anyio_backend, "run", "--crash", "in_tool") is None
+    done = await process(
+        files, anyio_backend, "recover", "--unknown-outcome", "retry", "--idempotent"
+    )
+    assert done is not None and done["status"] == "completed"
+    assert sent(files) == 2  # asked for: the tool is safe to run twice
+    assert done["text"] == "done: mail 2 sent to ada"
+    assert [r["result"] for r in done["records"]] == ["mail 2 sent to ada"]
+
+
+@pytest.mark.timeout(300)
+async def test_killed_inside_the_tool_the_call_is_put_to_a_human_with_ask(
+    files: dict[str, Path], anyio_backend: str
+) -> None:
+    assert await process(files, anyio_backend, "run", "--crash", "in_tool") is None
+    assert sent(files) == 1
+    paused = await process(files, anyio_backend, "recover", "--unknown-outcome", "ask")
     assert paused is not None and paused["status"] == "paused"
     assert paused["request"]["kind"] == "interrupted_tool_calls"
     assert "the process stopped after they started" in paused["request"]["reason"]
@@ -275,7 +364,7 @@ async def test_a_call_the_runs_timeout_ended_says_so_after_recovery() -> None:
     with pytest.raises(ExecutionTimeoutError):
         await agent.run("mail ada", run_id="r", timeout=0.5)
     mailer = Mailer(hold=False)
-    agent = create_agent(mail_model(), [mailer.send_mail], store=store)
+    agent = create_agent(mail_model(), [mailer.send_mail], store=store, unknown_outcome="ask")
     paused = await agent.recover("r")
     request = paused.request
     assert request is not None and request.kind == "interrupted_tool_calls"
@@ -286,7 +375,7 @@ async def test_a_call_the_runs_timeout_ended_says_so_after_recovery() -> None:
     assert mailer.sent == 0
     answer = done.messages[-2]  # the call's answer, before the model's last word
     assert "the run's timeout of 0.5 s ended it while it ran" in answer.content
-    assert "a human chose not to run it again (sent already)" in answer.content
+    assert "a human chose not to run it again: sent already" in answer.content
 
 
 async def test_a_call_its_tools_timeout_ended_says_so() -> None:
@@ -296,4 +385,6 @@ async def test_a_call_its_tools_timeout_ended_says_so() -> None:
     )
     done = await agent.run("mail ada", run_id="r")
     assert done.status == "completed"
-    assert "did not finish within 0.2 s" in done.text
+    assert "did not finish within 0.2 s" in str(done.text)
+    (record,) = done.records
+    assert "did not finish within 0.2 s" in str(record.error)

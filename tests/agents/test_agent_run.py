@@ -11,18 +11,15 @@ import pytest
 from toolloop import ExecutionTimeoutError, ModelCallError
 from toolloop.agents import (
     AgentDefinitionError,
-    AgentFinished,
     AgentMiddleware,
     AgentModelError,
     AgentResult,
     AgentState,
-    ModelCallFinished,
-    ModelCallLimitError,
-    ModelCallStarted,
     agent_flow,
     create_agent,
 )
 from toolloop.flow import FlowEvent
+from toolloop.kernel import ModelCallFinished, ModelCallStarted, RunFinished, RunResult
 from toolloop.runner import ToolCallFinished, ToolCallStarted
 from toolloop.testing import FakeToolCall, ScriptedChatModel, ScriptedChatReply
 
@@ -43,8 +40,8 @@ async def test_a_result_holds_the_final_state() -> None:
     result = await create_agent(model, system_prompt="Be kind.").run(
         [{"role": "system", "content": "Context: a test."}, "hello"]
     )
-    assert isinstance(result, AgentResult)
-    assert result.status == "completed"
+    assert isinstance(result, AgentResult) and isinstance(result, RunResult)
+    assert result.status == "completed" and result.stop_reason == "answered"
     assert not result.paused
     assert result.snapshot is None
     assert result.pause_request is None
@@ -85,12 +82,13 @@ async def test_runs_publish_typed_events() -> None:
         "tool_call_finished",
         "model_call_started",
         "model_call_finished",
-        "agent_finished",
+        "run_finished",
     ]
     started = [e for e in events if isinstance(e, ModelCallStarted)]
     assert [e.call_index for e in started] == [0, 1]
     finished = [e for e in events if isinstance(e, ModelCallFinished)]
-    assert finished[1].message.content == "done"
+    assert [c["name"] for c in finished[0].tool_calls] == ["echo"]
+    assert (finished[1].text, finished[1].finish_reason) == ("done", "stop")
     tool_started = next(e for e in events if isinstance(e, ToolCallStarted))
     assert tool_started.command.tool_name == "echo"
     assert tool_started.command.tool_kwargs == {"text": "x"}
@@ -99,8 +97,9 @@ async def test_runs_publish_typed_events() -> None:
     assert tool_done.call_id == tool_started.call_id
     assert tool_done.record.success
     assert tool_done.record.result == "x"
-    end = next(e for e in events if isinstance(e, AgentFinished))
-    assert (end.model_calls, end.messages) == (2, 4)
+    end = next(e for e in events if isinstance(e, RunFinished))
+    assert (end.stop_reason, end.turns, end.records) == ("answered", 2, 1)
+    assert end.usage is not None and end.usage.requests == 2
 
 
 async def test_a_model_error_is_a_clear_exception_with_the_state() -> None:
@@ -140,12 +139,20 @@ async def test_a_run_timeout_cancels_everything() -> None:
     assert [m.role for m in info.value.state.messages] == ["user", "assistant"]
 
 
-async def test_max_model_calls_bounds_an_endless_loop() -> None:
+async def test_max_turns_ends_an_endless_loop_with_its_stop_reason() -> None:
     again = ScriptedChatReply(tool_calls=(FakeToolCall("echo", '{"text": "again"}'),))
     model = ScriptedChatModel(responder=lambda request: again)
-    with pytest.raises(ModelCallLimitError, match="made 3 model calls, its max_model_calls"):
-        await create_agent(model, [echo], max_model_calls=3).run("go")
-    assert len(model.requests) == 3
+    events: list[FlowEvent] = []
+    result = await create_agent(model, [echo], max_turns=3).run("go", on_event=events.append)
+    assert (result.status, result.stop_reason) == ("completed", "max_turns")
+    assert len(model.requests) == 3 and result.state.model_calls == 3
+    assert [r.result for r in result.records] == ["again"] * 3  # every call was answered
+    (end,) = [e for e in events if isinstance(e, RunFinished)]
+    assert (end.stop_reason, end.turns) == ("max_turns", 3)
+    override = await create_agent(model, [echo], max_turns=3).run("go", max_turns=1)
+    assert override.stop_reason == "max_turns" and len(model.requests) == 4
+    none = await create_agent(model, [echo]).run("go", max_turns=0)  # not even one call
+    assert none.stop_reason == "max_turns" and len(model.requests) == 4
 
 
 def test_bad_definitions_are_refused() -> None:
@@ -160,12 +167,14 @@ def test_bad_definitions_are_refused() -> None:
         create_agent(model, middleware=[Named])  # type: ignore[list-item]
     with pytest.raises(AgentDefinitionError, match="model must be a ChatModel"):
         create_agent("gpt")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="concurrency"):
+    with pytest.raises(ValueError, match="concurrency must be at least 1"):
         create_agent(model, concurrency=0)
-    with pytest.raises(ValueError, match="model_timeout"):
+    with pytest.raises(ValueError, match="model_timeout must be a number of seconds"):
         create_agent(model, model_timeout=0)
-    with pytest.raises(ValueError, match="max_model_calls"):
-        create_agent(model, max_model_calls=0)
+    with pytest.raises(ValueError, match="max_turns must be 0 or more"):
+        create_agent(model, max_turns=-1)
+    with pytest.raises(ValueError, match="on_timeout must be 'raise' or 'finish'"):
+        create_agent(model, on_timeout="later")  # type: ignore[arg-type]
 
 
 def test_run_sync_runs_its_own_loop() -> None:
@@ -177,6 +186,8 @@ def test_run_sync_runs_its_own_loop() -> None:
 async def test_run_sync_refuses_a_running_loop() -> None:
     with pytest.raises(RuntimeError, match=r"use `await agent\.run"):
         create_agent(ScriptedChatModel()).run_sync("go")
+    with pytest.raises(RuntimeError, match=r"use `await agent\.recover"):
+        create_agent(ScriptedChatModel()).recover_sync("r")
 
 
 def test_the_flow_picture() -> None:

@@ -8,16 +8,15 @@ import json
 import pytest
 
 from toolloop.agents import (
-    AgentFinished,
     AgentMiddleware,
     AgentState,
-    ModelCallFinished,
     Pause,
     Runtime,
     create_agent,
 )
 from toolloop.errors import UsageLimitError
 from toolloop.flow import FlowEvent
+from toolloop.kernel import ModelCallFinished, RunFinished
 from toolloop.models import UsageLimits
 from toolloop.testing import ScriptedChatModel
 
@@ -56,7 +55,7 @@ async def test_the_result_and_the_events_carry_the_usage() -> None:
     assert (result.usage.requests, result.usage.total_tokens) == (3, 30)
     calls = [e.usage for e in events if isinstance(e, ModelCallFinished)]
     assert [u.total_tokens if u else None for u in calls] == [10, 10, 10]
-    finished = [e for e in events if isinstance(e, AgentFinished)]
+    finished = [e for e in events if isinstance(e, RunFinished)]
     assert finished[0].usage == result.usage
 
 
@@ -139,6 +138,40 @@ async def test_usage_limits_can_finish_the_run_with_what_it_has() -> None:
 def test_on_usage_limit_must_be_raise_or_finish() -> None:
     with pytest.raises(ValueError, match="on_usage_limit must be 'raise' or 'finish'"):
         create_agent(ScriptedChatModel(), on_usage_limit="stop")  # type: ignore[arg-type]
+
+
+async def test_a_tool_s_model_call_past_the_budget_finishes_the_run_with_its_calls_answered() -> (
+    None
+):
+    """The budget found spent inside a tool (its own model call) ends the run there, the
+    kernel's way: stop reason ``usage_limit``, the call cut off answered and recorded."""
+    from toolloop.models import ChatRequest, stream_chat
+
+    helper = ScriptedChatModel()
+    helper.add_reply("short", usage={"total_tokens": 7})
+
+    async def summarize(text: str) -> str:
+        """Summarize a text with a model.
+
+        Args:
+            text: the text.
+        """
+        request = ChatRequest(messages=[{"role": "user", "content": text}])
+        async with stream_chat(helper, request) as deltas:
+            return "".join([delta.content async for delta in deltas])
+
+    model = ScriptedChatModel()
+    model.add_reply(tool_calls=[{"name": "summarize", "arguments": '{"text": "x"}'}], usage=TEN)
+    events: list[FlowEvent] = []
+    agent = create_agent(
+        model, [summarize], usage_limits=UsageLimits(max_requests=1), on_usage_limit="finish"
+    )
+    result = await agent.run("summarize x", on_event=events.append)
+    assert (result.status, result.stop_reason) == ("completed", "usage_limit")
+    assert helper.requests == []  # the tool's call was refused before it was made
+    (record,) = result.records
+    assert not record.success and "budget" in str(record.error)
+    assert [e.stop_reason for e in events if isinstance(e, RunFinished)] == ["usage_limit"]
 
 
 async def test_the_model_calls_of_a_tool_that_ends_the_run_are_in_its_usage() -> None:

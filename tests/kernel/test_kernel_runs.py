@@ -207,3 +207,83 @@ async def test_a_resumed_run_s_budget_counts_what_it_spent_before() -> None:
             Logic(),
         )
     assert model.requests == []  # no call was made past the budget
+
+
+class Cut(BaseModel):
+    usage: Usage | None = None
+    waiting: list[str] = []
+    answered: list[str] = []
+
+
+class CutLogic:
+    def stop_reason(self, state: Cut) -> StopReason | None:
+        return None
+
+    def records(self, state: Cut) -> list[ToolExecutionRecord]:
+        return [
+            ToolExecutionRecord(purpose=n, tool_name=n, success=False, error="cut")
+            for n in state.answered
+        ]
+
+    def turns(self, state: Cut) -> int:
+        return 1
+
+
+def cut_flow() -> Flow[Cut]:
+    flow = Flow("kernel_cut", state=Cut)
+
+    async def work(value: Any, ctx: Context[Cut]) -> None:
+        ctx.state.waiting = ["a", "b"]  # calls in flight when the timeout comes
+        await anyio.sleep_forever()
+
+    flow.start.to(work).end()
+    return flow
+
+
+@pytest.mark.parametrize("observed", [True, False], ids=["observed", "unobserved"])
+async def test_a_finished_run_is_settled_once_before_its_end_is_told_and_kept(
+    observed: bool,
+) -> None:
+    settled: list[tuple[list[str], StopReason]] = []
+    kept: list[list[str]] = []
+
+    def settle(state: Cut, stop: StopReason) -> None:
+        settled.append((list(state.waiting), stop))
+        state.answered, state.waiting = state.waiting, []
+
+    store = MemoryCheckpointStore()
+    run = await begun(store)
+    events: list[FlowEvent] = []
+    options = RunOptions(on_timeout="finish", on_event=events.append if observed else None)
+    execution = Execution(cut_flow(), Cut())
+
+    def completed(ended: Any) -> dict[str, Any]:
+        kept.append(list(ended.state.answered))
+        return {}
+
+    ended = await drive(
+        execution,
+        lambda: execution.run(timeout=0.05),
+        options,
+        CutLogic(),
+        run=run,
+        completed=completed,
+        settle=settle,
+    )
+    assert (ended.stop_reason, ended.state.answered) == ("timeout", ["a", "b"])
+    assert settled == [(["a", "b"], "timeout")]  # once
+    assert kept == [["a", "b"]]  # the store kept the settled state
+    if observed:
+        (end,) = [e for e in events if isinstance(e, RunFinished)]
+        assert end.records == 2  # counted after the product settled its state
+    calls: list[Any] = []
+    execution = Execution(cut_flow(), Cut())
+    with pytest.raises(ExecutionTimeoutError):  # a run that raises is not settled
+        await drive(
+            execution,
+            lambda: execution.run(timeout=0.05),
+            RunOptions(),
+            CutLogic(),
+            settle=lambda s, r: calls.append(r),
+        )
+    assert calls == []

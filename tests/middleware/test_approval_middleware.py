@@ -19,12 +19,10 @@ from toolloop.agents import (
     ToolMessage,
     create_agent,
 )
-from toolloop.agents.middleware import (
-    ApprovalPolicy,
-    HumanApprovalMiddleware,
-)
+from toolloop.agents.middleware import HumanApprovalMiddleware
 from toolloop.checkpoints import Approve, DecisionError, Edit, HumanRequest, Reject, Stop
 from toolloop.errors import ResumeError
+from toolloop.kernel import Approval
 from toolloop.testing import ScriptedChatModel
 
 pytestmark = pytest.mark.anyio
@@ -59,7 +57,7 @@ def build(model: ScriptedChatModel) -> Agent:
     approval = HumanApprovalMiddleware(
         {
             "send_email": True,
-            "delete_file": ApprovalPolicy(allowed=("approve", "reject"), description="Careful."),
+            "delete_file": Approval(allowed=("approve", "reject"), description="Careful."),
             "read_file": False,
         }
     )
@@ -120,12 +118,20 @@ async def test_approve_edit_reject_after_a_json_round_trip_in_a_new_agent() -> N
         },
     )
     assert resumed.status == "completed"
-    assert resumed.execution_id == paused.execution_id
+    assert resumed.run_id == paused.run_id
     assert sorted(log) == ["email bob: hello, Bob", "read /etc/motd"]
     answers = {m.tool_call_id: m for m in resumed.messages if isinstance(m, ToolMessage)}
     assert answers["c1"].content == "sent"
     assert answers["c2"].status == "error"
-    assert "a human rejected this call (keep that file)" in answers["c2"].content
+    assert answers["c2"].content == (
+        "Error: a human rejected this call of 'delete_file'; it did not run: keep that file"
+    )
+    # one record per call: the rejected one with the kernel's wording
+    records = {r.tool_name: r for r in resumed.records}
+    assert records["delete_file"].error == (
+        "a human rejected this call of 'delete_file'; it did not run: keep that file"
+    )
+    assert records["send_email"].kwargs == {"to": "bob", "body": "hello, Bob"}
     assert answers["c3"].content == "contents"
     # the edited arguments are what the conversation keeps
     ai = resumed.messages[1]
@@ -176,17 +182,16 @@ async def test_answers_that_do_not_fit_are_refused_and_the_snapshot_stays_usable
     assert done.text == "all done"
 
 
-async def test_edited_arguments_are_checked_before_the_tool_runs() -> None:
+async def test_edited_arguments_are_checked_against_the_tool_before_anything_runs() -> None:
     log.clear()
     model = three_calls()
     paused = await build(model).run("tidy up")
-    done = await build(model).resume(
-        saved(paused), {"c1": Edit(arguments={"c1": {"to": 3}}), "c2": Approve()}
-    )
-    answers = {m.tool_call_id: m for m in done.messages if isinstance(m, ToolMessage)}
-    assert answers["c1"].status == "error"
-    assert "do not fit its schema" in answers["c1"].content
-    assert not any(e.startswith("email") for e in log)
+    text = saved(paused)
+    with pytest.raises(DecisionError, match="the edited arguments of call 'c1' do not fit"):
+        await build(model).resume(text, {"c1": Edit(arguments={"c1": {"to": 3}}), "c2": Approve()})
+    assert log == []  # nothing ran; the snapshot is still good
+    done = await build(model).resume(text, "approve")
+    assert done.status == "completed" and len(log) == 3
 
 
 async def test_resuming_with_another_agent_or_a_foreign_snapshot_is_refused() -> None:
@@ -249,7 +254,7 @@ async def test_one_decision_answers_every_call() -> None:
     assert log == []
     rejected = done.messages[-2]
     assert isinstance(rejected, ToolMessage)
-    assert "a human rejected this call (no)" in rejected.content
+    assert "a human rejected this call of 'delete_file'; it did not run: no" in rejected.content
 
     log.clear()
     model.add_reply(tool_calls=[call("delete_file", {"path": "/tmp/z"}, "c7")])
@@ -261,3 +266,83 @@ async def test_one_decision_answers_every_call() -> None:
     model.add_reply("ok")
     await agent.resume(saved(paused), Approve())  # the same paused moment, approved again
     assert log == ["delete /tmp/z"]
+
+
+# -- needs_approval: the kernel's one spec, on create_agent and on each run ---------------
+
+
+def tools3() -> list[Any]:
+    return [send_email, delete_file, read_file]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        ["send_email", "delete_file"],
+        {"send_email": True, "delete_file": Approval(allowed=("approve", "reject"))},
+        lambda call: f"{call.tool_name} writes" if call.tool_name != "read_file" else None,
+        True,
+    ],
+    ids=["names", "mapping", "rule", "every"],
+)
+async def test_needs_approval_on_create_agent_pauses_before_those_calls(spec: Any) -> None:
+    log.clear()
+    events: list[Any] = []
+    agent = create_agent(three_calls(), tools3(), needs_approval=spec)
+    paused = await agent.run("tidy up", on_event=events.append)
+    assert paused.paused and paused.paused_by == "needs_approval"
+    assert log == []
+    request = paused.request
+    assert request is not None and request.kind == "approve_tool_calls"
+    asked = [c.call_id for c in request.tool_calls]
+    assert asked == (["c1", "c2", "c3"] if spec is True else ["c1", "c2"])
+    if callable(spec) and not isinstance(spec, bool):
+        assert request.tool_calls[0].why == "send_email writes"
+    done = await agent.resume(saved(paused), "approve")
+    assert sorted(log) == ["delete /tmp/x", "email bob: hi", "read /etc/motd"]
+    started = [e.call_id for e in events if e.kind == "tool_call_started"]
+    assert started == []  # nothing started before the answer
+    assert [r.tool_name for r in done.records] == ["send_email", "delete_file", "read_file"]
+
+
+async def test_the_request_s_call_ids_are_the_events_call_ids() -> None:
+    events: list[Any] = []
+    agent = create_agent(three_calls(), tools3(), needs_approval=["delete_file"])
+    paused = await agent.run("tidy up")
+    assert paused.request is not None
+    (asked,) = paused.request.tool_calls
+    await agent.resume(saved(paused), "approve", on_event=events.append)
+    ids = {e.command.tool_name: e.call_id for e in events if e.kind == "tool_call_started"}
+    assert ids["delete_file"] == asked.call_id == "c2"
+
+
+def test_a_misspelt_or_bare_tool_name_is_refused() -> None:
+    model = three_calls()
+    with pytest.raises(ValueError, match=r"needs_approval names \['send_mail'\].*no tools"):
+        create_agent(model, tools3(), needs_approval=["send_mail"])
+    with pytest.raises(ValueError, match=r"\['delete'\]"):
+        create_agent(model, tools3(), middleware=[HumanApprovalMiddleware({"delete": True})])
+    with pytest.raises(TypeError, match="not one str"):
+        create_agent(model, tools3(), needs_approval="send_email")
+    with pytest.raises(TypeError, match="not one str"):
+        HumanApprovalMiddleware("send_email")
+
+
+async def test_a_run_gives_its_own_needs_approval_over_the_agent_s() -> None:
+    log.clear()
+    agent = create_agent(three_calls(), tools3(), needs_approval=["delete_file"])
+    done = await agent.run("tidy up", needs_approval=())  # this run: none
+    assert done.status == "completed" and len(log) == 3
+    log.clear()
+    plain = create_agent(three_calls(), tools3())  # no approval by default
+    paused = await plain.run("tidy up", needs_approval={"read_file": True})
+    assert paused.request is not None
+    assert [c.tool_name for c in paused.request.tool_calls] == ["read_file"]
+    with pytest.raises(ValueError, match="no tools of this run"):
+        await plain.run("tidy up", needs_approval=["nope"])
+    assert log == []
+    done = await plain.resume(saved(paused), {"c3": Reject(message="not now")})
+    assert sorted(log) == ["delete /tmp/x", "email bob: hi"]
+    rejected, *ran = done.records  # in the order the calls were answered
+    assert "a human rejected this call of 'read_file'" in str(rejected.error)
+    assert [r.tool_name for r in ran] == ["send_email", "delete_file"]

@@ -84,11 +84,19 @@ async def test_two_writes_in_one_turn_are_both_rejected_and_change_nothing() -> 
     first, *second_turn = answers(result)
     assert first.status == "success"
     by_id = {m.tool_call_id: m for m in second_turn}
-    assert by_id["call_0"].status == by_id["call_2"].status == "error"
-    assert "write_todos was called 2 times in one reply" in by_id["call_0"].content
+    # the model said "call_0" again: the agent made it the run's own ("call_0.<turn>")
+    assert by_id["call_0.1"].status == by_id["call_2"].status == "error"
+    assert "write_todos was called 2 times in one reply" in by_id["call_0.1"].content
     assert by_id["call_1"].content == "results for x"  # the other tool of the turn ran
     # the rejections are written by the middleware, the tool's answer after it ran
-    assert [m.tool_call_id for m in second_turn] == ["call_0", "call_2", "call_1"]
+    assert [m.tool_call_id for m in second_turn] == ["call_0.1", "call_2", "call_1"]
+    # one record per call, in the order they were answered
+    assert [(r.tool_name, r.success) for r in result.records] == [
+        ("write_todos", True),
+        ("write_todos", False),
+        ("write_todos", False),
+        ("search", True),
+    ]
 
 
 async def test_a_bad_todo_list_is_refused_without_running() -> None:

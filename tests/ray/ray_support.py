@@ -279,9 +279,9 @@ def _respond(request: ChatRequest) -> ScriptedChatReply | str:
     return ScriptedChatReply(tool_calls=(call,))
 
 
-def make_agent(limiter: Any) -> Any:
-    """An agent on a scripted model, made in the actor with the actor's limiter."""
-    return create_agent(ScriptedChatModel(responder=_respond), [lookup], limiter=limiter)
+def make_agent() -> Any:
+    """An agent on a scripted model, made in the actor (each run gets the actor's limiter)."""
+    return create_agent(ScriptedChatModel(responder=_respond), [lookup])
 
 
 def command(tool_name: str, **kwargs: Any) -> ToolCommand:

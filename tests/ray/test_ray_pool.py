@@ -179,6 +179,10 @@ async def test_agent_runs_on_ray() -> None:
         async with RayRunPool(job, actors=1, actor_options=SMALL) as pool:
             outcomes = await pool.run_all(["tea", "owls"])
     assert [o.result.text for o in outcomes] == ["About tea: aet", "About owls: slwo"]
+    assert [o.result.records[0].result for o in outcomes] == [  # the tool's values, as they came
+        {"topic": "tea", "fact": "aet"},
+        {"topic": "owls", "fact": "slwo"},
+    ]
 
 
 def test_bad_pool_settings_say_what_is_expected() -> None:

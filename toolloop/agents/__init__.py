@@ -4,13 +4,16 @@
 agent; ``await agent.run("...")`` calls the model, runs the tools it asks for (each call its
 own task), shows it their results, and so on until it answers without a tool call.
 Middleware (:class:`AgentMiddleware`) hook into every step; built-in ones are in
-:mod:`toolloop.agents.middleware`.
+:mod:`toolloop.agents.middleware`. Everything around a run (its options, budget, timeout,
+store, approvals, events, result) is the run kernel's (:mod:`toolloop.kernel`): a run tells
+its model calls with the kernel's :class:`~toolloop.kernel.ModelCallStarted` /
+:class:`~toolloop.kernel.ModelCallFinished` and its end with
+:class:`~toolloop.kernel.RunFinished`.
 """
 
 from __future__ import annotations
 
 from ._agent import Agent as Agent
-from ._agent import AgentResult as AgentResult
 from ._agent import create_agent as create_agent
 from ._decorators import after_agent as after_agent
 from ._decorators import after_model as after_model
@@ -23,10 +26,6 @@ from ._errors import AgentModelError as AgentModelError
 from ._errors import ModelCallLimitError as ModelCallLimitError
 from ._errors import StructuredOutputError as StructuredOutputError
 from ._errors import ToolCallLimitError as ToolCallLimitError
-from ._events import AgentEvent as AgentEvent
-from ._events import AgentFinished as AgentFinished
-from ._events import ModelCallFinished as ModelCallFinished
-from ._events import ModelCallStarted as ModelCallStarted
 from ._flow import agent_flow as agent_flow
 from ._messages import AssistantMessage as AssistantMessage
 from ._messages import Message as Message
@@ -44,6 +43,7 @@ from ._middleware import Pause as Pause
 from ._middleware import Runtime as Runtime
 from ._middleware import ToolCallRequest as ToolCallRequest
 from ._middleware import ToolHandler as ToolHandler
+from ._result import AgentResult as AgentResult
 from ._routing import Route as Route
 from ._routing import route_after_model as route_after_model
 from ._routing import route_after_tools as route_after_tools
@@ -59,8 +59,6 @@ from ._structured import ToolStrategy as ToolStrategy
 __all__ = [
     "Agent",
     "AgentDefinitionError",
-    "AgentEvent",
-    "AgentFinished",
     "AgentMiddleware",
     "AgentModelError",
     "AgentResult",
@@ -71,9 +69,7 @@ __all__ = [
     "JumpTo",
     "Message",
     "MessageLike",
-    "ModelCallFinished",
     "ModelCallLimitError",
-    "ModelCallStarted",
     "ModelHandler",
     "ModelRequest",
     "ModelResponse",

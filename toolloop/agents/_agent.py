@@ -1,196 +1,104 @@
-"""``create_agent``: the model ↔ tools agent with middleware, and what a run returns."""
+"""``create_agent``: the model ↔ tools agent with middleware, and its runs.
+
+Every run, resume and recovery of an agent is one session of the kernel's driver
+(:func:`toolloop.kernel.drive`), with the agent's run options (``create_agent``'s) under
+the call's own (``**options``: any of :class:`~toolloop.kernel.RunOverrides`).
+"""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import ExitStack
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import anyio
 import sniffio
-from pydantic import ValidationError
+from typing_extensions import Unpack
 
 from .._errors import ResumeError
 from ..checkpoints import CheckpointedRun, CheckpointStore, HumanRequest, usage_since
-from ..flow import Execution, Flow, FlowEvent, FlowResult, FlowSnapshot, TraceEntry
-from ..models import ChatModel, ModelSettings, Usage, UsageLimits, UsageMeter, check_settings
-from ..runner import ToolCommand, ToolExecutionRecord, progress_reporter
-from ..tools import Progress, RunScope, Tool, ToolRegistry
-from ._durable import RECOVERY, check_recovery_answer
-from ._flow import ANSWERED, AgentDeps, agent_flow
-from ._messages import AssistantMessage, Message, MessageLike, ToolCall, ToolMessage, as_messages
+from ..flow import Execution, Flow, FlowResult, FlowSnapshot
+from ..kernel import (
+    ApprovalSpec,
+    Ended,
+    OnEvent,
+    OnLimit,
+    RunOptions,
+    RunOverrides,
+    StopReason,
+    UnknownOutcome,
+    decide,
+    drive,
+)
+from ..models import ChatModel, ModelSettings, Usage, UsageLimits, check_settings
+from ..runner import ToolExecutionRecord, progress_reporter
+from ..tools import RunScope, Tool, ToolRegistry
+from ._durable import RECOVERY
+from ._flow import ANSWERED, AgentDeps, agent_flow, settle, stop_reason
+from ._messages import MessageLike, as_messages
 from ._middleware import AgentMiddleware
 from ._persist import (
     begin_run,
     claim_interrupted,
     claim_run,
-    drive,
     load_interrupted,
     load_paused,
+    summary,
 )
+from ._result import AgentResult, result_of
 from ._spec import AgentSpec, build_spec
-from ._state import AgentState, Todo
+from ._state import AgentState
 from ._structured import ResponseFormat
+from .middleware import HumanApprovalMiddleware
 
-__all__ = ["Agent", "AgentResult", "create_agent"]
+__all__ = ["Agent", "create_agent"]
 
 Snapshot = FlowSnapshot | Mapping[str, Any] | str | bytes
 
 
-class AgentResult:
-    """How a run ended (``completed``) or stopped to wait for an answer (``paused``).
+class _Logic:
+    """What the kernel is told of the agent's states."""
 
-    Attributes:
-        status: ``completed`` or ``paused``.
-        state: the final (or paused) state: messages, todos, structured response, values.
-        snapshot: when paused, everything needed to resume the run, here or in another
-            process (``snapshot.model_dump(mode="json")`` is plain JSON, for any store).
-        pause_request: when paused, what the middleware asks, as JSON data (for
-            :class:`~toolloop.agents.middleware.HumanApprovalMiddleware`, a
-            :class:`~toolloop.checkpoints.HumanRequest`'s: see :attr:`request`).
-        paused_by: when paused, the name of the middleware that paused.
-        execution_id: the run's id, the same across pauses (its ``run_id`` in a store).
-    """
+    def stop_reason(self, state: AgentState) -> StopReason | None:
+        return stop_reason(state)
 
-    __slots__ = ("_flow_result", "execution_id", "pause_request", "paused_by", "snapshot", "state")
+    def records(self, state: AgentState) -> list[ToolExecutionRecord]:
+        return state.records
 
-    def __init__(self, result: FlowResult[AgentState]) -> None:
-        self._flow_result = result
-        self.state: AgentState = result.state
-        self.snapshot: FlowSnapshot | None = result.snapshot
-        self.execution_id = result.execution_id
-        where = result.waiting[0].request if result.waiting else None
-        self.pause_request: Any = where["request"] if isinstance(where, dict) else None
-        self.paused_by: str | None = where["by"] if isinstance(where, dict) else None
+    def turns(self, state: AgentState) -> int:
+        return state.model_calls
 
-    @property
-    def run_id(self) -> str:
-        """The run's id in the agent's store (the same as ``execution_id``)."""
-        return self.execution_id
 
-    @property
-    def status(self) -> Literal["completed", "paused"]:
-        return self._flow_result.status
+_LOGIC = _Logic()
 
-    @property
-    def paused(self) -> bool:
-        return self._flow_result.status == "paused"
 
-    @property
-    def request(self) -> HumanRequest | None:
-        """When paused for a human (the shared protocol of :mod:`toolloop.checkpoints`):
-        what is asked; ``None`` otherwise."""
-        if not isinstance(self.pause_request, dict) or "kind" not in self.pause_request:
-            return None
-        try:
-            return HumanRequest.model_validate(self.pause_request)
-        except ValidationError:
-            return None  # a middleware of its own that asks something else
-
-    @property
-    def stop_reason(self) -> str | None:
-        """Why a completed run stopped: ``structured_response`` (the answer fits the
-        ``response_format``), ``answered`` (the model answered without a tool call),
-        ``tools`` (it ended after its tools: ``return_direct``, or a tool's jump),
-        ``middleware`` (a hook ended it), ``usage_limit`` (its budget, with
-        ``on_usage_limit="finish"``), ``refusal`` (the model refused: see :attr:`refusal`)
-        or ``cut_off`` (the token limit ended its last reply mid-way: :attr:`text` is
-        incomplete; raise ``max_tokens``); ``None`` while paused."""
-        if self.paused:
-            return None
-        if self.state.usage_limit is not None:
-            return "usage_limit"
-        if self.state.structured_response is not None:
-            return "structured_response"
-        last = self.state.messages[-1] if self.state.messages else None
-        if isinstance(last, AssistantMessage) and not last.tool_calls:
-            if last.refusal is not None:
-                return "refusal"
-            if last.finish_reason == "length":
-                return "cut_off"
-            return "answered"
-        if isinstance(last, ToolMessage):
-            return "tools"
-        return "middleware"
-
-    @property
-    def records(self) -> list[ToolExecutionRecord]:
-        """One record per tool call the model made in this state's conversation, in order
-        (its answer's text is the result, or the error)."""
-        asked: dict[str, ToolCall] = {}
-        records: list[ToolExecutionRecord] = []
-        for message in self.state.messages:
-            if isinstance(message, AssistantMessage):
-                asked.update((call.id, call) for call in message.tool_calls)
-            elif isinstance(message, ToolMessage) and message.tool_call_id in asked:
-                call = asked[message.tool_call_id]
-                kwargs = call.args if isinstance(call.args, dict) else {}
-                command = ToolCommand(purpose=call.name, tool_name=call.name, tool_kwargs=kwargs)
-                if message.status == "success":
-                    records.append(ToolExecutionRecord.succeeded(command, message.content))
-                else:
-                    records.append(ToolExecutionRecord.failed(command, message.content))
-        return records
-
-    @property
-    def messages(self) -> list[Message]:
-        return self.state.messages
-
-    @property
-    def usage(self) -> Usage:
-        """The run's model usage (across pauses and resumes): requests and tokens."""
-        return self.state.usage
-
-    @property
-    def todos(self) -> list[Todo]:
-        return self.state.todos
-
-    @property
-    def structured_response(self) -> Any:
-        return self.state.structured_response
-
-    @property
-    def refusal(self) -> str | None:
-        """What the model said when its last reply refused to answer; ``None`` otherwise."""
-        for message in reversed(self.state.messages):
-            if isinstance(message, AssistantMessage):
-                return message.refusal
-        return None
-
-    @property
-    def text(self) -> str:
-        """The content of the last assistant message (``""`` if there is none)."""
-        for message in reversed(self.state.messages):
-            if isinstance(message, AssistantMessage):
-                return message.content
-        return ""
-
-    @property
-    def trace(self) -> list[TraceEntry]:
-        """The steps that ran, in order."""
-        return self._flow_result.trace
-
-    def __repr__(self) -> str:
-        return (
-            f"AgentResult(status={self.status!r}, messages={len(self.state.messages)}, "
-            f"todos={len(self.state.todos)})"
-        )
+def _stored(ended: Ended[AgentState]) -> dict[str, Any]:
+    return summary(ended.state)
 
 
 class Agent:
     """A reusable agent made by :func:`create_agent`: each :meth:`run` is independent.
 
     Runs are executions of the shared :data:`~toolloop.agents.agent_flow`; the agent holds
-    only configuration, so one agent serves many concurrent runs.
+    only configuration (its run options are each run's defaults), so one agent serves many
+    concurrent runs.
     """
 
-    __slots__ = ("_spec", "store")
+    __slots__ = ("_spec",)
 
-    def __init__(self, spec: AgentSpec, store: CheckpointStore | None = None) -> None:
+    def __init__(self, spec: AgentSpec) -> None:
         self._spec = spec
-        self.store = store
-        """Where runs are kept (``None``: runs live in memory; resume from the snapshot)."""
+
+    @property
+    def options(self) -> RunOptions:
+        """The run options every run starts from (a call's ``**options`` override them)."""
+        return self._spec.options
+
+    @property
+    def store(self) -> CheckpointStore | None:
+        """Where runs are kept by default (``None``: runs live in memory; resume from the
+        snapshot)."""
+        return self._spec.options.store
 
     @property
     def flow(self) -> Flow[AgentState]:
@@ -203,52 +111,102 @@ class Agent:
 
     @property
     def middleware(self) -> list[AgentMiddleware]:
+        """The middleware given to :func:`create_agent`, in order."""
         return list(self._spec.middleware)
 
     def to_mermaid(self) -> str:
         """The agent's flow as a Mermaid flowchart."""
         return agent_flow.to_mermaid()
 
-    def _deps(self, context: Any, deps: Any = None) -> AgentDeps:
-        scope = RunScope("", deps) if self._spec.registry.takes_context else None
-        return AgentDeps(self._spec, context if context is not None else deps, scope=scope)
+    # -- one session of a run, through the kernel ------------------------------------------
 
-    async def _finish(
+    def _options(self, given: Mapping[str, Any]) -> RunOptions:
+        return self._spec.options.merged(**given)
+
+    def _deps(self, options: RunOptions) -> AgentDeps:
+        spec = self._spec
+        scope = RunScope("", options.deps) if spec.registry.takes_context else None
+        return AgentDeps(
+            spec, options, spec.executor_for(options), spec.approval_for(options), scope=scope
+        )
+
+    async def _session(
         self,
         execution: Execution[AgentState],
-        started: Callable[[], Any],
-        on_event: Callable[[FlowEvent], None] | None,
-        run: CheckpointedRun | None = None,
+        start: Callable[[], Awaitable[FlowResult[AgentState]]],
+        options: RunOptions,
+        run: CheckpointedRun | None,
     ) -> AgentResult:
-        if on_event is not None:
-            execution.subscribe(on_event)
         deps = execution.deps
         assert isinstance(deps, AgentDeps)
-        meter = UsageMeter(self._spec.usage_limits)
-        meter.usage = execution.state.usage  # the limits hold across pauses and resumes
-        with ExitStack() as stack:
-            stack.enter_context(meter.active())
-            if deps.scope is not None:
-                deps.scope.run_id = execution.id
-                deps.scope.report = _reporter(execution)
-                stack.enter_context(deps.scope.active())
-            if run is None:
-                return AgentResult(await started())
-            deps.run = run  # progress checkpoints and the tool journal
-            return AgentResult(await drive(run, started()))
-        raise AssertionError("unreachable")  # pragma: no cover
+        deps.run = run  # progress checkpoints and the tool journal
+        if deps.scope is not None:
+            deps.scope.run_id = execution.id
+            deps.scope.report = progress_reporter(execution.context_for("tools"))
+        ended = await drive(
+            execution,
+            start,
+            options,
+            _LOGIC,
+            scope=deps.scope,
+            run=run,
+            completed=_stored,
+            settle=settle,
+        )
+        return result_of(ended, execution)
+
+    def _validate(self, tool_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Edited arguments checked against the tool's schema (kept as given: JSON)."""
+        self._spec.registry.get(tool_name).validate(arguments)
+        return arguments
+
+    def _check_answer(self, where: dict[str, Any], answer: Any) -> Any:
+        """The answer to a pause, checked by whoever paused (nothing is written before)."""
+        request = where["request"]
+        if where["by"] == RECOVERY:  # interrupted calls
+            asked = HumanRequest.model_validate(request)
+            return decide(asked, answer, validate_arguments=self._validate)
+        middleware = self._spec.by_name[where["by"]]
+        if isinstance(middleware, HumanApprovalMiddleware):
+            return middleware.check_answer(answer, request, validate_arguments=self._validate)
+        return middleware.check_answer(answer, request)
+
+    def _paused_at(self, execution: Execution[AgentState]) -> dict[str, Any]:
+        waits = execution.waiting
+        if not waits:
+            raise ResumeError(
+                f"run {execution.id} is not paused: its snapshot waits for nothing; start a "
+                "new run with agent.run(..., state=...)"
+            )
+        where = waits[0].request
+        if not isinstance(where, dict) or not {"by", "hook", "index", "request"} <= set(where):
+            raise ResumeError(f"run {execution.id} was not paused by an agent middleware")
+        if where["by"] != RECOVERY and where["by"] not in self._spec.by_name:
+            raise ResumeError(
+                f"run {execution.id} was paused by the middleware {where['by']!r}, which this "
+                f"agent does not have (it has {list(self._spec.by_name)}); resume it with an "
+                "agent built with the same middleware"
+            )
+        return where
+
+    @staticmethod
+    def _same_run(options: Mapping[str, Any], run_id: str) -> None:
+        given = options.get("run_id")
+        if given is not None and given != run_id:
+            raise ValueError(
+                f"run_id={given!r} names another run than the one resumed ({run_id!r}); leave "
+                "it out"
+            )
+
+    # -- the verbs ----------------------------------------------------------------------------
 
     async def run(
         self,
         messages: MessageLike | Iterable[MessageLike],
         *,
         state: AgentState | None = None,
-        context: Any = None,
-        deps: Any = None,
-        run_id: str | None = None,
         metadata: dict[str, Any] | None = None,
-        timeout: float | None = None,
-        on_event: Callable[[FlowEvent], None] | None = None,
+        **options: Unpack[RunOverrides],
     ) -> AgentResult:
         """Run the agent on ``messages`` until it answers (or pauses).
 
@@ -256,26 +214,26 @@ class Agent:
             messages: the new message(s): a string (a user message), an OpenAI-style dict,
                 a message, or a list of those.
             state: a previous run's state, to continue its conversation (a thread): it is
-                copied, and the new messages are added to it.
-            context: anything the hooks should see as ``runtime.context`` (not saved).
-            deps: your dependencies (a DB pool, an HTTP client...), given to every tool that
-                declares a :class:`~toolloop.tools.RunContext` parameter as ``ctx.deps``
-                (and to the hooks as ``runtime.context`` when ``context`` is not given).
-            run_id: the run's id (a new one by default); with a store it must be new there.
-            metadata: kept with the run's checkpoints when the agent has a store (JSON).
-            timeout: seconds for the whole run; everything running is cancelled when it
-                passes and :class:`~toolloop.ExecutionTimeoutError` is raised.
-            on_event: called with every event of the run, as it happens.
+                copied, and the new messages are added to it (its counters, usage and
+                records start afresh: this is a new run).
+            metadata: kept with the run's checkpoints when the run has a store (JSON).
+            **options: any run option (:class:`~toolloop.kernel.RunOptions`), over the
+                agent's: ``deps`` (the tools' ``ctx.deps``, the hooks' ``runtime.deps``),
+                ``run_id``, ``timeout``, ``on_event``, ``usage_limits``, ``max_turns``...
 
         Raises:
             AgentModelError: the model raised or timed out.
             StructuredOutputError: the answer failed its schema after every retry.
-            ModelCallLimitError, ToolCallLimitError: a limit set to raise was reached.
+            ModelCallLimitError, ToolCallLimitError: a middleware's limit set to raise.
             StepFailedError: a hook raised (the cause is chained).
-            ExecutionTimeoutError: the run (or an async hook) ran out of time.
+            ExecutionTimeoutError: the run ran out of time (with ``on_timeout="raise"``),
+                or an async hook did.
+            UsageLimitError: the run passed its ``usage_limits`` (with
+                ``on_usage_limit="raise"``).
             CheckpointConflictError: the store already has a run with this ``run_id``.
-            UsageLimitError: the run passed the agent's ``usage_limits``.
+            ValueError, TypeError: an option of the wrong kind (nothing ran).
         """
+        opts = self._options(options)
         new = as_messages(messages)
         if state is None:
             start = AgentState()
@@ -288,173 +246,177 @@ class Agent:
                     "paused_at": None,
                     "usage": Usage(),
                     "usage_limit": None,
+                    "stop_reason": None,
+                    "records": [],
+                    "rerun": [],
                 },
             )
-        execution = Execution(agent_flow, start, self._deps(context, deps), id=run_id)
+        execution = Execution(agent_flow, start, self._deps(opts), id=opts.run_id)
         run = None
-        if self.store is not None:
-            run = await begin_run(self.store, execution, new, metadata)
-        return await self._finish(
-            execution, functools.partial(execution.run, new, timeout=timeout), on_event, run
-        )
+        if opts.store is not None:
+            run = await begin_run(opts.store, execution, new, metadata)
+        started = functools.partial(execution.run, new, timeout=opts.timeout)
+        return await self._session(execution, started, opts, run)
 
     async def resume(
         self,
         paused: Snapshot,
-        answer: Any = None,
-        *,
-        context: Any = None,
-        deps: Any = None,
-        timeout: float | None = None,
-        on_event: Callable[[FlowEvent], None] | None = None,
+        decision: Any = None,
+        **options: Unpack[RunOverrides],
     ) -> AgentResult:
-        """Continue a paused run with the ``answer`` to its pause request.
+        """Continue a paused run with the ``decision`` (the answer to its pause request).
 
         Args:
             paused: the paused run's ``run_id`` (with a store), or its ``snapshot``: the
                 object, its JSON data or its JSON text (e.g. from your own store, in another
                 process: the agent must be built with the same middleware).
-            answer: what the middleware that paused expects (for
-                :class:`~toolloop.agents.middleware.HumanApprovalMiddleware`: one decision per
-                action).
+            decision: what the middleware that paused expects (for a
+                :class:`~toolloop.checkpoints.HumanRequest`: one decision for every call,
+                or one per call, ``{call_id: decision}``).
+            **options: any run option, over the agent's (``deps`` is not saved: give it
+                again; ``timeout`` is this session's).
 
         Raises:
-            ResumeError: the snapshot is of no paused agent run, or the answer does not fit
-                (the snapshot stays usable: resume it again with a better answer).
+            ResumeError: the snapshot is of no paused agent run, or the decision does not
+                fit (a :class:`~toolloop.checkpoints.DecisionError`; the snapshot stays
+                usable: resume it again with a better one).
             RunNotFoundError, RunNotResumableError: with a store: no such run, or it is not
                 paused (completed, or resumed already, maybe by another process).
 
         With a store, each of these errors is raised before anything is written.
         """
-        agent_deps = self._deps(context, deps)
+        opts = self._options(options)
+        deps = self._deps(opts)
+        store = opts.store
         checkpoint = None
         if isinstance(paused, str) and not paused.lstrip().startswith("{"):
-            if self.store is None:
+            if store is None:
                 raise ResumeError(
                     f"{paused!r} is a run id, but this agent has no store to find it in; "
-                    "build it with create_agent(..., store=...), or resume the snapshot"
+                    "build it with create_agent(..., store=...) (or pass store=), or resume "
+                    "the snapshot"
                 )
-            checkpoint, execution = await load_paused(self.store, paused, agent_deps)
+            checkpoint, execution = await load_paused(store, paused, deps)
         else:
-            execution = agent_flow.restore(paused, deps=agent_deps)
-            if self.store is not None:
+            execution = agent_flow.restore(paused, deps=deps)
+            if store is not None:
                 # A run the store keeps resumes through the store, whatever form the
                 # caller hands it in: once, as by its id (never once per copy of a snapshot).
-                stored = await self.store.get(execution.id)
-                if stored is not None:
-                    checkpoint, execution = await load_paused(self.store, execution.id, agent_deps)
-        where, middleware = self._paused_by(execution)
-        if middleware is None:  # recovery asked about interrupted calls
-            checked: Any = check_recovery_answer(answer, where["request"])
-        else:
-            checked = middleware.check_answer(answer, where["request"])
+                if await store.get(execution.id) is not None:
+                    checkpoint, execution = await load_paused(store, execution.id, deps)
+        self._same_run(options, execution.id)
+        where = self._paused_at(execution)
+        checked = self._check_answer(where, decision)
         run = None
         if checkpoint is not None:
-            assert self.store is not None
-            run = await claim_run(self.store, checkpoint, ANSWERED, checked)
-        return await self._finish(
-            execution,
-            functools.partial(execution.resume, ANSWERED, (where, checked), timeout=timeout),
-            on_event,
-            run,
+            assert store is not None
+            run = await claim_run(store, checkpoint, ANSWERED, decision)
+        started = functools.partial(
+            execution.resume, ANSWERED, (where, checked), timeout=opts.timeout
         )
+        return await self._session(execution, started, opts, run)
 
     async def recover(
-        self,
-        run_id: str,
-        *,
-        force: bool = False,
-        context: Any = None,
-        deps: Any = None,
-        timeout: float | None = None,
-        on_event: Callable[[FlowEvent], None] | None = None,
+        self, run_id: str, /, *, force: bool = False, **options: Unpack[RunOverrides]
     ) -> AgentResult:
         """Continue a stored run whose process died (or whose step failed) from its last
         checkpoint.
 
         Tool calls with a journaled outcome are not run again (their outcome is replayed);
-        calls that started without an outcome may or may not have taken effect, so the run
-        pauses and asks a human (a :class:`~toolloop.checkpoints.HumanRequest` of kind
-        ``interrupted_tool_calls``: resume with approve or edit to run them again, or
-        reject). A run that was being resumed goes on with the answer it was resumed with.
-        Every model call made before counts against the agent's ``usage_limits`` and in
-        ``result.usage``: each one's usage is journaled when it ends (a call the crash
-        itself cut off never reported what it cost, and is not counted).
+        a call that started without an outcome may or may not have taken effect: it
+        follows the run's ``unknown_outcome`` (``"fail"``: it is answered with an error
+        saying what cut it off, and the model decides; ``"retry"``: a tool in
+        ``idempotent_tools`` runs again; ``"ask"``: the run pauses with a
+        :class:`~toolloop.checkpoints.HumanRequest` of kind ``interrupted_tool_calls``:
+        resume with approve or edit to run them again, or reject). A run that was being
+        resumed goes on with the answer it was resumed with. Every model call made before
+        counts against the run's ``usage_limits`` and in ``result.usage``: each one's usage
+        is journaled when it ends (a call the crash itself cut off never reported what it
+        cost, and is not counted).
 
         Args:
             force: take the run over even if its owning process may still run it (on
                 another host its liveness cannot be checked).
+            **options: any run option, over the agent's.
 
         Raises:
-            ResumeError: the agent has no store.
+            ResumeError: no store (the agent's, or ``store=``).
             RunNotFoundError: no such run.
             RunNotResumableError: the run is paused (resume it), completed, or still running.
             CorruptCheckpointError: the checkpoint cannot be read back.
         """
-        if self.store is None:
+        opts = self._options(options)
+        self._same_run(options, run_id)
+        store = opts.store
+        if store is None:
             raise ResumeError("recover() needs a store: build the agent with store=...")
-        agent_deps = self._deps(context, deps)
-        checkpoint, execution, event, value = await load_interrupted(self.store, run_id, agent_deps)
+        checkpoint, execution, event, value = await load_interrupted(
+            store, run_id, self._deps(opts)
+        )
         state = execution.state  # its usage: the model calls before the checkpoint, and those
         spent = usage_since(checkpoint.journal, state.model_calls, Usage.model_validate, run_id)
         if spent:  # journaled since (their checkpoint was never written)
             state.usage = sum(spent, state.usage)
         if event == ANSWERED:
-            where, middleware = self._paused_by(execution)
-            if middleware is None:
-                answer: Any = check_recovery_answer(value, where["request"])
-            else:
-                answer = middleware.check_answer(value, where["request"])
-            value = (where, answer)
-        run = await claim_interrupted(self.store, checkpoint, force=force)
-        return await self._finish(
-            execution,
-            functools.partial(execution.resume, event, value, timeout=timeout),
-            on_event,
-            run,
-        )
+            where = self._paused_at(execution)
+            value = (where, self._check_answer(where, value))
+        run = await claim_interrupted(store, checkpoint, force=force)
+        started = functools.partial(execution.resume, event, value, timeout=opts.timeout)
+        return await self._session(execution, started, opts, run)
 
-    def _paused_by(
-        self, execution: Execution[AgentState]
-    ) -> tuple[dict[str, Any], AgentMiddleware | None]:
-        waits = execution.waiting
-        if not waits:
-            raise ResumeError(
-                f"run {execution.id} is not paused: its snapshot waits for nothing; start a "
-                "new run with agent.run(..., state=...)"
-            )
-        where = waits[0].request
-        if not isinstance(where, dict) or not {"by", "hook", "index", "request"} <= set(where):
-            raise ResumeError(f"run {execution.id} was not paused by an agent middleware")
-        if where["by"] == RECOVERY:
-            return where, None
-        middleware = self._spec.by_name.get(where["by"])
-        if middleware is None:
-            raise ResumeError(
-                f"run {execution.id} was paused by the middleware {where['by']!r}, which this "
-                f"agent does not have (it has {list(self._spec.by_name)}); resume it with an "
-                "agent built with the same middleware"
-            )
-        return where, middleware
+    # -- the sync twins -------------------------------------------------------------------------
 
     def run_sync(
         self,
         messages: MessageLike | Iterable[MessageLike],
         *,
         backend: Literal["asyncio", "trio"] = "asyncio",
-        **kwargs: Any,
+        state: AgentState | None = None,
+        metadata: dict[str, Any] | None = None,
+        **options: Unpack[RunOverrides],
     ) -> AgentResult:
         """The sync twin of :meth:`run`, for scripts (runs its own event loop)."""
-        try:
-            running = sniffio.current_async_library()
-        except sniffio.AsyncLibraryNotFoundError:
-            running = None
-        if running is not None:
-            raise RuntimeError(
-                f"run_sync() was called inside a running {running} event loop; use "
-                "`await agent.run(...)` there"
-            )
-        return anyio.run(functools.partial(self.run, messages, **kwargs), backend=backend)
+        call = functools.partial(self.run, messages, state=state, metadata=metadata, **options)
+        return _sync(call, backend, "run")
+
+    def resume_sync(
+        self,
+        paused: Snapshot,
+        decision: Any = None,
+        *,
+        backend: Literal["asyncio", "trio"] = "asyncio",
+        **options: Unpack[RunOverrides],
+    ) -> AgentResult:
+        """The sync twin of :meth:`resume`."""
+        return _sync(functools.partial(self.resume, paused, decision, **options), backend, "resume")
+
+    def recover_sync(
+        self,
+        run_id: str,
+        /,
+        *,
+        force: bool = False,
+        backend: Literal["asyncio", "trio"] = "asyncio",
+        **options: Unpack[RunOverrides],
+    ) -> AgentResult:
+        """The sync twin of :meth:`recover`."""
+        call = functools.partial(self.recover, run_id, force=force, **options)
+        return _sync(call, backend, "recover")
+
+
+def _sync(
+    call: Callable[[], Awaitable[AgentResult]], backend: Literal["asyncio", "trio"], verb: str
+) -> AgentResult:
+    try:
+        running = sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        running = None
+    if running is not None:
+        raise RuntimeError(
+            f"{verb}_sync() was called inside a running {running} event loop; use "
+            f"`await agent.{verb}(...)` there"
+        )
+    return anyio.run(call, backend=backend)
 
 
 def create_agent(
@@ -465,19 +427,26 @@ def create_agent(
     middleware: Sequence[AgentMiddleware] = (),
     response_format: ResponseFormat | None = None,
     tool_choice: Any = None,
-    concurrency: int = 8,
-    limiter: anyio.CapacityLimiter | None = None,
-    model_timeout: float | None = 300.0,
-    tool_timeout: float | None = 300.0,
     hook_timeout: float | None = 60.0,
-    max_model_calls: int | None = 100,
     max_tokens: int | None = None,
     temperature: float | None = None,
     extra: Mapping[str, Any] | None = None,
-    store: CheckpointStore | None = None,
     settings: ModelSettings | None = None,
+    concurrency: int = 4,
+    limiter: anyio.CapacityLimiter | None = None,
+    tool_timeout: float | None = None,
+    model_timeout: float | None = None,
+    timeout: float | None = None,
+    on_timeout: OnLimit = "raise",
+    max_turns: int = 100,
     usage_limits: UsageLimits | None = None,
-    on_usage_limit: Literal["raise", "finish"] = "raise",
+    on_usage_limit: OnLimit = "raise",
+    store: CheckpointStore | None = None,
+    needs_approval: ApprovalSpec = (),
+    unknown_outcome: UnknownOutcome = "fail",
+    idempotent_tools: Collection[str] = (),
+    deps: Any = None,
+    on_event: OnEvent | None = None,
 ) -> Agent:
     """Build an agent: the model answers or calls tools, the tools run, the model sees their
     results, until it answers without a tool call.
@@ -496,46 +465,77 @@ def create_agent(
             ``structured_response``.
         tool_choice: sent to the model (``"auto"`` by default; ``"required"`` with a
             ``ToolStrategy``, whose answer is a tool call).
-        concurrency: at most this many tool calls of a run at once.
-        limiter: an :class:`anyio.CapacityLimiter` shared by many runs and agents.
-        model_timeout: seconds for each model call (the whole streamed answer).
-        tool_timeout: seconds for each tool call (a tool's own, smaller timeout wins).
         hook_timeout: seconds for each async ``before_*``/``after_*``/``resume`` hook.
-        max_model_calls: a hard bound on model calls per run, against endless loops
-            (:class:`~toolloop.agents.ModelCallLimitError`); ``None``: no bound.
         max_tokens: the model's output limit per call.
         temperature: passed to the model.
         extra: provider-specific request parameters, passed through.
-        store: a :class:`~toolloop.checkpoints.CheckpointStore` to keep every run in
-            (running, paused with its snapshot and request, completed, failed); a paused
-            run is then resumed by its ``run_id``, once, in any process.
         settings: more model settings for every call
             (:class:`~toolloop.models.ModelSettings`: ``seed``, ``top_p``, ...).
+
+    The run options, with the kernel's defaults (:class:`~toolloop.kernel.RunOptions`):
+    each run uses them unless its call gives its own (``agent.run(..., timeout=5)``).
+
+    Args:
+        concurrency: at most this many tool calls of a run at once.
+        limiter: an :class:`anyio.CapacityLimiter` shared by many runs and agents.
+        tool_timeout: seconds for each tool call (a tool's own, smaller timeout wins).
+        model_timeout: seconds for each model call (the whole streamed answer); ``None``:
+            the model client's own timeout.
+        timeout: seconds for each run (each call of ``run``, ``resume``, ``recover``).
+        on_timeout: at the ``timeout``, ``"raise"``
+            :class:`~toolloop.ExecutionTimeoutError`, or ``"finish"``: the run completes
+            with what it has, its ``stop_reason`` ``"timeout"``.
+        max_turns: model calls per run (across its pauses): the run then ends, its
+            ``stop_reason`` ``"max_turns"``.
         usage_limits: each run's budget of model calls and tokens
-            (:class:`~toolloop.models.UsageLimits`, across pauses and resumes), checked
-            before each model call and while its answer streams.
+            (:class:`~toolloop.models.UsageLimits`, across pauses, resumes and
+            recoveries), checked before each model call and while its answer streams.
         on_usage_limit: at the budget, ``"raise"``
             :class:`~toolloop.errors.UsageLimitError` (``.state`` keeps the conversation),
-            or ``"finish"``: the run completes with what it has, its ``stop_reason``
-            ``"usage_limit"``.
+            or ``"finish"``: its ``stop_reason`` ``"usage_limit"``.
+        store: a :class:`~toolloop.checkpoints.CheckpointStore` to keep every run in
+            (running, paused with its snapshot and request, completed, failed); a paused
+            run is then resumed by its ``run_id``, once, in any process, and a run whose
+            process died is recovered.
+        needs_approval: which tool calls wait for a human (the kernel's approval spec:
+            ``True``, tool names, a mapping, a rule; see
+            :class:`~toolloop.agents.middleware.HumanApprovalMiddleware`).
+        unknown_outcome: what a recovered run does with a call whose outcome is unknown:
+            ``"fail"``, ``"retry"`` (for ``idempotent_tools``) or ``"ask"``.
+        idempotent_tools: tools safe to run twice.
+        deps: your dependencies: the tools' ``ctx.deps``, the hooks' ``runtime.deps``.
+        on_event: called with every event of every run.
 
     Raises:
         AgentDefinitionError: middleware with one name, a response format that is no schema,
             an output tool named like a tool.
         ToolDefinitionError: two tools with one name, a function that cannot be a tool.
+        ValueError, TypeError: a run option of the wrong kind, or ``needs_approval``
+            naming no tool of the agent.
     """
+    options = RunOptions(
+        concurrency=concurrency,
+        limiter=limiter,
+        tool_timeout=tool_timeout,
+        model_timeout=model_timeout,
+        timeout=timeout,
+        on_timeout=on_timeout,
+        max_turns=max_turns,
+        usage_limits=usage_limits,
+        on_usage_limit=on_usage_limit,
+        store=store,
+        needs_approval=needs_approval,
+        unknown_outcome=unknown_outcome,
+        idempotent_tools=idempotent_tools,
+        deps=deps,
+        on_event=on_event,
+    )
     request_settings: dict[str, Any] = {
         "max_tokens": max_tokens,
         "temperature": temperature,
         "extra": dict(extra or {}),
         "model_settings": check_settings(settings, "create_agent"),
     }
-    if on_usage_limit not in ("raise", "finish"):
-        raise ValueError(f"on_usage_limit must be 'raise' or 'finish', got {on_usage_limit!r}")
-    if usage_limits is not None and not isinstance(usage_limits, UsageLimits):
-        raise TypeError(
-            f"usage_limits must be a toolloop.models.UsageLimits, got {type(usage_limits).__name__}"
-        )
     return Agent(
         build_spec(
             model,
@@ -544,20 +544,8 @@ def create_agent(
             middleware=middleware,
             response_format=response_format,
             tool_choice=tool_choice,
-            concurrency=concurrency,
-            limiter=limiter,
-            tool_timeout=tool_timeout,
-            model_timeout=model_timeout,
             hook_timeout=hook_timeout,
-            max_model_calls=max_model_calls,
             settings=request_settings,
-            usage_limits=usage_limits,
-            on_usage_limit=on_usage_limit,
-        ),
-        store,
+            options=options,
+        )
     )
-
-
-def _reporter(execution: Execution[AgentState]) -> Callable[[Progress], None]:
-    """A tool's progress as a :class:`~toolloop.runner.ToolProgress` event of the run."""
-    return progress_reporter(execution.context_for("tools"))

@@ -1,4 +1,4 @@
-"""The model ↔ tools agent as a flow on the engine.
+"""The model ↔ tools agent as a flow on the engine: the agent's turn logic.
 
 ::
 
@@ -13,67 +13,90 @@
 hooks, the model call through the ``wrap_model_call`` onion, structured output, the
 ``after_model`` hooks), ``tools`` runs the pending calls through the runner
 (:class:`~toolloop.runner.ToolBatch`: each call through the ``wrap_tool_call`` onion, at most
-``concurrency`` at once) and writes the answers in call order, ``finish`` runs the
-``after_agent`` hooks. Routing follows
+``concurrency`` at once; with a store, each through the kernel's journal) and writes the
+answers in call order, ``finish`` runs the ``after_agent`` hooks. Routing follows
 :mod:`toolloop.agents._routing`. A middleware's :class:`~toolloop.agents.Pause` parks the run
 in ``wait_for_answer``; the snapshot keeps where it stopped (which hook, the pending jump),
 so ``resume`` goes on from the next hook, in this process or another. Every counter of
-the run (model calls, structured-output failures) lives in :class:`AgentState`, so the
-limits hold across pauses; :class:`AgentDeps` holds configuration and services only.
+the run (model calls, structured-output failures, records) lives in :class:`AgentState`,
+so the limits hold across pauses; :class:`AgentDeps` holds the run's configuration and
+services only. Everything around the run (its budget, timeout, events, the store's
+bookkeeping) is the kernel's (:func:`toolloop.kernel.drive`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
-from time import perf_counter
 from typing import Any, Literal
 
 from .._errors import DefinitionError, ExecutionError, UsageLimitError
-from ..checkpoints import CheckpointedRun, cut_off_causes, record_usage
+from ..checkpoints import CheckpointedRun, CorruptCheckpointError, record_usage
 from ..flow import Context, Flow, Step, Target
+from ..kernel import (
+    CheckpointSaved,
+    Interrupted,
+    RunOptions,
+    StopReason,
+    journaled_call,
+    record_interrupted,
+)
 from ..models import current_meter
 from ..runner import (
+    CallSource,
+    Executor,
     ToolBatch,
     ToolCallFinished,
     ToolCallStarted,
-    ToolCommand,
-    ToolExecutionRecord,
+    cancelled_error,
 )
 from ..tools import RunScope
 from ._durable import (
     RECOVER,
     RECOVERY,
     apply_recovery_answer,
-    interrupted,
+    dump_outcome,
     interrupted_request,
-    journaled_call,
+    load_outcome,
     progress_snapshot,
 )
-from ._errors import AgentDefinitionError, AgentModelError, ModelCallLimitError
-from ._events import AgentFinished, ModelCallFinished, ModelCallStarted
-from ._messages import Message, ToolCall, add_messages, new_id, pending_tool_calls
+from ._errors import AgentDefinitionError, AgentModelError
+from ._messages import (
+    AssistantMessage,
+    Message,
+    ToolCall,
+    ToolMessage,
+    add_messages,
+    new_id,
+    pending_tool_calls,
+)
 from ._middleware import AgentMiddleware, ModelRequest, Pause, Runtime, call_hook, hook_outcome
 from ._routing import Route, route_after_model, route_after_tools
-from ._spec import AgentSpec
+from ._spec import AgentSpec, ApprovalCheck
 from ._state import AgentState, JumpTo, apply_update, check_update
 from ._structured_turn import structured_answer
-from ._tool_call import ToolOutcome, error_message, run_tool_call
+from ._tool_call import ToolOutcome, command_of, error_message, record_of, run_tool_call
 
-__all__ = ["ANSWERED", "AgentDeps", "agent_flow"]
+__all__ = ["ANSWERED", "MAX_TURNS", "AgentDeps", "agent_flow", "settle", "stop_reason"]
 
 ANSWERED = "answered"
 """The external event that resumes a paused run with its answer."""
+MAX_TURNS = 100
+"""The agent's ``max_turns`` when none is given: model calls per run."""
 
 
 @dataclass(slots=True)
 class AgentDeps:
     """A run's configuration and services (not part of its state): the agent's spec, the
-    caller's ``context``, and the hooks' :class:`Runtime` (made when the run starts or
-    resumes)."""
+    run's options and what is made of them (its executor, its approval rule), and the
+    hooks' :class:`Runtime` (made when the run starts or resumes)."""
 
     spec: AgentSpec
-    context: Any = None
+    options: RunOptions
+    executor: Executor
+    """The run's tools under its limits (``limiter``, ``tool_timeout``)."""
+    approval: ApprovalCheck | None = None
+    """The run's ``needs_approval``, compiled."""
     runtime: Runtime | None = None
     run: CheckpointedRun | None = None
     """With a store: the run's checkpoint (progress after each step, the tool journal)."""
@@ -89,15 +112,83 @@ def _deps(ctx: AgentContext) -> AgentDeps:
 
 
 def _runtime(ctx: AgentContext, deps: AgentDeps) -> Runtime:
-    deps.runtime = Runtime(ctx, deps.context)
+    deps.runtime = Runtime(ctx, deps.options.deps, deps)
     return deps.runtime
 
 
+# -- records: one per call of the run, in the order the calls were answered ------------------
+
+
+def _call_of(messages: list[Message], call_id: str) -> ToolCall | None:
+    for message in reversed(messages):
+        if isinstance(message, AssistantMessage):
+            for call in message.tool_calls:
+                if call.id == call_id:
+                    return call
+    return None
+
+
+def _note_answers(state: AgentState, start: int) -> None:
+    """Record the calls that the messages from ``start`` on answer without the tools (a
+    middleware's answer, a rejection, a limit, the structured-output tool)."""
+    messages = state.messages
+    for message in messages[start:]:
+        if isinstance(message, ToolMessage):
+            call = _call_of(messages, message.tool_call_id)
+            if call is not None:
+                state.records.append(record_of(call, message))
+
+
+def _close_calls(state: AgentState, error: str) -> None:
+    """Answer the calls still waiting with ``error`` (the run ends before they run), so the
+    conversation stays valid for a next run on this state."""
+    left = pending_tool_calls(state.messages)
+    if left:
+        start = len(state.messages)
+        state.messages.extend(error_message(call, error) for call in left)
+        _note_answers(state, start)
+
+
+_CUT: dict[str, str] = {
+    "timeout": "the run's timeout ended the run before this call finished",
+    "usage_limit": "the run's budget (usage_limits) ended the run before this call finished",
+}
+
+
+def settle(state: AgentState, stop: StopReason) -> None:
+    """A run the kernel finished mid-turn (its timeout, its budget): the calls it cut off
+    are answered (and recorded), so the conversation stays valid for a next run."""
+    _close_calls(state, _CUT.get(stop, "the run ended before this call finished"))
+
+
+def stop_reason(state: AgentState) -> StopReason:
+    """Why a completed run stopped (see :class:`~toolloop.agents.AgentResult`)."""
+    if state.stop_reason is not None:
+        return state.stop_reason
+    if state.structured_response is not None:
+        return "structured_response"
+    last = state.messages[-1] if state.messages else None
+    if isinstance(last, AssistantMessage) and not last.tool_calls:
+        if last.refusal is not None:
+            return "refusal"
+        if last.finish_reason == "length":
+            return "cut_off"
+        return "answered"
+    if isinstance(last, ToolMessage):
+        return "tools"
+    return "middleware"
+
+
+# -- hooks -------------------------------------------------------------------------------------
+
+
 def _apply(state: AgentState, update: Any, where: str) -> None:
+    start = len(state.messages)
     try:
         apply_update(state, update)
     except ValueError as exc:
         raise AgentDefinitionError(f"{where} returned an update that does not fit: {exc}") from exc
+    _note_answers(state, start)
 
 
 async def _hook(
@@ -133,6 +224,8 @@ async def _progress(ctx: AgentContext, step: str, route: Route) -> Route:
     if run is not None:
         _count_usage(ctx.state)
         await run.save(progress_snapshot(ctx.state, ctx.execution_id, step, route))
+        if ctx.observed:
+            ctx.publish(CheckpointSaved(execution_id=ctx.execution_id, at=ctx.elapsed(), step=step))
     return route
 
 
@@ -142,6 +235,9 @@ def _count_usage(state: AgentState) -> None:
     meter = current_meter()
     if meter is not None:
         state.usage = meter.usage
+
+
+# -- the steps ---------------------------------------------------------------------------------
 
 
 async def begin(messages: list[Message], ctx: AgentContext) -> Route:
@@ -161,17 +257,42 @@ async def _before_agent(state: AgentState, deps: AgentDeps, runtime: Runtime) ->
     return "model"
 
 
+def _unique_ids(
+    messages: list[Message], message: AssistantMessage, answered: tuple[ToolMessage, ...], turn: int
+) -> tuple[AssistantMessage, tuple[ToolMessage, ...]]:
+    """The reply with tool-call ids of its own in the run: a model may repeat an id it gave
+    in an earlier reply (``call_0`` at every turn); such a call becomes ``call_0.<turn>``,
+    its one id in the run's events, requests, decisions and journal."""
+    if not message.tool_calls:
+        return message, answered
+    used = {c.id for m in messages if isinstance(m, AssistantMessage) for c in m.tool_calls}
+    if used.isdisjoint(c.id for c in message.tool_calls):
+        return message, answered
+    renamed: dict[str, str] = {}
+    calls = []
+    for call in message.tool_calls:
+        if call.id in used:
+            fresh = f"{call.id}.{turn}"
+            while fresh in used:
+                fresh = f"{fresh}.{turn}"
+            used.add(fresh)
+            renamed[call.id] = fresh
+            call = call.model_copy(update={"id": fresh})
+        calls.append(call)
+    answered = tuple(
+        m.model_copy(update={"tool_call_id": renamed[m.tool_call_id]})
+        if m.tool_call_id in renamed
+        else m
+        for m in answered
+    )
+    return message.model_copy(update={"tool_calls": calls}), answered
+
+
 async def _call_model(ctx: AgentContext, deps: AgentDeps) -> JumpTo | None:
     """One model call; the answer is appended. A structured-output retry jumps to the model."""
     spec, state, runtime = deps.spec, ctx.state, deps.runtime
     assert runtime is not None
     index = state.model_calls
-    if spec.max_model_calls is not None and index >= spec.max_model_calls:
-        raise ModelCallLimitError(
-            f"the run made {index} model calls, its max_model_calls; raise it, or bound the "
-            "run with ModelCallLimitMiddleware(run_limit=..., exit_behavior='end')",
-            state=state,
-        )
     state.model_calls = index + 1
     request = ModelRequest(
         model=spec.model,
@@ -184,12 +305,6 @@ async def _call_model(ctx: AgentContext, deps: AgentDeps) -> JumpTo | None:
         state=state,
         runtime=runtime,
     )
-    observed = ctx.observed
-    if observed:
-        ctx.publish(
-            ModelCallStarted(execution_id=ctx.execution_id, at=ctx.elapsed(), call_index=index)
-        )
-    started = perf_counter()
     meter = current_meter()
     mark = meter.calls if meter is not None else 0
     try:
@@ -215,22 +330,13 @@ async def _call_model(ctx: AgentContext, deps: AgentDeps) -> JumpTo | None:
     message = response.message
     if message.id is None:
         message = message.model_copy(update={"id": new_id()})
+    message, answered = _unique_ids(state.messages, message, response.tool_results, index)
+    start = len(state.messages)
     state.messages.append(message)
-    state.messages.extend(response.tool_results)  # answered by a middleware: they do not run
-    if observed:
-        ctx.publish(
-            ModelCallFinished(
-                execution_id=ctx.execution_id,
-                at=ctx.elapsed(),
-                call_index=index,
-                message=message,
-                duration=perf_counter() - started,
-                usage=meter.since(mark) if meter is not None else None,
-            )
-        )
-    if spec.strategy is None:
-        return None
-    return structured_answer(spec, state, message)
+    state.messages.extend(answered)  # answered by a middleware: they do not run
+    retry = None if spec.strategy is None else structured_answer(spec, state, message)
+    _note_answers(state, start + 1)
+    return retry
 
 
 async def _model_turn(
@@ -242,9 +348,13 @@ async def _model_turn(
     retry: JumpTo | None = None,
 ) -> Route:
     """``before_model`` hooks (from ``before_from``), the model call, ``after_model`` hooks
-    (from ``after_from``: a resumed turn starts there), and where to go next."""
+    (from ``after_from``: a resumed turn starts there), and where to go next. A run that
+    made ``max_turns`` model calls ends before the next turn (stop reason ``max_turns``)."""
     spec, state, runtime = deps.spec, ctx.state, deps.runtime
     if after_from is None:
+        if before_from == 0 and state.model_calls >= deps.options.turns(MAX_TURNS):
+            state.stop_reason = "max_turns"
+            return "end"
         hooks = spec.before_model
         for i in range(before_from, len(hooks)):
             jump, pause = await _hook(deps, hooks[i], "before_model", (state, runtime), state)
@@ -255,9 +365,10 @@ async def _model_turn(
         try:
             retry = await _call_model(ctx, deps)
         except UsageLimitError as exc:
-            if spec.on_usage_limit == "raise":
+            if deps.options.on_usage_limit == "raise":
                 raise
             state.usage_limit = exc.limit  # the run ends here, with what it has
+            state.stop_reason = "usage_limit"
             return "end"
         after_from = 0
     hooks = spec.after_model
@@ -295,7 +406,14 @@ async def resume_step(value: tuple[dict[str, Any], Any], ctx: AgentContext) -> R
     _runtime(ctx, deps)
     state.paused_at = None
     if where["by"] == RECOVERY:  # a human answered about interrupted calls
-        apply_recovery_answer(state, answer, where.get("causes") or {})
+        rejected = apply_recovery_answer(state, answer, where.get("causes") or {})
+        state.messages.extend(outcome.message for outcome in rejected)
+        state.records.extend(outcome.record for outcome in rejected)
+        if deps.run is not None:
+            for outcome in rejected:  # they never run again, whatever comes
+                await record_interrupted(
+                    deps.run, outcome.message.tool_call_id, dump_outcome(outcome)
+                )
         return await _progress(ctx, "resume", route_after_model(state))
     return await _progress(ctx, "resume", await _answered(where, answer, ctx))
 
@@ -318,33 +436,16 @@ async def _answered(where: dict[str, Any], answer: Any, ctx: AgentContext) -> Ro
     return await _model_turn(ctx, deps, after_from=index + 1, retry=retry)
 
 
-def _command(call: ToolCall) -> ToolCommand:
-    """The call as the runner's events tell it."""
-    kwargs = call.args if isinstance(call.args, dict) else {}
-    return ToolCommand.model_construct(
-        purpose=call.name, tool_name=call.name, tool_kwargs=kwargs, todo_suggestion=""
-    )
-
-
-def _record(call: ToolCall, outcome: ToolOutcome) -> ToolExecutionRecord:
-    """The call's outcome as a record (its message's text is the result or the error)."""
-    message = outcome.message
-    command = _command(call)
-    if message.status == "success":
-        return ToolExecutionRecord.succeeded(command, message.content)
-    return ToolExecutionRecord.failed(command, message.content)
-
-
 def _cancelled(call: ToolCall) -> ToolOutcome:
-    return ToolOutcome(error_message(call, "the run was cancelled before this call finished"))
+    return ToolOutcome.failed(call, cancelled_error(call.name))
 
 
 async def tools_step(_: Any, ctx: AgentContext) -> Route:
     """Run the calls of the last assistant message that have no answer yet, through the
-    runner (each through the ``wrap_tool_call`` onion, at most ``concurrency`` at once);
-    then :func:`after_tools`."""
+    runner (each through the ``wrap_tool_call`` onion, at most ``concurrency`` at once, with
+    a store each through the kernel's journal); then :func:`after_tools`."""
     state, deps = ctx.state, ctx.deps
-    spec, runtime = deps.spec, deps.runtime
+    spec, runtime, options = deps.spec, deps.runtime, deps.options
     assert runtime is not None
     calls = pending_tool_calls(state.messages)
     observed = ctx.observed
@@ -354,7 +455,9 @@ async def tools_step(_: Any, ctx: AgentContext) -> Route:
 
     run = deps.run
     journal = await run.journal() if run is not None else {}
-    cut_off: list[tuple[ToolCall, str | None]] = []  # and what cut it off (None: a crash)
+    rerun = frozenset(state.rerun)  # approved by a human to run again
+    asked: list[tuple[ToolCall, Interrupted]] = []  # unknown outcomes, for a human
+    sources: dict[str, CallSource] = {}
 
     async def call_tool(call: ToolCall, started: Callable[[], None]) -> ToolOutcome:
         started()  # the onion (middleware included) is the call
@@ -364,13 +467,39 @@ async def tools_step(_: Any, ctx: AgentContext) -> Route:
 
         if run is None:
             return await onion()
-        key = f"{turn}.{call.id}"
-        outcome = await journaled_call(run, journal, key, call, onion)
-        if outcome is None:  # an earlier attempt's outcome is unknown: ask, do not re-run
-            cause = cut_off_causes(journal).get(key)
-            cut_off.append((call, cause))
-            return ToolOutcome(error_message(call, interrupted(cause)))
-        return outcome
+        entry = journal.get(call.id)
+        again = call.id in rerun
+        done = await journaled_call(
+            run,
+            journal,
+            call.id,
+            tool_name=call.name,
+            arguments=call.args,
+            call=onion,
+            dump=dump_outcome,
+            load=load_outcome,
+            unknown_outcome="retry" if again else options.unknown_outcome,
+            idempotent_tools=(call.name,) if again else options.idempotent_tools,
+        )
+        if entry is not None and entry.state == "finished":
+            sources[call.id] = "replayed"
+        if not isinstance(done, Interrupted):
+            return done
+        sources[call.id] = "interrupted"
+        if done.answered is not None:  # how it ended was decided before
+            try:
+                return load_outcome(done.answered)
+            except ValueError as exc:
+                raise CorruptCheckpointError(
+                    f"the journaled answer of call {call.id!r} of run {run.run_id!r} cannot be "
+                    f"read back ({exc}); it was left as it is"
+                ) from exc
+        failed = ToolOutcome.failed(call, done.error)
+        if options.unknown_outcome == "ask":
+            asked.append((call, done))  # not answered: the run asks a human
+            return failed
+        await record_interrupted(run, call.id, dump_outcome(failed))
+        return failed
 
     def on_start(k: int, call: ToolCall) -> None:
         ctx.publish(
@@ -380,7 +509,7 @@ async def tools_step(_: Any, ctx: AgentContext) -> Route:
                 round_index=turn,
                 index=k,
                 call_id=call.id,
-                command=_command(call),
+                command=command_of(call),
             )
         )
 
@@ -393,55 +522,52 @@ async def tools_step(_: Any, ctx: AgentContext) -> Route:
                 round_index=turn,
                 index=k,
                 call_id=call.id,
-                record=_record(call, outcome),
+                record=outcome.record,
                 duration=duration,
+                source=sources.get(call.id, "ran"),
             )
         )
 
     batch: ToolBatch[ToolCall, ToolOutcome] = ToolBatch(
         call_tool,
         _cancelled,
-        concurrency=spec.concurrency,
+        concurrency=options.concurrency,
         on_start=on_start if observed else None,
         on_finish=on_finish if observed else None,
     )
     async with batch:
         await batch.run_here(calls)
-    if cut_off:  # answer the others; the interrupted ones wait for a human
-        asked = {call.id for call, _ in cut_off}
-        done = [o for o in batch.results if o.message.tool_call_id not in asked]
-        after_tools(done, ctx)
-        causes = {call.id: cause for call, cause in cut_off if cause is not None}
-        state.paused_at = interrupted_request([call for call, _ in cut_off], causes)
+    state.rerun = []
+    if asked:  # answer the others; the interrupted ones wait for a human
+        waiting = {call.id for call, _ in asked}
+        after_tools([o for o in batch.results if o.message.tool_call_id not in waiting], ctx)
+        state.paused_at = interrupted_request(asked)
         return await _progress(ctx, "tools", "pause")
     return await _progress(ctx, "tools", after_tools(batch.results, ctx))
 
 
 def after_tools(outcomes: list[ToolOutcome], ctx: AgentContext) -> Route:
-    """Write the answers (in call order, right after the assistant message), then the
-    tools' state updates; route."""
+    """Write the answers (in call order, right after the assistant message) and their
+    records, then the tools' state updates; route."""
     state, deps = ctx.state, _deps(ctx)
-    updates: list[tuple[int, Any]] = []
-    for i, outcome in enumerate(outcomes):
-        if outcome.update:
-            updates.append((i, outcome.update))
-    messages = state.messages
-    for i, update in updates:
+    for outcome in outcomes:
+        if not outcome.update:
+            continue
         try:
-            check_update(update)
+            check_update(outcome.update)
         except ValueError as exc:
-            call_id = outcomes[i].message.tool_call_id
-            outcomes[i].message = error_message(
-                ToolCall(id=call_id, name=outcomes[i].message.name),
-                f"the tool's state update does not fit: {exc}",
-            )
-            outcomes[i].update = None
-            outcomes[i].return_direct = False
-    messages.extend(outcome.message for outcome in outcomes)
+            call = ToolCall(id=outcome.message.tool_call_id, name=outcome.message.name)
+            call = _call_of(state.messages, call.id) or call
+            failed = ToolOutcome.failed(call, f"the tool's state update does not fit: {exc}")
+            outcome.message, outcome.record = failed.message, failed.record
+            outcome.update = None
+            outcome.return_direct = False
+    state.messages.extend(outcome.message for outcome in outcomes)
+    state.records.extend(outcome.record for outcome in outcomes)
     jump: JumpTo | None = None
     for outcome in outcomes:
         if outcome.update:
-            apply_update(state, outcome.update)
+            _apply(state, outcome.update, f"tool {outcome.message.name!r}")
         if jump is None and outcome.jump is not None:
             jump = outcome.jump
     return route_after_tools(
@@ -457,11 +583,7 @@ async def finish(_: Any, ctx: AgentContext) -> None:
     state, deps = ctx.state, _deps(ctx)
     runtime = deps.runtime
     _count_usage(state)
-    left = pending_tool_calls(state.messages)
-    if left:  # a jump ended the run before them: answer them, so the conversation stays valid
-        state.messages.extend(
-            error_message(call, "the run ended before this call ran") for call in left
-        )
+    _close_calls(state, "the run ended before this call ran")
     for mw in deps.spec.after_agent:
         jump, _p = await _hook(deps, mw, "after_agent", (state, runtime), state)
         if jump not in (None, "end"):
@@ -469,16 +591,6 @@ async def finish(_: Any, ctx: AgentContext) -> None:
                 f"hook {mw.name}.after_agent asked to jump to {jump!r}; the run is ending, "
                 "so after_agent can only update the state"
             )
-    if ctx.observed:
-        ctx.publish(
-            AgentFinished(
-                execution_id=ctx.execution_id,
-                at=ctx.elapsed(),
-                model_calls=state.model_calls,
-                messages=len(state.messages),
-                usage=state.usage if state.usage.requests else None,
-            )
-        )
 
 
 def _route(route: Route) -> Route:

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Annotated, Any, Literal, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter
 
 from ..models import Reasoning, ReplyToolCall, assistant_message
 from ..runner import json_safe
@@ -117,6 +117,8 @@ class ToolMessage(BaseModel):
     """The tool's name."""
     status: Literal["success", "error"] = "success"
     id: str | None = None
+    _value: tuple[Any] | None = PrivateAttr(default=None)
+    # the tool's value as it returned it, for the call's record (never sent, never saved)
 
 
 Message: TypeAlias = Annotated[

@@ -71,19 +71,22 @@ HookResult: TypeAlias = "Mapping[str, Any] | Command | Pause | None"
 
 
 class Runtime:
-    """What a hook sees besides the state: the run's context and its event stream.
+    """What a hook sees besides the state: the caller's deps and the run's event stream.
 
     Attributes:
-        context: what the caller passed as ``context=`` to the run (not part of the state).
-        execution_id: the run's id (it stays the same across a pause).
+        deps: what the caller passed as ``deps=`` (to the run, or to ``create_agent`` as
+            the default): the same object the tools get as ``ctx.deps``. Not part of the
+            state: give it again to a resume.
+        run_id: the run's id (it stays the same across a pause).
     """
 
-    __slots__ = ("_ctx", "context", "execution_id")
+    __slots__ = ("_ctx", "_run", "deps", "run_id")
 
-    def __init__(self, ctx: Context[Any], context: Any) -> None:
+    def __init__(self, ctx: Context[Any], deps: Any, run: Any = None) -> None:
         self._ctx = ctx
-        self.context = context
-        self.execution_id = ctx.execution_id
+        self._run = run  # the run's services (the agent's AgentDeps)
+        self.deps = deps
+        self.run_id = ctx.execution_id
 
     @property
     def observed(self) -> bool:
@@ -219,7 +222,8 @@ class AgentMiddleware:
 
     def check_answer(self, answer: Any, request: Any) -> Any:
         """Check (and convert) an answer before the paused run is resumed with it; raise
-        :class:`~toolloop.errors.ResumeError` to refuse it (the snapshot stays usable)."""
+        :class:`~toolloop.errors.ResumeError` to refuse it (the snapshot stays usable).
+        What this returns is what :meth:`resume` is given."""
         return answer
 
 
@@ -255,6 +259,7 @@ async def call_hook(
                 f"hook {middleware.name}.{hook} did not finish within {timeout} s (it ran "
                 f"{perf_counter() - started:.3f} s); make it faster or raise hook_timeout",
                 timeout=timeout or 0.0,
+                step=f"{middleware.name}.{hook}",  # not the run's timeout: never a finish
                 state=args[-2] if len(args) >= 2 else None,
             )
     return result

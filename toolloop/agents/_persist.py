@@ -5,12 +5,12 @@ With ``create_agent(..., store=...)`` every run is a stored run, keyed by its ``
 what it asks when a middleware pauses it, ``completed`` or ``failed`` when it ends.
 ``agent.resume(run_id, answer)`` reads the paused run, checks the answer, and *claims* the
 run before it goes on: the claim names the revision it read, so one paused run is resumed
-once, whichever process tries first; a second attempt fails and changes nothing.
+once, whichever process tries first; a second attempt fails and changes nothing. How each
+session ends is written by the kernel's driver (:func:`toolloop.kernel.drive`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
 from typing import Any
 
 from ..checkpoints import (
@@ -21,10 +21,9 @@ from ..checkpoints import (
     CorruptCheckpointError,
     RunNotResumableError,
     expect_status,
-    note_cut_off,
     restore,
 )
-from ..flow import Execution, FlowResult
+from ..flow import Execution
 from ..runner import json_safe
 from ._durable import RECOVER, progress_snapshot
 from ._flow import ANSWERED, AgentDeps, agent_flow
@@ -35,9 +34,9 @@ __all__ = [
     "begin_run",
     "claim_interrupted",
     "claim_run",
-    "drive",
     "load_interrupted",
     "load_paused",
+    "summary",
 ]
 
 _INTERRUPTED: tuple[CheckpointStatus, ...] = ("running", "failed")
@@ -149,34 +148,11 @@ async def claim_interrupted(
 async def claim_run(
     store: CheckpointStore, checkpoint: Checkpoint, event: str, answer: Any
 ) -> CheckpointedRun:
-    """Take the paused run over, noting the answer it is resumed with.
+    """Take the paused run over, noting the answer it is resumed with (as given: a recovery
+    checks it again).
 
     Raises:
         RunNotResumableError: someone resumed it since it was read; nothing was written.
     """
     value = json_safe(answer)
     return await CheckpointedRun.claim(store, checkpoint, event=event, value=value)
-
-
-async def drive(
-    run: CheckpointedRun, started: Awaitable[FlowResult[AgentState]]
-) -> FlowResult[AgentState]:
-    """Run (or resume) a stored run and write how it ended."""
-    try:
-        result = await started
-    except Exception as exc:
-        await note_cut_off(run, exc)  # a timeout, an error: what ended the calls it ran
-        try:
-            await run.fail(f"{type(exc).__name__}: {exc}")
-        except Exception:  # the run's own error matters more than this write's
-            run.release()
-        raise
-    except BaseException as exc:  # cancelled: it stays running (its lease is given back)
-        await note_cut_off(run, exc)
-        await run.abandon()
-        raise
-    if result.paused:
-        await run.pause(result)
-    else:
-        await run.complete(summary(result.state))
-    return result

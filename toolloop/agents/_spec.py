@@ -2,18 +2,21 @@
 
 The hooks are sorted into the order they run in, and the ``wrap_*`` hooks are composed
 into one handler each (the first registered is the outermost), so a run only walks lists.
+The run options (:class:`~toolloop.kernel.RunOptions`) given to ``create_agent`` are the
+defaults each run may override; what a run uses of them (its executor, its model timeout,
+its approval rule) it finds through its runtime.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-import anyio
-
-from ..models import ChatModel, UsageLimits
+from ..checkpoints import RequestedCall
+from ..kernel import RunOptions, approval_rule
+from ..models import ChatModel
 from ..runner import Executor
 from ..tools import Tool, ToolRegistry
 from ._errors import AgentDefinitionError
@@ -23,6 +26,7 @@ from ._middleware import (
     ModelHandler,
     ModelRequest,
     ModelResponse,
+    Runtime,
     ToolCallRequest,
     ToolHandler,
     overrides,
@@ -31,8 +35,31 @@ from ._model_call import stream_model
 from ._state import Command
 from ._structured import ProviderStrategy, ResponseFormat, ToolStrategy, output_schema
 from ._tool_call import execute_tool
+from .middleware import HumanApprovalMiddleware
 
-__all__ = ["AgentSpec", "build_spec"]
+__all__ = ["AgentSpec", "ApprovalCheck", "RunApproval", "build_spec"]
+
+ApprovalCheck = Callable[[RequestedCall], "RequestedCall | None"]
+
+
+class RunApproval(HumanApprovalMiddleware):
+    """The agent's own approval: the run's ``needs_approval`` option (``create_agent``'s,
+    or a call's), first among the middleware so that it asks only about the calls left to
+    run after every other ``after_model`` hook."""
+
+    def __init__(self) -> None:
+        super().__init__(())
+
+    @property
+    def name(self) -> str:
+        return "needs_approval"
+
+    def check_tools(self, tool_names: Collection[str]) -> None:
+        """The run options are checked by the agent."""
+
+    def _rule(self, runtime: Runtime) -> ApprovalCheck | None:
+        run = runtime._run
+        return None if run is None else run.approval
 
 
 @dataclass(eq=False)
@@ -45,17 +72,19 @@ class AgentSpec:
     """What the model is offered: the runnable tools, then the structured-output tool."""
     registry: ToolRegistry
     """The runnable tools: the agent's, then the middleware's."""
-    executor: Executor
     strategy: ToolStrategy | ProviderStrategy | None
     structured_tools: frozenset[str]
     tool_choice: Any
     settings: dict[str, Any]
-    concurrency: int
-    model_timeout: float | None
     hook_timeout: float | None
-    max_model_calls: int | None
+    options: RunOptions
+    """The run options every run starts from (a call overrides them)."""
+    approval: ApprovalCheck | None
+    """``options.needs_approval`` compiled (checked against the tools)."""
     middleware: list[AgentMiddleware]
+    """The middleware as given."""
     by_name: dict[str, AgentMiddleware]
+    """Every middleware by name, the agent's own approval (``needs_approval``) included."""
     before_agent: list[AgentMiddleware]
     before_model: list[AgentMiddleware]
     after_model: list[AgentMiddleware]
@@ -63,8 +92,30 @@ class AgentSpec:
     call_model: ModelHandler
     call_tool: ToolHandler
     openai_tools: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
-    usage_limits: UsageLimits | None = None
-    on_usage_limit: Literal["raise", "finish"] = "raise"
+    executor: Executor | None = None
+    """The executor of the runs under the default options (an executor holds only
+    configuration, so they share it)."""
+
+    def executor_for(self, options: RunOptions) -> Executor:
+        """The executor of a run with ``options``: its ``limiter`` and ``tool_timeout``."""
+        executor = self.executor
+        if (
+            executor is not None
+            and options.limiter is executor.limiter
+            and options.tool_timeout == executor.tool_timeout
+        ):
+            return executor
+        return Executor(self.registry, limiter=options.limiter, tool_timeout=options.tool_timeout)
+
+    def approval_for(self, options: RunOptions) -> ApprovalCheck | None:
+        """The approval rule of a run with ``options`` (compiled once for the defaults).
+
+        Raises:
+            ValueError, TypeError: a spec that names no tool of the agent, or of no shape.
+        """
+        if options.needs_approval is self.options.needs_approval:
+            return self.approval
+        return approval_rule(options.needs_approval, self.registry.names)
 
 
 def _wrap_model(middleware: AgentMiddleware, inner: ModelHandler) -> ModelHandler:
@@ -142,15 +193,9 @@ def build_spec(
     middleware: Sequence[AgentMiddleware],
     response_format: ResponseFormat | None,
     tool_choice: Any,
-    concurrency: int,
-    limiter: anyio.CapacityLimiter | None,
-    tool_timeout: float | None,
-    model_timeout: float | None,
     hook_timeout: float | None,
-    max_model_calls: int | None,
     settings: dict[str, Any],
-    usage_limits: UsageLimits | None = None,
-    on_usage_limit: Literal["raise", "finish"] = "raise",
+    options: RunOptions,
 ) -> AgentSpec:
     """Check the arguments of ``create_agent`` and compile them (see the module docs)."""
     if not callable(getattr(model, "stream", None)):
@@ -158,13 +203,9 @@ def build_spec(
             f"model must be a ChatModel (an object with stream(request)), got "
             f"{type(model).__name__}"
         )
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-        raise ValueError(f"concurrency must be an int >= 1, got {concurrency!r}")
-    if max_model_calls is not None and max_model_calls < 1:
-        raise ValueError(f"max_model_calls must be >= 1 or None, got {max_model_calls!r}")
     middleware = list(middleware)
     by_name: dict[str, AgentMiddleware] = {}
-    for mw in middleware:
+    for mw in [RunApproval(), *middleware]:
         if not isinstance(mw, AgentMiddleware):
             raise AgentDefinitionError(
                 f"middleware must be AgentMiddleware instances, got {type(mw).__name__} "
@@ -181,6 +222,11 @@ def build_spec(
         *(t for mw in middleware for t in mw.tools),
     ]
     registry = ToolRegistry(runnable)
+    names = registry.names
+    approval = approval_rule(options.needs_approval, names)
+    for mw in middleware:
+        if isinstance(mw, HumanApprovalMiddleware):
+            mw.check_tools(names)
     strategy = output_schema(response_format)
     offered = list(registry)
     structured: frozenset[str] = frozenset()
@@ -196,46 +242,37 @@ def build_spec(
             tool_choice = "required"  # the answer is a tool call too
     elif tool_choice is None and offered:
         tool_choice = "auto"
-    executor = Executor(
-        registry,
-        concurrency=concurrency,
-        limiter=limiter,
-        tool_timeout=_check_timeout("tool_timeout", tool_timeout),
-    )
-    model_timeout = _check_timeout("model_timeout", model_timeout)
     call_model: ModelHandler
 
     async def innermost_model(request: ModelRequest) -> ModelResponse:
-        return await stream_model(request, timeout=model_timeout, cache=spec.openai_tools)
-
-    async def innermost_tool(request: ToolCallRequest) -> ToolMessage | Command:
-        return await execute_tool(request, executor)
+        timeout = request.runtime._run.options.model_timeout  # the run's
+        return await stream_model(request, timeout=timeout, cache=spec.openai_tools)
 
     call_model = innermost_model
-    call_tool: ToolHandler = innermost_tool
+    call_tool: ToolHandler = execute_tool
     for mw in reversed(middleware):  # the first registered ends up outermost
         if overrides(mw, "wrap_model_call"):
             call_model = _wrap_model(mw, call_model)
         if overrides(mw, "wrap_tool_call"):
             call_tool = _wrap_tool(mw, call_tool)
 
+    hooked = list(by_name.values())  # the agent's approval first: its after_model runs last
+
     def having(hook: str) -> list[AgentMiddleware]:
-        return [mw for mw in middleware if overrides(mw, hook)]
+        return [mw for mw in hooked if overrides(mw, hook)]
 
     spec = AgentSpec(
         model=model,
         system_prompt=system_prompt,
         tools=offered,
         registry=registry,
-        executor=executor,
         strategy=strategy,
         structured_tools=structured,
         tool_choice=tool_choice,
         settings=settings,
-        concurrency=concurrency,
-        model_timeout=model_timeout,
         hook_timeout=_check_timeout("hook_timeout", hook_timeout),
-        max_model_calls=max_model_calls,
+        options=options,
+        approval=approval,
         middleware=middleware,
         by_name=by_name,
         before_agent=having("before_agent"),
@@ -244,8 +281,7 @@ def build_spec(
         after_agent=having("after_agent")[::-1],
         call_model=call_model,
         call_tool=call_tool,
-        usage_limits=usage_limits,
-        on_usage_limit=on_usage_limit,
+        executor=Executor(registry, limiter=options.limiter, tool_timeout=options.tool_timeout),
     )
     spec.openai_tools[id(offered)] = [t.openai_tool() for t in offered]
     return spec

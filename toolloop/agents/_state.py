@@ -20,7 +20,9 @@ from typing import Any, Literal, TypeAlias
 
 from pydantic import BaseModel, Field
 
+from ..kernel import StopReason
 from ..models import Usage
+from ..runner import ToolExecutionRecord
 from ._messages import Message, add_messages, as_messages
 
 __all__ = [
@@ -62,7 +64,7 @@ class AgentState(BaseModel):
             restored, its JSON data).
         values: the middleware's own values, by key (e.g. call counters).
         model_calls: model calls made by this run so far (across pauses and resumes; a new
-            run starts at 0). ``max_model_calls`` bounds it.
+            run starts at 0): its turns, which ``max_turns`` bounds.
         structured_failures: final answers that failed the ``response_format`` so far.
         paused_at: where a paused run stopped (which middleware, which hook, what it asks);
             ``None`` while the run is not paused.
@@ -70,6 +72,14 @@ class AgentState(BaseModel):
             at nothing), held to the agent's ``usage_limits``.
         usage_limit: the limit that ended the run (``"max_requests"``, ...) when the agent
             finishes at its ``usage_limits`` (``on_usage_limit="finish"``).
+        stop_reason: why the run ended, when its own bound ended it (``"max_turns"``,
+            ``"usage_limit"``) rather than the conversation; ``None`` otherwise.
+        records: one :class:`~toolloop.ToolExecutionRecord` per tool call of this run, in
+            the order the calls were answered: a call the tools ran holds the tool's value
+            as it returned it; a call answered without running (a middleware's answer, a
+            human's rejection, a limit, the structured-output tool) holds its answer.
+        rerun: the calls a human approved to run again although an earlier attempt's
+            outcome is unknown (``unknown_outcome="ask"``); emptied when they ran.
 
     Everything a run changes is here, so a snapshot or a checkpoint carries it and the
     limits hold across any number of pauses and resumes.
@@ -84,6 +94,9 @@ class AgentState(BaseModel):
     paused_at: dict[str, Any] | None = None
     usage: Usage = Field(default_factory=Usage)
     usage_limit: str | None = None
+    stop_reason: StopReason | None = None
+    records: list[ToolExecutionRecord] = Field(default_factory=list)
+    rerun: list[str] = Field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -136,6 +136,7 @@ async def drive(
     scope: RunScope | None = None,
     run: CheckpointedRun | None = None,
     completed: Callable[[Ended[S]], Any] | None = None,
+    settle: Callable[[S, StopReason], None] | None = None,
 ) -> Ended[S]:
     """Run one session of ``execution`` (``start()`` runs or resumes it) as a run of the
     kernel (see the module docs).
@@ -145,6 +146,10 @@ async def drive(
         scope: the tools' run context, made active for the run (``None``: no tool takes one).
         run: the store's handle of a durable run: how the session ends is written there.
         completed: what the store keeps of a completed run (its result's data).
+        settle: the product's last word on a state that a timeout or a spent budget
+            finished in the middle of a turn (``"finish"``), e.g. answering the calls it cut
+            off: called once, before ``RunFinished`` counts the records and before the
+            store keeps the result.
 
     Raises:
         Exception: whatever the run raised, unless ``options`` turn it into a finish (a
@@ -162,13 +167,23 @@ async def drive(
         meter.usage = spent
         meter.started = spent.requests
 
+    settled = False
+
+    def finish(stop: StopReason) -> None:
+        nonlocal settled
+        if settle is not None and not settled:
+            settled = True
+            settle(state, stop)
+
     def closing(status: str, failure: Exception | None, at: float) -> Sequence[FlowEvent]:
         if status == "paused":
             return ()
         stop = logic.stop_reason(state) if status == "completed" else None
-        stop = stop or finish_reason_of(options, failure)
         if stop is None:
-            return ()
+            stop = finish_reason_of(options, failure)
+            if stop is None:
+                return ()
+            finish(stop)
         _keep_usage(state, meter)
         return (
             RunFinished(
@@ -196,6 +211,7 @@ async def drive(
             if run is not None:
                 await _fail(run, exc)
             raise
+        finish(stop)
         ended: Ended[S] = Ended("completed", state, stop)
         if run is not None:
             await run.complete(completed(ended) if completed is not None else None)

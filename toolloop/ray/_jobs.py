@@ -104,35 +104,38 @@ class LoopJob:
 
 @dataclass
 class AgentJob:
-    """Each item is one agent run (``await agent.run(item)``); the result is its
+    """Each item is one agent run (``await agent.run(item, **options)``); the result is its
     :class:`~toolloop.agents.AgentResult`.
 
     Args:
-        agent: called once in each actor with the actor's limiter (or ``None``) to build
-            the agent (``create_agent(model, tools, limiter=limiter, ...)``): the model
-            client is made in the actor.
-        options: more keyword arguments for every ``agent.run`` (``timeout``...).
+        agent: called once in each actor to build the agent (``create_agent(model, tools,
+            ...)``): the model client is made in the actor, never pickled from the driver.
+        options: run options for every ``agent.run`` (any of
+            :class:`~toolloop.kernel.RunOverrides`: ``timeout``, ``usage_limits``,
+            ``deps``...), over the agent's own. Each run's ``limiter`` is the actor's, unless
+            ``options`` give one; its ``on_event`` forwards its events to the driver.
     """
 
-    agent: Callable[[anyio.CapacityLimiter | None], Any]
+    agent: Callable[[], Any]
     options: Mapping[str, Any] = field(default_factory=dict)
-    _agents: dict[int, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _agent: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_agents"] = {}  # built again where the job runs
+        state["_agent"] = None  # built again where the job runs
         return state
 
     def setup(self) -> None:
-        """Nothing: the agent is built with the actor's limiter on the first run."""
+        """Build the actor's agent (once: it serves all the actor's runs)."""
+        self._agent = self.agent()
 
     async def run(self, item: Any, host: Host) -> Any:
-        """Run the agent on one item."""
-        key = id(host.limiter)
-        agent = self._agents.get(key)
-        if agent is None:
-            agent = self._agents[key] = self.agent(host.limiter)
-        arguments = dict(self.options)
+        """Run the agent on one item, under the actor's limiter."""
+        if self._agent is None:
+            self.setup()
+        options = dict(self.options)
+        if host.limiter is not None:
+            options.setdefault("limiter", host.limiter)
         if host.on_event is not None:
-            arguments["on_event"] = host.on_event
-        return await agent.run(item, **arguments)
+            options["on_event"] = host.on_event
+        return await self._agent.run(item, **options)

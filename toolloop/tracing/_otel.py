@@ -24,7 +24,7 @@ from ..flow import (
     ExecutionStarted,
     FlowEvent,
 )
-from ..kernel import RunFinished
+from ..kernel import ModelCallFinished, ModelCallStarted, RunEvent, RunFinished
 from ..loop import (
     PlanDecided,
     RoundFinished,
@@ -52,7 +52,6 @@ _INSTALL = (
 )
 
 AttributeValue = str | bool | int | float
-_AGENT_KINDS = frozenset({"model_call_started", "model_call_finished", "agent_finished"})
 
 
 def _set_usage(span: Span, usage: Usage) -> None:
@@ -102,9 +101,11 @@ class OpenTelemetrySpans:
     - ``execute_tool {name}``: one tool call, under its round (status ERROR if it failed;
       a command refused before running is a span of no length); what the tool reports
       (``ctx.report``) are ``progress`` events of it;
-    - ``chat``: one model call of the middleware agent, under the run.
+    - ``chat``: one model call of the run (the kernel's ``ModelCallStarted`` /
+      ``ModelCallFinished``, whatever product made it), under the run, with its usage, its
+      finish reason, and status ERROR if it failed.
 
-    The plan and run spans carry the model usage with the OpenTelemetry GenAI
+    The plan, chat and run spans carry the model usage with the OpenTelemetry GenAI
     semantic-convention names (``gen_ai.usage.input_tokens``,
     ``gen_ai.usage.output_tokens``, ``gen_ai.usage.cache_read.input_tokens``) and
     ``toolloop.usage.*`` for the rest (requests, total, reasoning tokens, unreported
@@ -209,20 +210,13 @@ class OpenTelemetrySpans:
             self._command_finished(event, run)
         elif isinstance(event, ToolProgress):
             self._progress(event)
-        elif event.kind in _AGENT_KINDS:  # the agent's, by kind: tracing never loads agents
-            self._agent_event(event, run)
+        elif isinstance(event, RunEvent):
+            self._run_event(event, run)
         elif isinstance(event, RoundFinished):
             finished = self._rounds.pop(event.round_index, None)
             if finished is not None:
                 finished.set_attribute("toolloop.records", len(event.records))
                 finished.end(end_time=self._ns(event.at))
-        elif isinstance(event, RunFinished):
-            run.set_attribute("toolloop.stop_reason", event.stop_reason)
-            run.set_attribute("toolloop.turns", event.turns)
-            run.set_attribute("toolloop.records", event.records)
-            if event.usage is not None:
-                _set_usage(run, event.usage)
-            self._end_children(self._ns(event.at))
         elif isinstance(event, (ExecutionFinished, ExecutionPaused)):
             if isinstance(event, ExecutionPaused):
                 run.set_attribute("toolloop.paused", True)
@@ -260,25 +254,44 @@ class OpenTelemetrySpans:
             span.add_event("short_circuit", timestamp=end)
         span.end(end_time=end)
 
-    def _agent_event(self, event: FlowEvent, run: Span) -> None:
-        """The middleware agent's model calls as ``chat`` spans under the run, with their
-        usage; its end puts the run's usage on the run span."""
-        index = getattr(event, "call_index", None)
-        if event.kind == "model_call_started" and isinstance(index, int):
-            span = self._start("chat", run, event.at, call_index=index)
-            span.set_attribute("gen_ai.operation.name", "chat")
-            self._chats[index] = span
-        elif event.kind == "model_call_finished" and isinstance(index, int):
+    def _run_event(self, event: RunEvent, run: Span) -> None:
+        """The kernel's events: each model call a ``chat`` span under the run, with its
+        usage; the run's end puts the run's usage on the run span."""
+        if isinstance(event, ModelCallStarted):
+            self._chats[event.call_index] = self._chat(event.call_index, event.at, run)
+        elif isinstance(event, ModelCallFinished):
+            index = event.call_index
             if index in self._chats:
                 span = self._chats.pop(index)
-                usage = getattr(event, "usage", None)
-                if isinstance(usage, Usage):
-                    _set_usage(span, usage)
-                span.end(end_time=self._ns(event.at))
-        elif event.kind == "agent_finished":
-            usage = getattr(event, "usage", None)
-            if isinstance(usage, Usage):
-                _set_usage(run, usage)
+            else:  # its start was not seen (a trace cut short)
+                span = self._chat(index, event.at - event.duration, run)
+            if event.usage is not None:
+                _set_usage(span, event.usage)
+            if event.finish_reason is not None:
+                span.set_attribute("gen_ai.response.finish_reasons", (event.finish_reason,))
+            if event.tool_calls:
+                span.set_attribute("toolloop.tool_calls", len(event.tool_calls))
+            if event.closed_early:
+                span.set_attribute("toolloop.closed_early", True)
+            if event.refusal is not None:
+                span.set_attribute("toolloop.refusal", _text(event.refusal))
+            if event.error is not None:
+                error = _text(event.error)
+                span.set_attribute("toolloop.error", error)
+                span.set_status(otel_trace.Status(otel_trace.StatusCode.ERROR, error))
+            span.end(end_time=self._ns(event.at))
+        elif isinstance(event, RunFinished):
+            run.set_attribute("toolloop.stop_reason", event.stop_reason)
+            run.set_attribute("toolloop.records", event.records)
+            run.set_attribute("toolloop.turns", event.turns)
+            if event.usage is not None:
+                _set_usage(run, event.usage)
+            self._end_children(self._ns(event.at))
+
+    def _chat(self, index: int, at: float, run: Span) -> Span:
+        span = self._start("chat", run, at, call_index=index)
+        span.set_attribute("gen_ai.operation.name", "chat")
+        return span
 
     def _progress(self, event: ToolProgress) -> None:
         """A tool's report, as an event of its call's span (the first open call of that

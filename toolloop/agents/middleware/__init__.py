@@ -4,14 +4,14 @@
   instructions before every model call.
 - :class:`ModelCallLimitMiddleware`, :class:`ToolCallLimitMiddleware`: stop after a number
   of calls, per run or per thread, gracefully or with an error.
-- :class:`HumanApprovalMiddleware`: pause before chosen tools run; resume with approve,
-  edit or reject.
+- :class:`HumanApprovalMiddleware`: pause before chosen tools run (the kernel's one
+  approval spec, as ``create_agent(needs_approval=...)``); resume with approve, edit or
+  reject.
 - :class:`ToolRetryMiddleware`: retry failing tool calls with backoff.
 """
 
 from __future__ import annotations
 
-from ._approval import ApprovalPolicy as ApprovalPolicy
 from ._approval import HumanApprovalMiddleware as HumanApprovalMiddleware
 from ._limits import ModelCallLimitMiddleware as ModelCallLimitMiddleware
 from ._limits import ToolCallLimitMiddleware as ToolCallLimitMiddleware
@@ -24,7 +24,6 @@ from ._todos import write_todos as write_todos
 __all__ = [
     "TODO_SYSTEM_PROMPT",
     "WRITE_TODOS_DESCRIPTION",
-    "ApprovalPolicy",
     "HumanApprovalMiddleware",
     "ModelCallLimitMiddleware",
     "TodoListMiddleware",

@@ -4,124 +4,101 @@ the calls at once or for each one.
 
 ::
 
-    agent = create_agent(model, tools, middleware=[HumanApprovalMiddleware({"delete": True})])
+    agent = create_agent(model, tools, needs_approval=["delete"])    # or, the same:
+    agent = create_agent(model, tools, middleware=[HumanApprovalMiddleware(["delete"])])
     result = await agent.run("clean up")
     if result.paused:                      # result.request: a HumanRequest, what to decide
         store.save(result.snapshot.model_dump(mode="json"))
         ...                                # later, maybe in another process
         result = await agent.resume(store.load(...), Approve())
 
-It speaks the human protocol of :mod:`toolloop.checkpoints`, the same as the status agent:
-the pause asks a :class:`~toolloop.checkpoints.HumanRequest`, the answer is a
-:class:`~toolloop.checkpoints.HumanDecision` or ``{call_id: decision}``. The pause is the
+Which calls wait is the kernel's one approval spec (:data:`~toolloop.kernel.ApprovalSpec`:
+``True``, tool names, a mapping of tool names to ``True`` / ``False`` /
+:class:`~toolloop.kernel.Approval`, or a rule), the same as the loop's and the status
+agent's ``needs_approval``. The pause asks a :class:`~toolloop.checkpoints.HumanRequest`,
+and the answer is applied by :func:`toolloop.kernel.decide`, as in every product: a
+rejected call is answered with :func:`toolloop.kernel.rejected_error`. The pause is the
 engine's: nothing runs while it waits, and the snapshot holds the whole state, so the
 approved calls run once, after the answer, wherever the run is resumed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeAlias
+from collections.abc import Callable, Collection
+from typing import Any
 
-from ...checkpoints import (
-    Approve,
-    DecisionKind,
-    Edit,
-    HumanDecision,
-    HumanRequest,
-    Reject,
-    RequestedCall,
-    check_decision,
-)
+from ...checkpoints import DecisionKind, HumanRequest, RequestedCall
+from ...kernel import ApprovalSpec, Decided, Run, Skip, approval_rule, decide
 from .._messages import AssistantMessage, ToolCall, last_assistant, pending_tool_calls
 from .._middleware import AgentMiddleware, Pause, Runtime
 from .._state import AgentState
 from .._tool_call import error_message
 
-__all__ = ["ApprovalPolicy", "HumanApprovalMiddleware"]
+__all__ = ["HumanApprovalMiddleware"]
 
 _ALL: tuple[DecisionKind, ...] = ("approve", "edit", "reject")
 
-
-@dataclass(frozen=True)
-class ApprovalPolicy:
-    """How the calls of one tool are approved.
-
-    Args:
-        allowed: the decisions a human may take (some of ``approve``, ``edit``, ``reject``).
-        description: shown with each call to approve (what to look at).
-    """
-
-    allowed: tuple[DecisionKind, ...] = _ALL
-    description: str | None = None
-
-
-Policy: TypeAlias = "bool | ApprovalPolicy | Sequence[DecisionKind]"
+Check = Callable[[RequestedCall], "RequestedCall | None"]
+Validate = Callable[[str, dict[str, Any]], dict[str, Any]]
 
 
 class HumanApprovalMiddleware(AgentMiddleware):
     """Pause the run before chosen tools run, until a human decides on the calls.
 
     Args:
-        interrupt_on: tool name → ``True`` (every decision allowed), ``False`` (no approval),
-            a sequence of allowed decisions, or an :class:`ApprovalPolicy`.
-        description_prefix: starts the description of each call to approve (its ``why``).
+        needs_approval: which calls wait (see the module docs). A tool name that is none
+            of the agent's tools is refused when the agent is built (a misspelt name would
+            let the real tool run unapproved).
 
     The pause asks a :class:`~toolloop.checkpoints.HumanRequest` of kind
     ``approve_tool_calls`` (``result.request``; as JSON data in ``result.pause_request``),
-    one :class:`~toolloop.checkpoints.RequestedCall` per call to approve, with the decisions
-    it allows. The answer (:meth:`Agent.resume`) is one decision for every call
+    one :class:`~toolloop.checkpoints.RequestedCall` per call to approve (its ``call_id``
+    the model's tool-call id, as in the run's ``ToolCallStarted`` events), with the
+    decisions it allows. The answer (:meth:`Agent.resume`) is one decision for every call
     (:class:`~toolloop.checkpoints.Approve`, :class:`~toolloop.checkpoints.Reject` with a
     message for the model, :class:`~toolloop.checkpoints.Edit` with new arguments by call
-    id: the calls it does not name run as they are), its data (``{"kind": "approve"}``), a
-    bare kind (``"approve"``), or one decision per call: ``{call_id: decision}``.
+    id, checked against the tool's schema: the calls it does not name run as they are),
+    its data (``{"kind": "approve"}``), a bare kind (``"approve"``), or one decision per
+    call: ``{call_id: decision}``.
+
+    Raises:
+        TypeError: a spec of none of the shapes (one bare ``str`` included).
     """
 
-    def __init__(
-        self,
-        interrupt_on: Mapping[str, Policy],
-        *,
-        description_prefix: str = "This tool call needs your approval",
-    ) -> None:
-        self.policies: dict[str, ApprovalPolicy] = {}
-        for tool, policy in interrupt_on.items():
-            if policy is False:
-                continue
-            if policy is True:
-                self.policies[tool] = ApprovalPolicy()
-            elif isinstance(policy, ApprovalPolicy):
-                self.policies[tool] = policy
-            else:
-                allowed = tuple(policy)
-                wrong = [d for d in allowed if d not in _ALL]
-                if wrong or not allowed:
-                    raise ValueError(
-                        f"the decisions allowed for {tool!r} are some of {list(_ALL)}, got "
-                        f"{list(allowed)}"
-                    )
-                self.policies[tool] = ApprovalPolicy(allowed=allowed)
-        self.description_prefix = description_prefix
+    def __init__(self, needs_approval: ApprovalSpec) -> None:
+        self.needs_approval = needs_approval
+        self._check = approval_rule(needs_approval)
 
-    def _requested(self, call: ToolCall) -> RequestedCall:
-        policy = self.policies[call.name]
-        why = f"{self.description_prefix}: {call.name}({call.args})"
-        if policy.description:
-            why += f"\n{policy.description}"
-        return RequestedCall(
-            call_id=call.id,
-            tool_name=call.name,
-            arguments=call.args if isinstance(call.args, dict) else {},
-            why=why,
-            allowed=list(policy.allowed),
-        )
+    def check_tools(self, tool_names: Collection[str]) -> None:
+        """Refuse a spec that names a tool the agent does not have (called when an agent is
+        built with this middleware).
+
+        Raises:
+            ValueError: a name that is no tool of the agent.
+        """
+        approval_rule(self.needs_approval, tool_names)
+
+    def _rule(self, runtime: Runtime) -> Check | None:
+        return self._check
 
     def after_model(self, state: AgentState, runtime: Runtime) -> Pause | None:
-        asks = [c for c in pending_tool_calls(state.messages) if c.name in self.policies]
-        if not asks:
+        check = self._rule(runtime)
+        if check is None:
             return None
-        calls = [self._requested(c) for c in asks]
-        allowed = [k for k in _ALL if any(k in (c.allowed or ()) for c in calls)]
+        calls: list[RequestedCall] = []
+        for call in pending_tool_calls(state.messages):
+            asked = check(
+                RequestedCall(
+                    call_id=call.id,
+                    tool_name=call.name,
+                    arguments=call.args if isinstance(call.args, dict) else {},
+                )
+            )
+            if asked is not None:
+                calls.append(asked)
+        if not calls:
+            return None
+        allowed = [k for k in _ALL if any(k in (c.allowed or _ALL) for c in calls)]
         names = ", ".join(sorted({c.tool_name for c in calls}))
         request = HumanRequest(
             kind="approve_tool_calls",
@@ -131,29 +108,19 @@ class HumanApprovalMiddleware(AgentMiddleware):
         )
         return Pause(request.model_dump(mode="json"))
 
-    def check_answer(self, answer: Any, request: Any) -> dict[str, HumanDecision]:
-        """The answer as one decision per call (see the class docs); raises
-        :class:`~toolloop.checkpoints.DecisionError` (a ``ResumeError``) if it does not fit."""
-        asked = HumanRequest.model_validate(request)
-        checked = check_decision(asked, answer)
-        if isinstance(checked, dict):
-            return checked
-        per_call: dict[str, HumanDecision] = {}
-        for call in asked.tool_calls:
-            if isinstance(checked, Edit):
-                if call.call_id in checked.arguments:
-                    per_call[call.call_id] = Edit(
-                        arguments={call.call_id: checked.arguments[call.call_id]},
-                        message=checked.message,
-                    )
-                else:
-                    per_call[call.call_id] = Approve()
-            else:
-                per_call[call.call_id] = checked
-        return per_call
+    def check_answer(
+        self, answer: Any, request: Any, *, validate_arguments: Validate | None = None
+    ) -> Decided:
+        """The answer checked against the request and applied to its calls
+        (:func:`toolloop.kernel.decide`; the agent gives ``validate_arguments``, its tools'
+        schema check). Raises :class:`~toolloop.checkpoints.DecisionError` (a
+        ``ResumeError``) if it does not fit: nothing changed."""
+        return decide(
+            HumanRequest.model_validate(request), answer, validate_arguments=validate_arguments
+        )
 
     def resume(self, answer: Any, state: AgentState, runtime: Runtime) -> dict[str, Any]:
-        decisions: dict[str, HumanDecision] = answer
+        decided: Decided = answer
         i = last_assistant(state.messages)
         message = state.messages[i]
         assert isinstance(message, AssistantMessage)
@@ -161,21 +128,14 @@ class HumanApprovalMiddleware(AgentMiddleware):
         answers = []
         edits = False
         for call in message.tool_calls:
-            decision = decisions.get(call.id)
-            if isinstance(decision, Edit):
+            verdict = decided.calls.get(call.id)
+            if isinstance(verdict, Run) and verdict.arguments != call.args:
                 call = call.model_copy(
-                    update={
-                        "args": decision.arguments[call.id],
-                        "error": None,
-                        "raw_arguments": None,
-                    }
+                    update={"args": verdict.arguments, "error": None, "raw_arguments": None}
                 )
                 edits = True
-            elif isinstance(decision, Reject):
-                said = decision.message or "no reason given"
-                answers.append(
-                    error_message(call, f"a human rejected this call ({said}); it did not run")
-                )
+            elif isinstance(verdict, Skip):
+                answers.append(error_message(call, verdict.error))
             calls.append(call)
         if not edits:
             return {"messages": answers}
