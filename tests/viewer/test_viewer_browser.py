@@ -153,7 +153,7 @@ def test_a_streamed_run_live_in_the_browser(
     assert len(errors_shown) == 1
     assert "the sensor is offline" in errors_shown[0]
     assert shown["short"] == ["1"]  # round 1's plan was cut short
-    assert shown["finished"] == "response after 1 round, 3 records"
+    assert shown["finished"] == "answered after 1 round, 3 records"
     assert (artefacts / f"viewer-{backend}.png").stat().st_size > 10_000
     requested, errors = chromium.drain()
     assert not leaving_localhost(requested)
@@ -229,7 +229,7 @@ def test_toolloop_view_replays_and_tails_a_trace(chromium: Browser, tmp_path: Pa
                 file.write("\n".join(lines[cut:]) + "\n")
             chromium.wait_for(
                 "return (document.querySelector('.finished-line') || {}).textContent === "
-                "'response after 1 round, 2 records'",
+                "'answered after 1 round, 2 records'",
                 what="the rest of the run, tailed",
             )
             error = chromium.js(
@@ -267,6 +267,13 @@ def test_the_page_draws_a_plan_still_streaming_usage_and_a_failed_run(
         )
         # text from events is shown as text, never as markup
         assert chromium.js("return document.querySelectorAll('article.run b').length") == 0
+        for index, at, usage in (  # each model call tells its usage; the plans repeat it
+            (0, 0.3, {"prompt_tokens": 120, "completion_tokens": 30}),
+            (1, 0.5, {"prompt_tokens": 80}),
+        ):
+            server.publish(
+                event("model_call_finished", at, call_index=index, duration=0.1, usage=usage)
+            )
         server.publish(
             event(
                 "plan_decided",
@@ -348,8 +355,8 @@ def test_a_plan_s_reasoning_and_a_refusal_are_shown(chromium: Browser) -> None:
 
 
 def test_the_run_s_usage_is_counted_once(chromium: Browser) -> None:
-    """Each plan carries its calls' usage and the end of the run the total again: the page
-    sums the plans, and does not add the total on top."""
+    """Each model call tells its usage, each plan and the end of the run sum it again: the
+    page sums the model calls, and adds neither sum on top."""
     model = ScriptedChatModel()
     for _ in range(2):
         model.add_reply(
@@ -397,12 +404,12 @@ def test_the_time_axis_is_distinct_and_readable_at_every_scale(chromium: Browser
         for n, span in enumerate(SPANS):
             run = {"execution_id": f"run-{n}"}
             plan = {"round_index": 0, "next_action": "response", "commands": [], "duration": span}
-            end = {"round_index": 0, "stop_reason": "response", "rounds": 1, "records": 0}
+            end = {"stop_reason": "answered", "turns": 1, "records": 0}
             for event in (
                 {"kind": "execution_started", "at": 0.0, "flow": "plan_execute"},
                 {"kind": "round_started", "at": 0.0, "round_index": 0},
                 {"kind": "plan_decided", "at": span, **plan},
-                {"kind": "loop_finished", "at": span, **end},
+                {"kind": "run_finished", "at": span, **end},
                 {"kind": "execution_finished", "at": span},
             ):
                 server.publish({**run, **event})

@@ -100,10 +100,10 @@ def test_the_stream_gives_the_history_then_what_comes_and_resumes_by_id() -> Non
         reader = threading.Thread(target=lambda: later.extend(_events(server.url, 4)))
         reader.start()
         assert server.wait_for_pages(1, timeout=10)
-        server.publish(_event("loop_finished", round_index=3, stop_reason="answered",
+        server.publish(_event("run_finished", turns=3, stop_reason="answered",
                               rounds=3, records=0))  # fmt: skip
         reader.join(10)
-        assert [e["kind"] for _, e in later][-1] == "loop_finished"
+        assert [e["kind"] for _, e in later][-1] == "run_finished"
         assert server.statistics()["events"] == 4
 
 
@@ -167,7 +167,7 @@ async def test_a_sink_serves_a_run_with_secrets_scrubbed() -> None:
     assert kinds[0] == "run_meta"
     assert events[0]["meta"]["request"] == "log in"
     assert events[0]["meta"]["token"] != "abc"  # scrubbed
-    assert {"round_started", "tool_call_started", "tool_call_finished", "loop_finished"} <= set(
+    assert {"round_started", "tool_call_started", "tool_call_finished", "run_finished"} <= set(
         kinds
     )
     assert secret not in json.dumps(events)
@@ -226,7 +226,7 @@ def test_a_trace_file_is_replayed_with_notes_for_lines_that_are_not_events(
         + json.dumps(_event("round_started", round_index=0))
         + "\nnot json\n"
         + json.dumps(
-            _event("loop_finished", round_index=0, stop_reason="answered", rounds=0, records=0)
+            _event("run_finished", round_index=0, stop_reason="answered", rounds=0, records=0)
         )
     )  # the last line has no line end: it is read all the same
     with ViewerServer() as server:
@@ -236,7 +236,7 @@ def test_a_trace_file_is_replayed_with_notes_for_lines_that_are_not_events(
         "trace_header",
         "round_started",
         "viewer_note",
-        "loop_finished",
+        "run_finished",
     ]
     assert events[0]["meta"] == {"request": "hi"}
     assert events[2]["text"] == "run.jsonl line 3 is not JSON (Expecting value)"

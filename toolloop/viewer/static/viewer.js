@@ -279,7 +279,7 @@ function drawRun(run) {
   if (run.finished) {
     const f = run.finished;
     finished = h("div", { class: "finished-line" },
-      `${f.stop_reason} after ${f.rounds} round${f.rounds === 1 ? "" : "s"}, ` +
+      `${f.stop_reason} after ${f.turns} round${f.turns === 1 ? "" : "s"}, ` +
       `${f.records} record${f.records === 1 ? "" : "s"}`);
   } else if (run.failed) {
     finished = h("div", { class: "finished-line failed" }, "failed: " + run.failed);
