@@ -12,6 +12,7 @@ Definition mistakes (how something was built) are kept apart from failures while
         │   ├── ExecutionTimeoutError   the whole execution or one step ran out of time
         │   ├── ExecutionStalledError   nothing left to run, but no end was reached
         │   ├── PlannerError            the planner raised or timed out (keeps done_plans)
+        │   ├── AnswerError             the final answer (answer_with=) failed (keeps done_plans)
         │   └── UsageLimitError         a run's usage passed its UsageLimits (keeps done_plans)
         ├── ResumeError                 a snapshot or an event that does not fit a paused run
         ├── ToolCallError               one tool call failed (becomes a record's error)
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from .flow import TraceEntry
 
 __all__ = [
+    "AnswerError",
     "DefinitionError",
     "ExecutionError",
     "ExecutionStalledError",
@@ -154,6 +156,23 @@ class PlannerError(ExecutionError):
         super().__init__(message, trace=trace, state=state)
         self.done_plans: list[Any] = list(done_plans)
         self.round_index = round_index
+
+
+class AnswerError(ExecutionError):
+    """The final answer a run makes once its loop stops (``answer_with=``) failed: its model
+    call raised, refused, or timed out (``model_timeout``). The original exception is the
+    ``__cause__``; ``done_plans`` keeps every record the run made."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        done_plans: Sequence[Any] = (),
+        trace: Sequence[TraceEntry] = (),
+        state: Any = None,
+    ) -> None:
+        super().__init__(message, trace=trace, state=state)
+        self.done_plans: list[Any] = list(done_plans)
 
 
 class UsageLimitError(ExecutionError):

@@ -7,6 +7,7 @@ Subpackages add their own errors under these: :mod:`toolloop.agents`,
 
 from __future__ import annotations
 
+from ._errors import AnswerError as AnswerError
 from ._errors import DefinitionError as DefinitionError
 from ._errors import ExecutionError as ExecutionError
 from ._errors import ExecutionStalledError as ExecutionStalledError
@@ -28,6 +29,7 @@ from ._errors import ToolTimeoutError as ToolTimeoutError
 from ._errors import UsageLimitError as UsageLimitError
 
 __all__ = [
+    "AnswerError",
     "DefinitionError",
     "ExecutionError",
     "ExecutionStalledError",

@@ -11,6 +11,7 @@ import pytest
 
 from toolloop import PlannerError
 from toolloop.cli import PlainDisplay, RunOptions, async_run, build_parser, describe_error, main
+from toolloop.errors import AnswerError
 from toolloop.testing import FakeOpenAIServer
 
 pytestmark = [
@@ -234,3 +235,17 @@ def test_a_tool_progress_report_is_one_plain_line() -> None:
     out = io.StringIO()
     PlainDisplay(out)(event)
     assert out.getvalue() == "   1.500s  round 2  ...   fetch: 3 of 10 pages done=3\n"
+
+
+async def test_the_model_timeout_bounds_the_answer_too(tools_module: Path) -> None:
+    async with FakeOpenAIServer() as server:
+        server.add_reply(RESPONSE)
+        # the answer's first words come, then it stalls past --model-timeout (120x slack)
+        server.add_reply(chunks=["Pack ", "sunglasses."], delay=60)
+        out = io.StringIO()
+        with pytest.raises(AnswerError) as caught:
+            await async_run(
+                options(server, answer=True, model_timeout=0.5), out=out, display=PlainDisplay(out)
+            )
+    assert "did not finish within 0.5 s (--model-timeout)" in describe_error(caught.value)
+    assert caught.value.done_plans == []

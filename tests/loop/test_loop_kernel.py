@@ -10,18 +10,31 @@ import anyio
 import pytest
 
 from toolloop.checkpoints import Approve, HumanRequest, MemoryCheckpointStore, RequestedCall
-from toolloop.errors import UsageLimitError
+from toolloop.errors import (
+    AnswerError,
+    ModelCallError,
+    ModelRefusalError,
+    PlannerError,
+    UsageLimitError,
+)
 from toolloop.flow import ExecutionFailed, ExecutionPaused, FlowEvent
-from toolloop.kernel import Approval, ModelCallFinished, ModelCallStarted, RunFinished
+from toolloop.kernel import (
+    Approval,
+    CheckpointSaved,
+    ModelCallFinished,
+    ModelCallStarted,
+    RunFinished,
+)
 from toolloop.loop import (
     async_plan_and_execute,
+    async_recover_plan_and_execute,
     async_resume_plan_and_execute,
     final_answer,
     stream_plan_and_execute,
 )
 from toolloop.models import UsageLimits
 from toolloop.planners import StructuredPlanner
-from toolloop.runner import ToolCallStarted
+from toolloop.runner import ToolCallFinished, ToolCallStarted
 from toolloop.testing import ScriptedChatModel, ScriptedPlanner
 
 pytestmark = pytest.mark.anyio
@@ -264,3 +277,187 @@ async def test_a_timeout_that_finishes_is_told_as_the_run_s_end() -> None:
     )
     assert result.stop_reason == "timeout"
     assert [e.stop_reason for e in events if isinstance(e, RunFinished)] == ["timeout"]
+
+
+class Streams:
+    """A planner that streams each command of ``plan`` before it returns it; with
+    ``fail_after_finished``, it raises once the first call's record is made (the round's
+    plan is then never journaled)."""
+
+    def __init__(self, plan: dict[str, Any], finished: anyio.Event | None = None) -> None:
+        self.plan_ = plan
+        self.finished = finished
+        self.calls = 0
+
+    async def plan(self, context: Any) -> Any:
+        raise AssertionError("a streaming planner is called through plan_streaming")
+
+    async def plan_streaming(self, context: Any, dispatch: Any) -> Any:
+        self.calls += 1
+        if context.round_index > 0:
+            return {"next_action": "response"}
+        for position, command in enumerate(self.plan_["execution_commands"]):
+            dispatch(position, command)
+        if self.finished is not None:
+            await self.finished.wait()
+            raise RuntimeError("the model's stream broke")
+        return self.plan_
+
+
+def finished_one(events: list[FlowEvent], done: anyio.Event) -> Any:
+    def on_event(event: FlowEvent) -> None:
+        events.append(event)
+        if isinstance(event, ToolCallFinished):
+            done.set()
+
+    return on_event
+
+
+async def _dies_after_a_streamed_call(store: MemoryCheckpointStore, desk: Desk) -> None:
+    done = anyio.Event()
+    with pytest.raises(PlannerError, match="the model's stream broke"):
+        await async_plan_and_execute(
+            "mail ada",
+            tools=[desk.look, desk.send],
+            planner=Streams({"execution_commands": [cmd("send", to="ada")]}, done),
+            streaming_dispatch=True,
+            store=store,
+            run_id="broken",
+            on_event=finished_one([], done),
+        )
+    assert desk.done == ["send ada"]  # it ran while the plan streamed; no plan was kept
+
+
+async def test_a_streamed_call_of_a_plan_never_kept_is_not_handed_to_another_call() -> None:
+    """The round is planned again, differently: the call at the same place is another one,
+    so it runs, and the earlier call's outcome is not passed off as its own."""
+    desk, store = Desk(), MemoryCheckpointStore()
+    await _dies_after_a_streamed_call(store, desk)
+    recovered = await async_recover_plan_and_execute(
+        "broken",
+        tools=[desk.look, desk.send],
+        planner=Streams({"execution_commands": [cmd("send", to="bob")]}),
+        streaming_dispatch=True,
+        store=store,
+    )
+    assert desk.done == ["send ada", "send bob"]
+    assert [r.result for r in recovered.done_plans] == ["sent to bob"]
+    (note,) = [n for n in recovered.notes if "before the round's plan was kept" in n]
+    assert "call 0.0 ran" in note and '"to":"ada"' in note
+
+
+async def test_a_streamed_call_planned_again_the_same_is_replayed_and_told_so() -> None:
+    desk, store = Desk(), MemoryCheckpointStore()
+    await _dies_after_a_streamed_call(store, desk)
+    events: list[FlowEvent] = []
+    recovered = await async_recover_plan_and_execute(
+        "broken",
+        tools=[desk.look, desk.send],
+        planner=Streams({"execution_commands": [cmd("send", to="ada")]}),
+        streaming_dispatch=True,
+        store=store,
+        on_event=events.append,
+    )
+    assert desk.done == ["send ada"]  # not run again
+    assert [r.result for r in recovered.done_plans] == ["sent to ada"]
+    (finished,) = [e for e in events if isinstance(e, ToolCallFinished)]
+    assert (finished.call_id, finished.source) == ("0.0", "replayed")
+
+
+async def test_a_durable_loop_tells_each_checkpoint() -> None:
+    desk = Desk()
+    events: list[FlowEvent] = []
+    two_rounds = [PLAN[0], {"execution_commands": [cmd("look", key="b")]}, PLAN[1]]
+    await async_plan_and_execute(
+        "look twice",
+        tools=[desk.look, desk.send],
+        planner=ScriptedPlanner(two_rounds),
+        store=MemoryCheckpointStore(),
+        on_event=events.append,
+    )
+    saved = [e for e in events if isinstance(e, CheckpointSaved)]
+    assert [e.step for e in saved] == ["round 0", "round 1"]
+    kinds = [e.kind for e in events]
+    # each after its round's end, before the next round is planned
+    assert kinds.index("checkpoint_saved") > kinds.index("round_finished")
+
+
+async def test_a_resume_takes_the_run_options_again_and_keeps_the_stored_ones() -> None:
+    desk, store = Desk(), MemoryCheckpointStore()
+    three_rounds = [
+        {"execution_commands": [cmd("send", to="ada")]},
+        {"execution_commands": [cmd("look", key="b")]},
+        {"execution_commands": [cmd("look", key="c")]},
+        {"next_action": "response"},
+    ]
+    planner = ScriptedPlanner(three_rounds)
+    paused = await async_plan_and_execute(
+        "mail, then look",
+        tools=[desk.look, desk.send],
+        planner=planner,
+        store=store,
+        run_id="r",
+        needs_approval=["send"],
+        max_turns=3,
+    )
+    assert paused.paused
+    done = await async_resume_plan_and_execute(
+        "r", Approve(), tools=[desk.look, desk.send], planner=planner, store=store, max_turns=2
+    )
+    assert done.stop_reason == "max_turns" and done.rounds == 2
+    assert desk.done == ["send ada", "look b"]
+    with pytest.raises(TypeError, match="needs store="):
+        await async_recover_plan_and_execute("r", planner=planner)
+    with pytest.raises(ValueError, match="names another run"):
+        await async_recover_plan_and_execute("r", planner=planner, store=store, run_id="s")
+
+
+async def test_an_old_option_name_says_its_new_one() -> None:
+    with pytest.raises(TypeError, match="'max_rounds'; it is now 'max_turns'"):
+        await async_plan_and_execute("?", planner=ScriptedPlanner([]), max_rounds=3)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="did you mean 'concurrency'"):
+        await async_plan_and_execute("?", planner=ScriptedPlanner([]), concurency=3)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("failure", ["raises", "refuses", "hangs"])
+async def test_a_final_answer_that_fails_ends_the_run_with_an_answer_error(failure: str) -> None:
+    model = ScriptedChatModel()
+    model.add_reply(json.dumps({"execution_commands": [cmd("look", key="a")]}))
+    model.add_reply('{"next_action": "response"}')
+    if failure == "raises":
+        model.add_error(ModelCallError("the server said 503", status=503))
+    elif failure == "refuses":
+        model.add_reply("", refusal="I can't help with that.")
+    else:
+        model.add_reply("never", first_delay=60)  # past model_timeout (a hang guard: 120x)
+    desk = Desk()
+    with pytest.raises(AnswerError) as caught:
+        await async_plan_and_execute(
+            "look",
+            tools=[desk.look],
+            planner=StructuredPlanner(model),
+            answer_with=model,
+            model_timeout=0.5 if failure == "hangs" else None,
+        )
+    error = caught.value
+    assert [r.result for r in error.done_plans] == ["saw a"]
+    assert "the final answer's model call" in str(error)
+    expected = {"raises": ModelCallError, "refuses": ModelRefusalError, "hangs": TimeoutError}
+    assert isinstance(error.__cause__, expected[failure])
+    if failure == "hangs":
+        assert "did not finish within 0.5 s" in str(error)
+
+
+async def test_a_paused_stream_of_loop_events_ends_with_the_pause() -> None:
+    desk, store = Desk(), MemoryCheckpointStore()
+    async with stream_plan_and_execute(
+        "mail ada",
+        tools=[desk.look, desk.send],
+        planner=ScriptedPlanner(PLAN),
+        store=store,
+        needs_approval=["send"],
+        loop_events_only=True,
+    ) as run:
+        kinds = [event.kind async for event in run]
+    assert run.result.paused and kinds[-1] == "execution_paused"
+    assert "step_started" not in kinds

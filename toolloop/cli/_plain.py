@@ -9,7 +9,7 @@ Each line starts with the seconds since the run started, then the round::
        0.502s  round 0  FAIL  #3 book_hotel 0 ms: no tool named 'book_hotel'
        0.903s  round 0  done: 5 records, 3 ok, 2 failed (round 903 ms, tools 702 ms)
        1.105s  round 2  plan: response, short-circuit (12 ms)
-       1.105s  finished: response after 2 rounds, 9 records
+       1.105s  finished: answered after 2 rounds, 9 records
 
 The same words serve the live display and ``toolloop trace show``.
 """

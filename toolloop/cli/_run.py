@@ -214,5 +214,6 @@ async def _async_run(
                 max_tokens=options.max_tokens,
                 temperature=options.temperature,
                 settings=settings,
+                timeout=options.model_timeout,
             )
     return result

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import anyio
 
+from .._errors import AnswerError
 from ..flow import FlowEvent
 from ..loop import LoopResult, stream_final_answer
 from ..models import ChatModel, ModelSettings, Usage
@@ -233,20 +234,33 @@ async def stream_answer(
     max_tokens: int | None = None,
     temperature: float | None = None,
     settings: ModelSettings | None = None,
+    timeout: float | None = None,
 ) -> str:
     """Stream the final answer to ``out`` as it comes; return it whole. An answer cut off
-    by the token limit is followed by a one-line notice."""
+    by the token limit is followed by a one-line notice.
+
+    Raises:
+        AnswerError: the answer did not end within ``timeout`` seconds.
+    """
     out.write("\nanswer:\n")
     out.flush()
     pieces: list[str] = []
-    async with stream_final_answer(
-        model, result, max_tokens=max_tokens, temperature=temperature, settings=settings
-    ) as text:
-        async for piece in text:
-            pieces.append(piece)
-            out.write(piece)
-            out.flush()
+    with anyio.move_on_after(timeout) as scope:
+        async with stream_final_answer(
+            model, result, max_tokens=max_tokens, temperature=temperature, settings=settings
+        ) as text:
+            async for piece in text:
+                pieces.append(piece)
+                out.write(piece)
+                out.flush()
     out.write("\n")
+    if scope.cancelled_caught:
+        out.flush()
+        raise AnswerError(
+            f"the final answer's model call did not finish within {timeout} s "
+            "(--model-timeout); what came of it is above",
+            done_plans=result.done_plans,
+        )
     if text.cut_off:
         limit = f" ({max_tokens} tokens)" if max_tokens is not None else ""
         out.write(f"note: the answer was cut off by the token limit{limit}; raise --max-tokens\n")

@@ -31,6 +31,7 @@ from ._events import RunFinished as RunFinished
 from ._journal import Interrupted as Interrupted
 from ._journal import journaled_call as journaled_call
 from ._journal import record_interrupted as record_interrupted
+from ._options import RENAMED_OPTIONS as RENAMED_OPTIONS
 from ._options import OnEvent as OnEvent
 from ._options import OnLimit as OnLimit
 from ._options import RunOptions as RunOptions
@@ -43,6 +44,7 @@ from ._vocabulary import interrupted_error as interrupted_error
 from ._vocabulary import rejected_error as rejected_error
 
 __all__ = [
+    "RENAMED_OPTIONS",
     "Approval",
     "ApprovalRule",
     "ApprovalSpec",

@@ -22,7 +22,14 @@ if TYPE_CHECKING:
     from ..flow import FlowEvent
     from ._approval import ApprovalSpec
 
-__all__ = ["OnEvent", "OnLimit", "RunOptions", "RunOverrides", "UnknownOutcome"]
+__all__ = [
+    "RENAMED_OPTIONS",
+    "OnEvent",
+    "OnLimit",
+    "RunOptions",
+    "RunOverrides",
+    "UnknownOutcome",
+]
 
 OnLimit: TypeAlias = Literal["raise", "finish"]
 """What a run does when its ``timeout`` or its budget is reached: raise, or finish with what
@@ -40,6 +47,12 @@ call is never run again silently."""
 OnEvent: TypeAlias = "Callable[[FlowEvent], None]"
 
 _POLICIES = ("raise", "finish")
+RENAMED_OPTIONS: Mapping[str, str] = {
+    "max_rounds": "max_turns",
+    "planner_timeout": "model_timeout",
+    "max_steps": "max_turns",
+}
+"""Options of earlier releases, by name, and what they are called now (an error says it)."""
 _UNKNOWN = ("fail", "retry", "ask")
 
 
@@ -139,9 +152,11 @@ class RunOptions:
         """These options with those ``given`` replacing them (a call's options over an
         agent's defaults); a ``None`` given keeps the default."""
         changes = {k: v for k, v in given.items() if v is not None}
-        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
+        unknown = sorted(set(given) - {f.name for f in dataclasses.fields(self)})
         if unknown:
-            raise TypeError(f"no run option named {unknown}")
+            renamed = [f"{k} is now {RENAMED_OPTIONS[k]}" for k in unknown if k in RENAMED_OPTIONS]
+            hint = f" ({'; '.join(renamed)})" if renamed else ""
+            raise TypeError(f"no run option named {unknown}{hint}")
         return dataclasses.replace(self, **changes) if changes else self
 
     def as_dict(self) -> Mapping[str, Any]:

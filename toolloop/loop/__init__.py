@@ -8,6 +8,7 @@ from ._answer import FinalAnswer as FinalAnswer
 from ._answer import final_answer as final_answer
 from ._answer import final_answer_messages as final_answer_messages
 from ._answer import stream_final_answer as stream_final_answer
+from ._api import LoopOptions as LoopOptions
 from ._api import LoopStream as LoopStream
 from ._api import async_plan_and_execute as async_plan_and_execute
 from ._api import async_recover_plan_and_execute as async_recover_plan_and_execute
@@ -38,6 +39,7 @@ __all__ = [
     "AnswerWith",
     "FinalAnswer",
     "LoopEvent",
+    "LoopOptions",
     "LoopResult",
     "LoopStream",
     "NormalizedPlan",

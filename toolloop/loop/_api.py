@@ -3,29 +3,31 @@ twins, and a stream; every run driven by the kernel (:func:`toolloop.kernel.driv
 
 from __future__ import annotations
 
+import difflib
 import functools
 import math
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import sniffio
+from typing_extensions import Unpack
 
 from .._errors import PlannerError, UsageLimitError
 from ..checkpoints import HumanRequest
-from ..flow import EventStream, Execution, FlowEvent
+from ..flow import EventStream, Execution, ExecutionPaused, FlowEvent
 from ..kernel import (
-    ApprovalSpec,
+    RENAMED_OPTIONS,
     Ended,
     RunOptions,
+    RunOverrides,
     StopReason,
-    UnknownOutcome,
     approval_rule,
     drive,
 )
-from ..models import ChatModel, UsageLimits
+from ..models import ChatModel
 from ..planners import PlannerLike
 from ..runner import (
     Executor,
@@ -41,9 +43,10 @@ from ._flow import AnswerWith, LoopDeps, RoundState, loop_flow
 from ._results import LoopResult
 
 if TYPE_CHECKING:
-    from ..checkpoints import CheckpointedRun, CheckpointStore
+    from ..checkpoints import CheckpointedRun
 
 __all__ = [
+    "LoopOptions",
     "LoopStream",
     "async_plan_and_execute",
     "async_recover_plan_and_execute",
@@ -205,95 +208,114 @@ async def _drive(
     return made[-1] if made else _result(execution, ended)
 
 
-def _options(**given: Any) -> RunOptions:
-    return RunOptions(**given)
+class LoopOptions(RunOverrides, total=False):
+    """What a call of the loop takes besides its request, planner and tools: every run
+    option of the kernel (:class:`~toolloop.kernel.RunOverrides`: ``concurrency``,
+    ``timeout``, ``max_turns``, ``store``, ...) and the loop's own four (see
+    :func:`async_plan_and_execute`)."""
+
+    user_extra_requirement: str | None
+    max_commands: int
+    streaming_dispatch: bool
+    answer_with: AnswerLike | None
+
+
+_OWN = ("user_extra_requirement", "max_commands", "streaming_dispatch", "answer_with")
+
+
+_KNOWN = frozenset((*RunOverrides.__annotations__, *_OWN, "planner", "tools"))
+
+
+def _split(given: Mapping[str, Any], verb: str) -> tuple[RunOptions, dict[str, Any]]:
+    """The run options of a call (checked) and the loop's own arguments."""
+    for name in given:
+        if name not in _KNOWN:
+            close = difflib.get_close_matches(name, _KNOWN, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            renamed = RENAMED_OPTIONS.get(name)
+            if renamed is not None:
+                hint = f"; it is now {renamed!r}"
+            raise TypeError(f"{verb}() got an unexpected keyword argument {name!r}{hint}")
+    own = {k: given[k] for k in _OWN if k in given}
+    options = _DEFAULTS.merged(**{k: v for k, v in given.items() if k not in own})
+    if "max_commands" in own and (
+        not isinstance(own["max_commands"], int) or own["max_commands"] < 1
+    ):
+        raise ValueError(f"max_commands must be at least 1, got {own['max_commands']!r}")
+    return options, own
+
+
+_DEFAULTS = RunOptions()
 
 
 async def async_plan_and_execute(
     user_input: str,
     *,
-    tools: ToolsLike = (),
     planner: PlannerLike,
-    max_turns: int = 5,
-    concurrency: int = 4,
-    limiter: anyio.CapacityLimiter | None = None,
-    timeout: float | None = None,
-    tool_timeout: float | None = None,
-    model_timeout: float | None = None,
-    user_extra_requirement: str | None = None,
-    max_commands: int = 64,
-    streaming_dispatch: bool = False,
-    on_timeout: Literal["raise", "finish"] = "raise",
-    on_event: Callable[[FlowEvent], None] | None = None,
-    store: CheckpointStore | None = None,
-    run_id: str | None = None,
-    needs_approval: ApprovalSpec = (),
-    unknown_outcome: UnknownOutcome = "fail",
-    idempotent_tools: Sequence[str] = (),
-    usage_limits: UsageLimits | None = None,
-    on_usage_limit: Literal["raise", "finish"] = "raise",
-    deps: Any = None,
-    answer_with: AnswerLike | None = None,
+    tools: ToolsLike = (),
+    **options: Unpack[LoopOptions],
 ) -> LoopResult:
     """Plan, execute tools, and plan again, round after round; return the results.
 
-    The options below that are not the loop's own (``concurrency``, ``limiter``,
-    ``timeout``, ``tool_timeout``, ``model_timeout``, ``on_timeout``, ``max_turns``,
-    ``usage_limits``, ``on_usage_limit``, ``store``, ``run_id``, ``needs_approval``,
-    ``unknown_outcome``, ``idempotent_tools``, ``deps``, ``on_event``) are every product's,
-    with the same defaults (:class:`~toolloop.kernel.RunOptions`).
+    Every option is a keyword argument. The run options are every product's, with the same
+    names and defaults (:class:`~toolloop.kernel.RunOptions`); the last four are the
+    loop's own.
 
     Args:
         user_input: the user's request, given to the planner every round.
+        planner: decides each round (see :class:`~toolloop.planners.Planner`).
         tools: the tools the planner may call: typed functions, :class:`~toolloop.Tool`
             objects, or a :class:`~toolloop.tools.ToolRegistry`.
-        planner: decides each round (see :class:`~toolloop.planners.Planner`).
-        max_turns: at most this many rounds execute tools; checked before the planner is
-            called, so no planner call is wasted (stop reason ``max_turns``).
-        concurrency: at most this many tool calls of this run at once.
-        limiter: a :class:`anyio.CapacityLimiter` shared by many runs (both limits hold).
-        timeout: seconds for the whole run; every running planner call and tool is cancelled
-            when it passes.
-        tool_timeout: seconds for each tool call (a tool's own, smaller timeout wins).
-        model_timeout: seconds for each planner call (and the final answer's).
-        user_extra_requirement: more instructions for the planner.
-        max_commands: commands past this many in one round fail without running.
-        streaming_dispatch: with a planner that streams (``plan_streaming``, e.g.
-            :class:`~toolloop.planners.StructuredPlanner`), start each command as soon as
-            it is complete in the stream, while the rest of the plan is still written (a
-            durable run too: a command that needs approval is held until it is answered).
-        on_timeout: ``"raise"`` :class:`~toolloop.ExecutionTimeoutError` (its ``.state``
-            keeps the records), or ``"finish"``: return the result so far with
-            ``stop_reason="timeout"``.
-        on_event: called with every event of the run, as it happens.
-        store: make the run durable: a :class:`~toolloop.checkpoints.CheckpointStore`
-            (SQLite, PostgreSQL, ...) that keeps its round state after every round and the
-            journal of its planner outputs and tool calls, so that
-            :func:`async_recover_plan_and_execute` continues it if its process dies, and
-            :func:`async_resume_plan_and_execute` when it paused (see the durability guide).
-        run_id: the durable run's id (a new one by default: ``result.run_id``).
-        needs_approval: which calls wait for a human (needs ``store``): tool names, a mapping,
-            a rule, or ``True`` (:data:`~toolloop.kernel.ApprovalSpec`). When a round plans
-            one, the round waits and the run returns a result with ``paused`` true and
-            ``result.request`` (a :class:`~toolloop.checkpoints.HumanRequest`); resume it
-            with :func:`async_resume_plan_and_execute` and a decision, in any process.
-        unknown_outcome: what a recovered run does with a call that started and has no
-            recorded outcome (:data:`~toolloop.kernel.UnknownOutcome`: ``"fail"``,
-            ``"retry"`` idempotent tools, or ``"ask"`` a human).
-        idempotent_tools: names of the tools that are safe to run twice.
-        usage_limits: the run's budget of model calls and tokens
-            (:class:`~toolloop.models.UsageLimits`), checked before each model call (the
-            final answer's too) and while a stream runs.
-        on_usage_limit: ``"raise"`` :class:`~toolloop.errors.UsageLimitError` (its
-            ``.done_plans`` keeps the records), or ``"finish"``: return the result so far
-            with ``stop_reason="usage_limit"``.
-        deps: your dependencies (a DB pool, an HTTP client...), handed to every tool that
-            declares a :class:`~toolloop.tools.RunContext` parameter as ``ctx.deps``.
-        answer_with: a :class:`~toolloop.models.ChatModel` (or an
-            :class:`~toolloop.loop.AnswerWith` with its settings): once the loop stops, the
-            run writes the final answer with it (:func:`~toolloop.loop.final_answer`) as
-            its last model call, counted in ``result.usage`` and held to the budget; the
-            answer is ``result.text``.
+        **options: the run's options:
+
+            - ``max_turns`` (5): at most this many rounds execute tools; checked before the
+              planner is called, so no planner call is wasted (stop reason ``max_turns``).
+            - ``concurrency`` (4): at most this many tool calls of this run at once;
+              ``limiter``: a :class:`anyio.CapacityLimiter` shared by many runs (both hold).
+            - ``timeout``: seconds for the whole run; every running planner call and tool
+              is cancelled when it passes. ``on_timeout``: ``"raise"`` (the default)
+              :class:`~toolloop.ExecutionTimeoutError` (its ``.state`` keeps the records),
+              or ``"finish"``: return the result so far with ``stop_reason="timeout"``.
+            - ``tool_timeout``: seconds for each tool call (a tool's own, smaller timeout
+              wins); ``model_timeout``: seconds for each planner call (and the final
+              answer's).
+            - ``usage_limits``: the run's budget of model calls and tokens
+              (:class:`~toolloop.models.UsageLimits`), checked before each model call (the
+              final answer's too) and while a stream runs. ``on_usage_limit``:
+              ``"raise"`` :class:`~toolloop.errors.UsageLimitError` (its ``.done_plans``
+              keeps the records), or ``"finish"`` (``stop_reason="usage_limit"``).
+            - ``store``: make the run durable: a
+              :class:`~toolloop.checkpoints.CheckpointStore` (SQLite, PostgreSQL, ...) that
+              keeps its round state after every round and the journal of its planner
+              outputs and tool calls, so that :func:`async_recover_plan_and_execute`
+              continues it if its process dies, and :func:`async_resume_plan_and_execute`
+              when it paused (see the durability guide). ``run_id``: its id (a new one by
+              default: ``result.run_id``).
+            - ``needs_approval``: which calls wait for a human (needs ``store``): tool
+              names, a mapping, a rule, or ``True`` (:data:`~toolloop.kernel.ApprovalSpec`).
+              When a round plans one, the round waits and the run returns a result with
+              ``paused`` true and ``result.request`` (a
+              :class:`~toolloop.checkpoints.HumanRequest`).
+            - ``unknown_outcome`` (``"fail"``): what a recovered run does with a call that
+              started and has no recorded outcome (:data:`~toolloop.kernel.UnknownOutcome`:
+              ``"fail"``, ``"retry"`` the ``idempotent_tools``, or ``"ask"`` a human).
+            - ``deps``: your dependencies (a DB pool, an HTTP client...), handed to every
+              tool that declares a :class:`~toolloop.tools.RunContext` parameter as
+              ``ctx.deps``. ``on_event``: called with every event of the run, as it
+              happens.
+            - ``user_extra_requirement``: more instructions for the planner.
+            - ``max_commands`` (64): commands past this many in one round fail without
+              running.
+            - ``streaming_dispatch`` (``False``): with a planner that streams
+              (``plan_streaming``, e.g. :class:`~toolloop.planners.StructuredPlanner`),
+              start each command as soon as it is complete in the stream, while the rest of
+              the plan is still written (a durable run too: a command that needs approval
+              is held until it is answered).
+            - ``answer_with``: a :class:`~toolloop.models.ChatModel` (or an
+              :class:`~toolloop.loop.AnswerWith` with its settings): once the loop stops,
+              the run writes the final answer with it (:func:`~toolloop.loop.final_answer`)
+              as its last model call, counted in ``result.usage`` and held to the budget;
+              the answer is ``result.text``.
 
     Returns:
         The records, folded into ``prompt`` (``action_results``, ``extra_instruction``) and
@@ -302,69 +324,54 @@ async def async_plan_and_execute(
 
     Raises:
         PlannerError: the planner raised or timed out (``.done_plans`` keeps the records).
+        AnswerError: the final answer's model call (``answer_with``) raised, refused or
+            timed out (``.done_plans`` keeps the records).
         ExecutionTimeoutError: the run outlived ``timeout`` (with ``on_timeout="raise"``).
-        CheckpointConflictError: the store already has a run ``run_id``.
         UsageLimitError: the run passed ``usage_limits`` (with ``on_usage_limit="raise"``).
+        CheckpointConflictError: the store already has a run ``run_id``.
+        ValueError, TypeError: an option of the wrong kind or name (nothing ran).
     """
-    options = _options(
-        concurrency=concurrency,
-        limiter=limiter,
-        tool_timeout=tool_timeout,
-        model_timeout=model_timeout,
-        timeout=timeout,
-        on_timeout=on_timeout,
-        max_turns=max_turns,
-        usage_limits=usage_limits,
-        on_usage_limit=on_usage_limit,
-        store=store,
-        run_id=run_id,
-        needs_approval=needs_approval,
-        unknown_outcome=unknown_outcome,
-        idempotent_tools=idempotent_tools,
-        deps=deps,
-        on_event=on_event,
-    )
-    if store is None and (run_id is not None or needs_approval):
+    opts, own = _split(options, "async_plan_and_execute")
+    store, run_id = opts.store, opts.run_id
+    if store is None and (run_id is not None or opts.needs_approval):
         what = f"run_id={run_id!r} names" if run_id is not None else "needs_approval= pauses"
         raise ValueError(f"{what} a durable run, which needs store= (a CheckpointStore)")
     if store is not None and run_id is None:
         run_id = uuid.uuid4().hex
     execution = _prepare(
         user_input,
-        options,
+        opts,
         planner=planner,
         tools=tools,
-        max_turns=options.turns(5),
-        user_extra_requirement=user_extra_requirement,
-        max_commands=max_commands,
-        streaming_dispatch=streaming_dispatch,
+        max_turns=opts.turns(5),
+        user_extra_requirement=own.get("user_extra_requirement"),
+        max_commands=own.get("max_commands", 64),
+        streaming_dispatch=own.get("streaming_dispatch", False),
         run_id=run_id,
-        answer=_answer_spec(answer_with),
+        answer=_answer_spec(own.get("answer_with")),
     )
     if store is None:
-        return await _drive(execution, options)
+        return await _drive(execution, opts)
     from ._durable import DurableLoop, begin
 
-    approval_rule(needs_approval, execution.deps.registry.names)  # refused before any write
-    checkpointed = await begin(store, execution.id, execution.deps, options)
+    approval_rule(opts.needs_approval, execution.deps.registry.names)  # refused before a write
+    checkpointed = await begin(store, execution.id, execution.deps, opts)
     durable = DurableLoop(
-        checkpointed, execution.state, options, tool_names=execution.deps.registry.names
+        checkpointed, execution.state, opts, tool_names=execution.deps.registry.names
     )
     execution.deps = durable.wrap(execution.deps)
-    return await _drive(execution, options, run=checkpointed)
+    return await _drive(execution, opts, run=checkpointed)
 
 
 async def _continued(
     run_id: str,
+    given: Mapping[str, Any],
     *,
-    store: CheckpointStore,
-    tools: ToolsLike,
     planner: PlannerLike,
-    options: RunOptions,
+    tools: ToolsLike,
     decision: object,
     force: bool,
-    streaming_dispatch: bool,
-    answer: AnswerWith | None,
+    verb: str,
 ) -> LoopResult:
     """A stored run continued: a paused one with ``decision``, else one whose process died
     or that failed."""
@@ -379,6 +386,15 @@ async def _continued(
         verdicts_data,
     )
 
+    options, own = _split(given, verb)
+    store = options.store
+    if store is None:
+        raise TypeError(f"{verb}() needs store= (the CheckpointStore that keeps run {run_id!r})")
+    if options.run_id is not None and options.run_id != run_id:
+        raise ValueError(
+            f"run_id={options.run_id!r} names another run than the one continued "
+            f"({run_id!r}); leave it out"
+        )
     checkpoint = await CheckpointedRun.load(store, run_id)
     begun, state = resume_checkpoint(checkpoint)  # a run of the loop?
     if checkpoint.status == "completed":
@@ -398,18 +414,21 @@ async def _continued(
             "decide; recover it: async_recover_plan_and_execute(run_id, ...)"
         )
     options = approval_of_checkpoint(checkpoint, options)
+    stored_turns = int(begun.get("max_turns", begun.get("max_rounds", 5)))
     execution = _prepare(
         str(begun.get("user_input", "")),
         options,
         planner=planner,
         tools=tools,
-        max_turns=int(begun.get("max_turns", begun.get("max_rounds", 5))),
-        user_extra_requirement=begun.get("user_extra_requirement"),
-        max_commands=int(begun.get("max_commands", 64)),
-        streaming_dispatch=streaming_dispatch,
+        max_turns=options.turns(stored_turns),
+        user_extra_requirement=own.get(
+            "user_extra_requirement", begun.get("user_extra_requirement")
+        ),
+        max_commands=own.get("max_commands", int(begun.get("max_commands", 64))),
+        streaming_dispatch=own.get("streaming_dispatch", False),
         state=state,
         run_id=run_id,
-        answer=answer,
+        answer=_answer_spec(own.get("answer_with")),
     )
     registry = execution.deps.registry
     verdicts: Any = None
@@ -445,25 +464,11 @@ async def _continued(
 async def async_resume_plan_and_execute(
     run_id: str,
     decision: object,
+    /,
     *,
-    store: CheckpointStore,
-    tools: ToolsLike = (),
     planner: PlannerLike,
-    concurrency: int = 4,
-    limiter: anyio.CapacityLimiter | None = None,
-    timeout: float | None = None,
-    tool_timeout: float | None = None,
-    model_timeout: float | None = None,
-    on_timeout: Literal["raise", "finish"] = "raise",
-    on_event: Callable[[FlowEvent], None] | None = None,
-    needs_approval: ApprovalSpec = (),
-    unknown_outcome: UnknownOutcome = "fail",
-    idempotent_tools: Sequence[str] = (),
-    usage_limits: UsageLimits | None = None,
-    on_usage_limit: Literal["raise", "finish"] = "raise",
-    deps: Any = None,
-    streaming_dispatch: bool = False,
-    answer_with: AnswerLike | None = None,
+    tools: ToolsLike = (),
+    **options: Unpack[LoopOptions],
 ) -> LoopResult:
     """Continue the durable run ``run_id`` that paused for a human, with their ``decision``:
     its round runs as decided (approved calls as they are, edited ones with the new
@@ -475,78 +480,46 @@ async def async_resume_plan_and_execute(
     (:class:`~toolloop.checkpoints.Approve`, :class:`~toolloop.checkpoints.Edit` with new
     arguments by call id, :class:`~toolloop.checkpoints.Reject` with a message for the
     planner), its data, a bare kind (``"approve"``), or one per call
-    (``{call_id: decision}``). The request, ``max_turns`` and the planner's extra
-    requirement come from the stored run; the tools and the planner are given again (they
-    are code), and so is a ``needs_approval`` rule (names are kept with the run). The other
-    arguments are those of :func:`async_plan_and_execute`. A budget counts every model call
-    the run made before it paused too, and so does ``result.usage``.
+    (``{call_id: decision}``).
+
+    ``store=`` is required: the store that keeps the run. The request comes from the stored
+    run, and so do ``max_turns``, ``user_extra_requirement`` and ``max_commands`` unless
+    given again; the tools and the planner are given again (they are code), and so is a
+    ``needs_approval`` rule (names are kept with the run). The other options are those of
+    :func:`async_plan_and_execute` (``timeout`` is this session's). A budget counts every
+    model call the run made before it paused too, and so does ``result.usage``.
 
     Raises:
         RunNotFoundError: no run ``run_id`` in the store.
         RunNotResumableError: the run is not paused (recover it), a live worker runs it (or
             another caller resumed it first), or it is no run of the loop.
         DecisionError: the decision does not fit what the paused run asks.
+        TypeError: no ``store=``, or no decision.
     """
-    return await _continued(
-        run_id,
-        store=store,
-        tools=tools,
-        planner=planner,
-        options=_options(
-            concurrency=concurrency,
-            limiter=limiter,
-            tool_timeout=tool_timeout,
-            model_timeout=model_timeout,
-            timeout=timeout,
-            on_timeout=on_timeout,
-            usage_limits=usage_limits,
-            on_usage_limit=on_usage_limit,
-            store=store,
-            run_id=run_id,
-            needs_approval=needs_approval,
-            unknown_outcome=unknown_outcome,
-            idempotent_tools=idempotent_tools,
-            deps=deps,
-            on_event=on_event,
-        ),
-        decision=_required(decision),
-        force=False,
-        streaming_dispatch=streaming_dispatch,
-        answer=_answer_spec(answer_with),
-    )
-
-
-def _required(decision: object) -> object:
     if decision is None:
         raise TypeError(
             "async_resume_plan_and_execute needs the human's decision (e.g. Approve()); a run "
             "whose process died is continued with async_recover_plan_and_execute"
         )
-    return decision
+    return await _continued(
+        run_id,
+        options,
+        planner=planner,
+        tools=tools,
+        decision=decision,
+        force=False,
+        verb="async_resume_plan_and_execute",
+    )
 
 
 async def async_recover_plan_and_execute(
     run_id: str,
+    /,
     *,
-    store: CheckpointStore,
-    tools: ToolsLike = (),
     planner: PlannerLike,
+    tools: ToolsLike = (),
     force: bool = False,
-    concurrency: int = 4,
-    limiter: anyio.CapacityLimiter | None = None,
-    timeout: float | None = None,
-    tool_timeout: float | None = None,
-    model_timeout: float | None = None,
-    on_timeout: Literal["raise", "finish"] = "raise",
-    on_event: Callable[[FlowEvent], None] | None = None,
-    needs_approval: ApprovalSpec = (),
-    unknown_outcome: UnknownOutcome = "fail",
-    idempotent_tools: Sequence[str] = (),
-    usage_limits: UsageLimits | None = None,
-    on_usage_limit: Literal["raise", "finish"] = "raise",
-    deps: Any = None,
-    streaming_dispatch: bool = False,
-    answer_with: AnswerLike | None = None,
+    **options: Unpack[LoopOptions],
 ) -> LoopResult:
     """Continue the durable run ``run_id`` whose process died, or that failed, from its last
     round, without running a finished tool call again; a completed run gives its stored
@@ -556,45 +529,28 @@ async def async_recover_plan_and_execute(
     or may not have taken effect) follows ``unknown_outcome``: ``"fail"`` (a failed record
     that says so, for the planner to decide), ``"retry"`` (run it again if its tool is in
     ``idempotent_tools``), or ``"ask"`` (the run pauses and asks a human). Such a call is
-    never run again silently. The other arguments are those of
-    :func:`async_plan_and_execute`, and ``force``: take over a run marked running even if
-    its owner may still run it.
+    never run again silently. ``store=`` is required; the other options are those of
+    :func:`async_resume_plan_and_execute`, and ``force``: take over a run marked running
+    even if its owner may still run it.
 
     Raises:
         RunNotFoundError: no run ``run_id`` in the store.
         RunNotResumableError: the run is paused (resume it with a decision), a live worker
             runs it, or it is no run of the loop.
+        TypeError: no ``store=``.
     """
     return await _continued(
         run_id,
-        store=store,
-        tools=tools,
+        options,
         planner=planner,
-        options=_options(
-            concurrency=concurrency,
-            limiter=limiter,
-            tool_timeout=tool_timeout,
-            model_timeout=model_timeout,
-            timeout=timeout,
-            on_timeout=on_timeout,
-            usage_limits=usage_limits,
-            on_usage_limit=on_usage_limit,
-            store=store,
-            run_id=run_id,
-            needs_approval=needs_approval,
-            unknown_outcome=unknown_outcome,
-            idempotent_tools=idempotent_tools,
-            deps=deps,
-            on_event=on_event,
-        ),
+        tools=tools,
         decision=None,
         force=force,
-        streaming_dispatch=streaming_dispatch,
-        answer=_answer_spec(answer_with),
+        verb="async_recover_plan_and_execute",
     )
 
 
-def _sync(name: str, twin: str, call: Callable[[], Any], backend: str) -> Any:
+def _sync(name: str, call: Callable[[], Any], backend: str) -> Any:
     try:
         running = sniffio.current_async_library()
     except sniffio.AsyncLibraryNotFoundError:
@@ -602,37 +558,21 @@ def _sync(name: str, twin: str, call: Callable[[], Any], backend: str) -> Any:
     if running is not None:
         raise RuntimeError(
             f"{name}() was called inside a running {running} event loop; "
-            f"use `await {twin}(...)` there"
+            f"use `await async_{name}(...)` there"
         )
     return anyio.run(call, backend=backend)
+
+
+Backend = Literal["asyncio", "trio"]
 
 
 def plan_and_execute(
     user_input: str,
     *,
-    tools: ToolsLike = (),
     planner: PlannerLike,
-    max_turns: int = 5,
-    concurrency: int = 4,
-    limiter: anyio.CapacityLimiter | None = None,
-    timeout: float | None = None,
-    tool_timeout: float | None = None,
-    model_timeout: float | None = None,
-    user_extra_requirement: str | None = None,
-    max_commands: int = 64,
-    streaming_dispatch: bool = False,
-    on_timeout: Literal["raise", "finish"] = "raise",
-    on_event: Callable[[FlowEvent], None] | None = None,
-    store: CheckpointStore | None = None,
-    run_id: str | None = None,
-    needs_approval: ApprovalSpec = (),
-    unknown_outcome: UnknownOutcome = "fail",
-    idempotent_tools: Sequence[str] = (),
-    usage_limits: UsageLimits | None = None,
-    on_usage_limit: Literal["raise", "finish"] = "raise",
-    deps: Any = None,
-    answer_with: AnswerLike | None = None,
-    backend: Literal["asyncio", "trio"] = "asyncio",
+    tools: ToolsLike = (),
+    backend: Backend = "asyncio",
+    **options: Unpack[LoopOptions],
 ) -> LoopResult:
     """The sync twin of :func:`async_plan_and_execute`, for scripts (the same arguments,
     and ``backend``: the event loop it runs, ``"asyncio"`` or ``"trio"``).
@@ -640,88 +580,51 @@ def plan_and_execute(
     Runs its own event loop; from async code, ``await async_plan_and_execute(...)``.
     """
     call = functools.partial(
-        async_plan_and_execute,
-        user_input,
-        tools=tools,
-        planner=planner,
-        max_turns=max_turns,
-        concurrency=concurrency,
-        limiter=limiter,
-        timeout=timeout,
-        tool_timeout=tool_timeout,
-        model_timeout=model_timeout,
-        user_extra_requirement=user_extra_requirement,
-        max_commands=max_commands,
-        streaming_dispatch=streaming_dispatch,
-        on_timeout=on_timeout,
-        on_event=on_event,
-        store=store,
-        run_id=run_id,
-        needs_approval=needs_approval,
-        unknown_outcome=unknown_outcome,
-        idempotent_tools=idempotent_tools,
-        usage_limits=usage_limits,
-        on_usage_limit=on_usage_limit,
-        deps=deps,
-        answer_with=answer_with,
+        async_plan_and_execute, user_input, planner=planner, tools=tools, **options
     )
-    result: LoopResult = _sync("plan_and_execute", "async_plan_and_execute", call, backend)
+    result: LoopResult = _sync("plan_and_execute", call, backend)
     return result
 
 
 def resume_plan_and_execute(
     run_id: str,
     decision: object,
+    /,
     *,
-    store: CheckpointStore,
-    tools: ToolsLike = (),
     planner: PlannerLike,
-    backend: Literal["asyncio", "trio"] = "asyncio",
-    **options: Any,
+    tools: ToolsLike = (),
+    backend: Backend = "asyncio",
+    **options: Unpack[LoopOptions],
 ) -> LoopResult:
     """The sync twin of :func:`async_resume_plan_and_execute` (the same arguments, and
     ``backend``), for scripts."""
     call = functools.partial(
-        async_resume_plan_and_execute,
-        run_id,
-        decision,
-        store=store,
-        tools=tools,
-        planner=planner,
-        **options,
+        async_resume_plan_and_execute, run_id, decision, planner=planner, tools=tools, **options
     )
-    result: LoopResult = _sync(
-        "resume_plan_and_execute", "async_resume_plan_and_execute", call, backend
-    )
+    result: LoopResult = _sync("resume_plan_and_execute", call, backend)
     return result
 
 
 def recover_plan_and_execute(
     run_id: str,
+    /,
     *,
-    store: CheckpointStore,
-    tools: ToolsLike = (),
     planner: PlannerLike,
-    backend: Literal["asyncio", "trio"] = "asyncio",
-    **options: Any,
+    tools: ToolsLike = (),
+    force: bool = False,
+    backend: Backend = "asyncio",
+    **options: Unpack[LoopOptions],
 ) -> LoopResult:
     """The sync twin of :func:`async_recover_plan_and_execute` (the same arguments, and
     ``backend``), for scripts."""
     call = functools.partial(
-        async_recover_plan_and_execute,
-        run_id,
-        store=store,
-        tools=tools,
-        planner=planner,
-        **options,
+        async_recover_plan_and_execute, run_id, planner=planner, tools=tools, force=force, **options
     )
-    result: LoopResult = _sync(
-        "recover_plan_and_execute", "async_recover_plan_and_execute", call, backend
-    )
+    result: LoopResult = _sync("recover_plan_and_execute", call, backend)
     return result
 
 
-_LOOP_EVENTS = (LoopEvent, ToolCallEvent, ToolProgress)
+_LOOP_EVENTS = (LoopEvent, ToolCallEvent, ToolProgress, ExecutionPaused)
 
 
 class LoopStream:
@@ -766,29 +669,10 @@ class LoopStream:
 async def stream_plan_and_execute(
     user_input: str,
     *,
-    tools: ToolsLike = (),
     planner: PlannerLike,
-    max_turns: int = 5,
-    concurrency: int = 4,
-    limiter: anyio.CapacityLimiter | None = None,
-    timeout: float | None = None,
-    tool_timeout: float | None = None,
-    model_timeout: float | None = None,
-    user_extra_requirement: str | None = None,
-    max_commands: int = 64,
-    streaming_dispatch: bool = False,
-    on_timeout: Literal["raise", "finish"] = "raise",
-    on_event: Callable[[FlowEvent], None] | None = None,
-    store: CheckpointStore | None = None,
-    run_id: str | None = None,
-    needs_approval: ApprovalSpec = (),
-    unknown_outcome: UnknownOutcome = "fail",
-    idempotent_tools: Sequence[str] = (),
-    usage_limits: UsageLimits | None = None,
-    on_usage_limit: Literal["raise", "finish"] = "raise",
-    deps: Any = None,
-    answer_with: AnswerLike | None = None,
+    tools: ToolsLike = (),
     loop_events_only: bool = False,
+    **options: Unpack[LoopOptions],
 ) -> AsyncIterator[LoopStream]:
     """Run the loop in the background and read its typed events as they happen::
 
@@ -799,40 +683,20 @@ async def stream_plan_and_execute(
 
     Takes the arguments of :func:`async_plan_and_execute` (a durable run too: ``store=``),
     and ``loop_events_only``: read only the run's own events (rounds, plans, model and tool
-    calls, the end), not the engine's (``step_started``, ...). Leaving the block early
-    cancels the run; an error of the run is raised when the block exits. To keep an event
-    as JSON (its results may be any Python value), use :func:`toolloop.tracing.dump_event`.
+    calls, checkpoints, a pause, the end), not the engine's (``step_started``, ...).
+    Leaving the block early cancels the run; an error of the run is raised when the block
+    exits. To keep an event as JSON (its results may be any Python value), use
+    :func:`toolloop.tracing.dump_event`.
     """
     send, receive = anyio.create_memory_object_stream[FlowEvent](max_buffer_size=math.inf)
     stream = _ChannelStream(receive, loop_only=loop_events_only)
     failure: list[BaseException] = []
+    options["on_event"] = _Forward(send, options.get("on_event"))
 
     async def drive_it() -> None:
         try:
             stream._result = await async_plan_and_execute(
-                user_input,
-                tools=tools,
-                planner=planner,
-                max_turns=max_turns,
-                concurrency=concurrency,
-                limiter=limiter,
-                timeout=timeout,
-                tool_timeout=tool_timeout,
-                model_timeout=model_timeout,
-                user_extra_requirement=user_extra_requirement,
-                max_commands=max_commands,
-                streaming_dispatch=streaming_dispatch,
-                on_timeout=on_timeout,
-                on_event=_Forward(send, on_event),
-                store=store,
-                run_id=run_id,
-                needs_approval=needs_approval,
-                unknown_outcome=unknown_outcome,
-                idempotent_tools=idempotent_tools,
-                usage_limits=usage_limits,
-                on_usage_limit=on_usage_limit,
-                deps=deps,
-                answer_with=answer_with,
+                user_input, planner=planner, tools=tools, **options
             )
         except Exception as exc:
             failure.append(exc)

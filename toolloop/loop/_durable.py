@@ -25,6 +25,7 @@ usage journaled from that round on. A budget holds exactly across resumes.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
 from typing import Any
@@ -48,6 +49,7 @@ from ..checkpoints import (
 )
 from ..flow import FlowSnapshot
 from ..kernel import (
+    CheckpointSaved,
     Decided,
     Interrupted,
     Run,
@@ -68,8 +70,8 @@ from ..planners import (
     StreamingPlanner,
     call_planner,
 )
-from ..runner import Executor, ToolCommand, ToolExecutionRecord, json_safe
-from ._flow import LoopDeps, PauseForHuman, RoundState, loop_flow
+from ..runner import CallSource, Executor, ToolCommand, ToolExecutionRecord, json_safe
+from ._flow import LoopContext, LoopDeps, PauseForHuman, RoundState, loop_flow
 from ._normalize import normalize_command, normalize_plan
 
 __all__ = [
@@ -163,6 +165,7 @@ class DurableLoop:
         "limits",
         "options",
         "run",
+        "sources",
         "state",
         "verdicts",
     )
@@ -197,6 +200,8 @@ class DurableLoop:
         round was planned (the round's own are journaled)."""
         self.limits = (64, 256 * 1024)
         self._saved_round = state.round_index
+        self.sources: dict[str, CallSource] = {}
+        """Where each call's record came from, when not from running it (by call id)."""
         self._ids: dict[int, tuple[ToolCommand, str]] = {}
         self._data: dict[int, tuple[ToolExecutionRecord, Any]] = {}
 
@@ -222,6 +227,8 @@ class DurableLoop:
             executor=executor,
             note_call=self.note_call,
             on_pause=self.on_pause,
+            on_round=self.checkpoint_round,
+            source_of=self.source_of,
         )
 
     def note_call(self, round_index: int, command: ToolCommand, position: int) -> None:
@@ -235,6 +242,29 @@ class DurableLoop:
         if known is not None and known[0] is command:
             return known[1]
         return f"{self.state.round_index}.?{len(self.journal)}.{id(command)}"
+
+    def source_of(self, key: str) -> CallSource:
+        """Where the record of call ``key`` came from: ``"ran"``, or the journal's
+        ``"replayed"`` outcome, or ``"interrupted"`` (cut off before; not run again)."""
+        return self.sources.get(key, "ran")
+
+    def own_key(self, key: str, command: ToolCommand) -> str:
+        """The journal key of ``command``, planned at call id ``key``: the id itself, unless
+        the journal holds another call under it. That happens only with streaming dispatch:
+        a call started before its round's plan was journaled, the plan never was (the
+        planner failed, the process died), and the round was planned again, differently.
+        The earlier call is not this one: its outcome is not handed to this call, which runs
+        under a key of its own (``"{key}~{n}"``), and a note says what the earlier one was."""
+        entry = self.journal.get(key)
+        n = 0
+        base = key
+        while entry is not None and not _same_call(entry, command):
+            if n == 0:
+                self.state.notes.append(_orphan_note(self.state.round_index, base, entry))
+            n += 1
+            key = f"{base}~{n}"
+            entry = self.journal.get(key)
+        return key
 
     def on_pause(self, state: RoundState) -> None:
         """The paused snapshot counts the usage of its checkpoint: the round's plan is
@@ -331,8 +361,9 @@ class DurableLoop:
         if spent:
             self.state.usage = sum(spent, self.state.usage or Usage())
 
-    async def checkpoint_round(self) -> None:
-        """Write a checkpoint of the round state if a round ended since the last one."""
+    async def checkpoint_round(self, ctx: LoopContext) -> None:
+        """Write a checkpoint of the round state if a round ended since the last one (told
+        as the kernel's :class:`~toolloop.kernel.CheckpointSaved`, step ``"round {i}"``)."""
         state = self.state
         if state.round_index == self._saved_round:
             return
@@ -342,6 +373,14 @@ class DurableLoop:
             state.usage = meter.usage
         self.base_usage = state.usage
         await self.run.save(self.snapshot())
+        if ctx.observed:
+            ctx.publish(
+                CheckpointSaved(
+                    execution_id=ctx.execution_id,
+                    at=ctx.elapsed(),
+                    step=f"round {state.round_index - 1}",
+                )
+            )
 
     def record_data(self, record: ToolExecutionRecord) -> Any:
         """``record`` as JSON data, made once per record (checkpoints repeat it)."""
@@ -367,10 +406,14 @@ class DurableLoop:
         return FlowSnapshot(flow=loop_flow.name, execution_id=self.run.run_id, state=data)
 
     async def journaled(
-        self, key: str, command: ToolCommand, call: Callable[[], Any]
+        self, key: str, command: ToolCommand, call: Callable[[], Any], *, told: str
     ) -> ToolExecutionRecord:
-        """The record of ``command`` under ``key``, its tool run at most once."""
+        """The record of ``command`` under ``key``, its tool run at most once (``told``:
+        its call id in the events)."""
         options = self.options
+        entry = self.journal.get(key)
+        if entry is not None and entry.state == "finished":
+            self.sources[told] = "replayed"
         outcome = await journaled_call(
             self.run,
             self.journal,
@@ -389,6 +432,7 @@ class DurableLoop:
             return record.model_copy(
                 update={"purpose": command.purpose, "todo_suggestion": command.todo_suggestion}
             )
+        self.sources[told] = "interrupted"
         if outcome.answered is not None:
             try:
                 return ToolExecutionRecord.model_validate(outcome.answered)
@@ -397,6 +441,33 @@ class DurableLoop:
         failed = ToolExecutionRecord.failed(command, _interrupted_error(outcome))
         await record_interrupted(self.run, key, self.record_data(failed))
         return failed
+
+
+def _same_call(entry: JournalEntry, command: ToolCommand) -> bool:
+    """Whether the journal's ``entry`` is a call of ``command`` (its tool, its arguments)."""
+    if entry.tool_name != command.tool_name:
+        return False
+    try:
+        return _canonical(entry.arguments) == _canonical(json_safe(command.tool_kwargs))
+    except (TypeError, ValueError):
+        return False
+
+
+def _canonical(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), default=repr)
+
+
+def _orphan_note(round_index: int, key: str, entry: JournalEntry) -> str:
+    what = {
+        "finished": "ran",
+        "interrupted": "was cut off",
+        "started": "started (its outcome is unknown)",
+    }.get(entry.state, entry.state)
+    return (
+        f"round {round_index}: call {key} {what} before the round's plan was kept: "
+        f"{entry.tool_name}({_canonical(entry.arguments)[:200]}); the round was planned again "
+        "with another call there, which runs as a call of its own"
+    )
 
 
 def _interrupted_error(cut: Interrupted) -> str:
@@ -472,12 +543,14 @@ class JournaledExecutor(Executor):
         async def run() -> ToolExecutionRecord:
             return await Executor.call(self, command, on_start)
 
+        told = key
         if key in durable.again:  # cut off before, a human said to run it once more: a
             key = f"{key}/again"  # fresh intent, so a second cut-off is not run a third time
+        key = durable.own_key(key, command)
         entry = durable.journal.get(key)
         if entry is not None and entry.state != "started" and on_start is not None:
             on_start()  # replayed: the call is told as started and finished all the same
-        return await durable.journaled(key, command, run)
+        return await durable.journaled(key, command, run, told=told)
 
 
 _REPLY_FIELDS = frozenset(
@@ -521,7 +594,6 @@ class JournaledPlanner:
 
     async def _plan(self, context: PlannerContext, dispatch: Dispatch | None) -> tuple[Any, bool]:
         durable = self.durable
-        await durable.checkpoint_round()
         index = context.round_index
         key = f"r{index}/plan"
         replayed, raw = self._replayed(key)

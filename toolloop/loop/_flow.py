@@ -5,7 +5,7 @@
     start ──▶ plan ──▶ plan? ──execute──▶ execute ──▶ plan
                          └────finish────▶ finish ──▶ end
 
-``plan`` checks ``max_rounds`` before it calls the planner, so no planner call is made whose
+``plan`` checks ``max_turns`` before it calls the planner, so no planner call is made whose
 result would be thrown away; ``execute`` runs a round's commands concurrently through the
 runner (:class:`~toolloop.runner.ToolBatch`) and writes every record into the run's state,
 even when the round is cancelled. With streaming dispatch the round's batch opens while the
@@ -19,7 +19,7 @@ services only.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
@@ -27,7 +27,7 @@ from typing import Any
 import anyio
 from pydantic import BaseModel, Field
 
-from .._errors import PlannerError, UsageLimitError
+from .._errors import AnswerError, PlannerError, UsageLimitError
 from ..checkpoints import HumanRequest
 from ..flow import Context, Flow
 from ..models import ChatModel, ModelSettings, Usage, UsageLimits, UsageMeter, current_meter
@@ -40,6 +40,7 @@ from ..planners import (
     call_planner,
 )
 from ..runner import (
+    CallSource,
     Executor,
     ToolCallFinished,
     ToolCallStarted,
@@ -139,6 +140,11 @@ class LoopDeps:
     durable run names its journal entries by it (``None``: nobody listens)."""
     on_pause: Callable[[RoundState], None] | None = None
     """Called as the run pauses for a human, before its snapshot is taken."""
+    on_round: Callable[[Context[RoundState, Any]], Awaitable[None]] | None = None
+    """Awaited before each round is planned (a durable run writes its checkpoint there)."""
+    source_of: Callable[[str], CallSource] | None = None
+    """Where a call's record came from, by call id (a durable run's journal may answer
+    for a call: ``"replayed"``, ``"interrupted"``); ``None``: every call ran."""
     answer: AnswerWith | None = None
     """The final answer the run makes once its loop stops (``None``: none)."""
 
@@ -198,14 +204,17 @@ def _started_event(
 def _finished_event(
     ctx: LoopContext, index: int, position: int, record: ToolExecutionRecord, duration: float
 ) -> ToolCallFinished:
+    key = f"{index}.{position}"
+    source_of = ctx.deps.source_of
     return ToolCallFinished(
         execution_id=ctx.execution_id,
         at=ctx.elapsed(),
         round_index=index,
         index=position,
-        call_id=f"{index}.{position}",
+        call_id=key,
         record=record,
         duration=duration,
+        source="ran" if source_of is None else source_of(key),
     )
 
 
@@ -214,6 +223,8 @@ async def plan(_: Any, ctx: LoopContext) -> Planned:
     state, deps = ctx.state, ctx.deps
     if state.round_index >= deps.max_rounds:
         return Planned(NormalizedPlan.of("response", stop_reason="max_turns"))
+    if deps.on_round is not None:
+        await deps.on_round(ctx)
     index = state.round_index
     if deps.scope is not None:
         deps.scope.round_index = index
@@ -560,15 +571,31 @@ async def _answer(state: RoundState, deps: LoopDeps, answer: AnswerWith, run_id:
         planner_text=state.planner_text,
         run_id=run_id,
     )
-    with anyio.fail_after(deps.model_timeout):
-        text = await final_answer(
-            answer.model,
-            so_far,
-            system_prompt=answer.system_prompt,
-            max_tokens=answer.max_tokens,
-            temperature=answer.temperature,
-            settings=answer.settings,
+    try:
+        with anyio.fail_after(deps.model_timeout):
+            text = await final_answer(
+                answer.model,
+                so_far,
+                system_prompt=answer.system_prompt,
+                max_tokens=answer.max_tokens,
+                temperature=answer.temperature,
+                settings=answer.settings,
+            )
+    except UsageLimitError:
+        raise  # the run ends as its caller chose (raise, or finish with what it has)
+    except Exception as exc:
+        what = (
+            f"did not finish within {deps.model_timeout} s"
+            if isinstance(exc, TimeoutError)
+            else f"raised {type(exc).__name__}: {exc}"
         )
+        error = AnswerError(
+            f"the final answer's model call {what}; the loop had stopped "
+            f"({state.stop_reason}), and its records are kept in .done_plans",
+            done_plans=state.done_plans,
+            state=state,
+        )
+        raise error from exc
     state.answer = str(text)
     if text.cut_off:
         state.notes.append("the final answer was cut off by its token limit; raise max_tokens")

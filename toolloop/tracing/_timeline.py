@@ -430,7 +430,7 @@ def _round_rows(
         decided = rnd.next_action or "?"
         if decided == "execute":
             decided += f" {rnd.commands} command{'s' * (rnd.commands != 1)}"
-        elif rnd.stop_reason and rnd.stop_reason != "response":
+        elif rnd.stop_reason and rnd.stop_reason != "answered":
             decided += f" ({rnd.stop_reason})"
         after = f"→ {decided} · {_fmt(plan_end - rnd.plan_started)}"
         if rnd.streamed:
