@@ -1,0 +1,886 @@
+"""Every capability of the run kernel (:mod:`toolloop.kernel`), under the same names, in each
+of its three products: the loop, the middleware agent and the status agent.
+
+Each test runs against each product through a small adapter (:class:`Product`) that scripts
+the product's model the same way (a tool call, an answer, a hang) and calls its verbs (run,
+resume, recover and their sync twins) with the same options. The model calls are real ones
+in each product: the loop's planner (a :class:`~toolloop.planners.StructuredPlanner`), the
+middleware agent's turns, and the status agent's decision step, which asks the model.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import anyio
+import pytest
+
+from toolloop import ExecutionTimeoutError
+from toolloop.agents import AgentModelError, create_agent
+from toolloop.checkpoints import (
+    Approve,
+    CheckpointStore,
+    MemoryCheckpointStore,
+    Reject,
+    RequestedCall,
+    RunNotResumableError,
+)
+from toolloop.errors import (
+    ExecutionError,
+    ModelCallError,
+    PlannerError,
+    StepFailedError,
+    UsageLimitError,
+)
+from toolloop.flow import ExecutionPaused, FlowEvent
+from toolloop.kernel import (
+    Approval,
+    CheckpointSaved,
+    ModelCallFinished,
+    ModelCallStarted,
+    RunFinished,
+    RunResult,
+    interrupted_error,
+    rejected_error,
+)
+from toolloop.loop import (
+    async_plan_and_execute,
+    async_recover_plan_and_execute,
+    async_resume_plan_and_execute,
+    plan_and_execute,
+    recover_plan_and_execute,
+    resume_plan_and_execute,
+)
+from toolloop.models import ChatRequest, ReplyReader, UsageLimits, stream_chat
+from toolloop.planners import StructuredPlanner
+from toolloop.runner import (
+    ToolCallFinished,
+    ToolCallStarted,
+    ToolExecutionRecord,
+    cancelled_error,
+)
+from toolloop.status_agent import StatusAgent, StatusView
+from toolloop.testing import ScriptedChatModel
+from toolloop.tools import RunContext
+
+pytestmark = pytest.mark.anyio
+
+Tools = Sequence[Callable[..., Any]]
+Backend = Literal["asyncio", "trio"]
+
+CANCELLED = "the run's cancellation"
+"""What cut a call off when its run was cancelled (the journal's words)."""
+
+
+# -- the products, behind one interface ------------------------------------------------------
+
+
+class Product:
+    """One product of the kernel: its model, scripted, and its verbs, called alike."""
+
+    name = ""
+    model_error: type[ExecutionError] = ExecutionError
+    """What the product raises when its model call fails (or outlives ``model_timeout``)."""
+
+    def __init__(self) -> None:
+        self.model = ScriptedChatModel()
+
+    def script_tool_call(self, tool: str, **arguments: Any) -> None:
+        """The next model call asks for one call of ``tool``."""
+        raise NotImplementedError
+
+    def script_answer(self, text: str) -> None:
+        """The next model call answers ``text`` (no tool call)."""
+        raise NotImplementedError
+
+    def script_hang(self) -> None:
+        """The next model call never ends (past any model_timeout: a hang guard, 120x)."""
+        self.model.add_reply("never", first_delay=60)
+
+    def script_failure(self) -> None:
+        """The next model call fails (the server refuses the request)."""
+        self.model.add_error(ModelCallError("the server said 400: bad request", status=400))
+
+    async def run(self, tools: Tools, **options: Any) -> RunResult:
+        raise NotImplementedError
+
+    async def resume(
+        self, run_id: str, decision: object, tools: Tools, **options: Any
+    ) -> RunResult:
+        raise NotImplementedError
+
+    async def recover(self, run_id: str, tools: Tools, **options: Any) -> RunResult:
+        raise NotImplementedError
+
+    def run_sync(self, tools: Tools, *, backend: Backend, **options: Any) -> RunResult:
+        raise NotImplementedError
+
+    def resume_sync(
+        self, run_id: str, decision: object, tools: Tools, *, backend: Backend, **options: Any
+    ) -> RunResult:
+        raise NotImplementedError
+
+    def recover_sync(
+        self, run_id: str, tools: Tools, *, backend: Backend, **options: Any
+    ) -> RunResult:
+        raise NotImplementedError
+
+
+REQUEST = "mail ada"
+
+
+class Loop(Product):
+    """The loop: each model call is a plan of its StructuredPlanner (read to its end, so
+    that an answer's ``content`` is the result's text)."""
+
+    name = "loop"
+    model_error = PlannerError
+
+    def planner(self) -> StructuredPlanner:
+        return StructuredPlanner(self.model, short_circuit=False)
+
+    def script_tool_call(self, tool: str, **arguments: Any) -> None:
+        command = {"purpose": f"call {tool}", "tool_name": tool, "tool_kwargs": arguments}
+        plan = {"next_action": "execute", "execution_commands": [command]}
+        self.model.add_reply(json.dumps(plan))
+
+    def script_answer(self, text: str) -> None:
+        self.model.add_reply(json.dumps({"content": text, "next_action": "response"}))
+
+    async def run(self, tools: Tools, **options: Any) -> RunResult:
+        return await async_plan_and_execute(REQUEST, planner=self.planner(), tools=tools, **options)
+
+    async def resume(
+        self, run_id: str, decision: object, tools: Tools, **options: Any
+    ) -> RunResult:
+        return await async_resume_plan_and_execute(
+            run_id, decision, planner=self.planner(), tools=tools, **options
+        )
+
+    async def recover(self, run_id: str, tools: Tools, **options: Any) -> RunResult:
+        return await async_recover_plan_and_execute(
+            run_id, planner=self.planner(), tools=tools, **options
+        )
+
+    def run_sync(self, tools: Tools, *, backend: Backend, **options: Any) -> RunResult:
+        return plan_and_execute(
+            REQUEST, planner=self.planner(), tools=tools, backend=backend, **options
+        )
+
+    def resume_sync(
+        self, run_id: str, decision: object, tools: Tools, *, backend: Backend, **options: Any
+    ) -> RunResult:
+        return resume_plan_and_execute(
+            run_id, decision, planner=self.planner(), tools=tools, backend=backend, **options
+        )
+
+    def recover_sync(
+        self, run_id: str, tools: Tools, *, backend: Backend, **options: Any
+    ) -> RunResult:
+        return recover_plan_and_execute(
+            run_id, planner=self.planner(), tools=tools, backend=backend, **options
+        )
+
+
+class ToolCalling(Product):
+    """A product whose model asks for tools with tool calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = 0
+
+    def script_tool_call(self, tool: str, **arguments: Any) -> None:
+        self.asked += 1
+        call = {"name": tool, "arguments": json.dumps(arguments), "id": f"c{self.asked}"}
+        self.model.add_reply(tool_calls=[call])
+
+    def script_answer(self, text: str) -> None:
+        self.model.add_reply(text)
+
+
+class Agent(ToolCalling):
+    """The middleware agent (one made per call, with that call's tools: it keeps no run)."""
+
+    name = "agent"
+    model_error = AgentModelError
+
+    async def run(self, tools: Tools, **options: Any) -> RunResult:
+        return await create_agent(self.model, tools).run(REQUEST, **options)
+
+    async def resume(
+        self, run_id: str, decision: object, tools: Tools, **options: Any
+    ) -> RunResult:
+        return await create_agent(self.model, tools).resume(run_id, decision, **options)
+
+    async def recover(self, run_id: str, tools: Tools, **options: Any) -> RunResult:
+        return await create_agent(self.model, tools).recover(run_id, **options)
+
+    def run_sync(self, tools: Tools, *, backend: Backend, **options: Any) -> RunResult:
+        return create_agent(self.model, tools).run_sync(REQUEST, backend=backend, **options)
+
+    def resume_sync(
+        self, run_id: str, decision: object, tools: Tools, *, backend: Backend, **options: Any
+    ) -> RunResult:
+        agent = create_agent(self.model, tools)
+        return agent.resume_sync(run_id, decision, backend=backend, **options)
+
+    def recover_sync(
+        self, run_id: str, tools: Tools, *, backend: Backend, **options: Any
+    ) -> RunResult:
+        return create_agent(self.model, tools).recover_sync(run_id, backend=backend, **options)
+
+
+class Status(ToolCalling):
+    """The status agent: its decision step asks the model (a tool call becomes the call to
+    run, text the answer); the other steps think without one. The reflection goes on to the
+    next decision after tool calls, and finishes once a decision answered. Every agent made
+    here shares the store of the first (its own, in memory, unless a call gives one)."""
+
+    name = "status"
+    model_error = StepFailedError
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.store: CheckpointStore | None = None
+
+    async def decide(self, view: StatusView) -> dict[str, Any]:
+        request = ChatRequest(messages=[{"role": "user", "content": view.user_input}])
+        reader = ReplyReader()
+        async with stream_chat(self.model, request) as deltas:
+            async for delta in deltas:
+                reader.feed(delta)
+        reply = reader.reply()
+        if reply.tool_calls:
+            asked = [
+                {"tool_name": c.name, "arguments": json.loads(c.arguments), "purpose": c.name}
+                for c in reply.tool_calls
+            ]
+            return {"action": "call_tools", "tool_calls": asked}
+        return {"action": "finish", "answer": reply.text}
+
+    @staticmethod
+    def reflect(view: StatusView) -> dict[str, Any]:
+        return {"verdict": "continue" if view.last_records else "finish"}
+
+    def agent(self, tools: Tools) -> StatusAgent:
+        agent = StatusAgent(
+            tools=tools,
+            analyze=lambda view: "the user wants a mail sent",
+            plan=lambda view: ["send the mail"],
+            decide=self.decide,
+            reflect=self.reflect,
+            converse=lambda view: "nothing to say",
+            store=self.store,
+        )
+        self.store = agent.store
+        return agent
+
+    async def run(self, tools: Tools, **options: Any) -> RunResult:
+        return await self.agent(tools).run(REQUEST, **options)
+
+    async def resume(
+        self, run_id: str, decision: object, tools: Tools, **options: Any
+    ) -> RunResult:
+        return await self.agent(tools).resume(run_id, decision, **options)
+
+    async def recover(self, run_id: str, tools: Tools, **options: Any) -> RunResult:
+        return await self.agent(tools).recover(run_id, **options)
+
+    def run_sync(self, tools: Tools, *, backend: Backend, **options: Any) -> RunResult:
+        return self.agent(tools).run_sync(REQUEST, backend=backend, **options)
+
+    def resume_sync(
+        self, run_id: str, decision: object, tools: Tools, *, backend: Backend, **options: Any
+    ) -> RunResult:
+        return self.agent(tools).resume_sync(run_id, decision, backend=backend, **options)
+
+    def recover_sync(
+        self, run_id: str, tools: Tools, *, backend: Backend, **options: Any
+    ) -> RunResult:
+        return self.agent(tools).recover_sync(run_id, backend=backend, **options)
+
+
+PRODUCTS: tuple[type[Product], ...] = (Loop, Agent, Status)
+
+
+Differs = tuple[str, type[BaseException]]
+"""What a product does instead (the xfail's reason), and what the test then raises."""
+
+
+def products(**differs: Differs) -> list[Any]:
+    """The three products as parameters (ids ``loop``, ``agent``, ``status``); a product
+    named in ``differs`` is a strict xfail that must fail with the exception given."""
+    return [
+        pytest.param(
+            product,
+            id=product.name,
+            marks=[
+                pytest.mark.xfail(
+                    strict=True, reason=differs[product.name][0], raises=differs[product.name][1]
+                )
+            ]
+            if product.name in differs
+            else [],
+        )
+        for product in PRODUCTS
+    ]
+
+
+# -- the tools ---------------------------------------------------------------------------------
+
+
+class Mailer:
+    """``send`` notes every call; with ``hold`` it then waits forever (after setting
+    ``inside``) until ``hold`` is cleared for a later call."""
+
+    def __init__(self, *, hold: bool = False, inside: anyio.Event | None = None) -> None:
+        self.sent: list[str] = []
+        self.hold = hold
+        self.inside = inside
+
+    async def send(self, to: str) -> str:
+        """Send a mail.
+
+        Args:
+            to: who gets it.
+        """
+        self.sent.append(to)
+        if self.inside is not None:
+            self.inside.set()
+        if self.hold:
+            await anyio.sleep_forever()
+        return f"sent to {to}"
+
+    @property
+    def tools(self) -> list[Callable[..., Any]]:
+        return [self.send]
+
+
+def of(events: list[FlowEvent], kind: type[Any]) -> list[Any]:
+    return [e for e in events if isinstance(e, kind)]
+
+
+def sends(result: RunResult) -> list[ToolExecutionRecord]:
+    return [r for r in result.records if r.tool_name == "send"]
+
+
+# -- options ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", products())
+async def test_the_options_are_the_kernel_s_with_its_checks(make: type[Product]) -> None:
+    product, mailer = make(), Mailer()
+    product.script_tool_call("send", to="ada")
+    with pytest.raises(ValueError, match=r"^concurrency must be at least 1, got 0$"):
+        await product.run(mailer.tools, concurrency=0)
+    with pytest.raises(TypeError, match="concurency"):
+        await product.run(mailer.tools, concurency=2)
+    with pytest.raises(TypeError, match="max_rounds") as old:
+        await product.run(mailer.tools, max_rounds=3)
+    assert "max_turns" in str(old.value)  # the error says its new name
+    assert product.model.requests == [] and mailer.sent == []  # nothing ran
+
+
+@pytest.mark.parametrize("make", products())
+async def test_max_turns_0_runs_no_tool(make: type[Product]) -> None:
+    product, mailer = make(), Mailer()
+    product.script_tool_call("send", to="ada")
+    product.script_answer("sent")
+    result = await product.run(mailer.tools, max_turns=0)
+    assert (result.status, result.stop_reason) == ("completed", "max_turns")
+    assert mailer.sent == [] and result.records == []
+
+
+# -- budgets ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", products())
+async def test_a_spent_budget_raises_by_default(make: type[Product]) -> None:
+    product, mailer = make(), Mailer()
+    product.script_tool_call("send", to="ada")
+    product.script_answer("sent")
+    with pytest.raises(UsageLimitError, match="max_requests=1"):
+        await product.run(mailer.tools, usage_limits=UsageLimits(max_requests=1))
+    assert len(product.model.requests) == 1  # the second call was refused before it was made
+    assert mailer.sent == ["ada"]
+
+
+@pytest.mark.parametrize("make", products())
+async def test_a_spent_budget_finishes_the_run_when_asked(make: type[Product]) -> None:
+    product, mailer = make(), Mailer()
+    product.script_tool_call("send", to="ada")
+    product.script_answer("sent")
+    result = await product.run(
+        mailer.tools, usage_limits=UsageLimits(max_requests=1), on_usage_limit="finish"
+    )
+    assert (result.status, result.stop_reason) == ("completed", "usage_limit")
+    assert result.usage.requests == 1 and len(product.model.requests) == 1
+    assert mailer.sent == ["ada"]
+
+
+@pytest.mark.parametrize("make", products())
+async def test_the_budget_holds_across_a_pause(make: type[Product]) -> None:
+    product, mailer, store = make(), Mailer(), MemoryCheckpointStore()
+    product.script_tool_call("send", to="ada")
+    product.script_answer("sent")
+    paused = await product.run(mailer.tools, store=store, needs_approval=["send"])
+    assert paused.paused and paused.usage.requests == 1
+    with pytest.raises(UsageLimitError, match="max_requests=1"):
+        await product.resume(
+            paused.run_id,
+            Approve(),
+            mailer.tools,
+            store=store,
+            usage_limits=UsageLimits(max_requests=1),
+        )
+    # the approved call ran; the model call after it was refused: the one before counts
+    assert mailer.sent == ["ada"] and len(product.model.requests) == 1
+
+
+# -- timeouts ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", products())
+async def test_a_timeout_finishes_the_run_and_keeps_the_call_it_cut_off(
+    make: type[Product],
+) -> None:
+    product, mailer = make(), Mailer(hold=True, inside=anyio.Event())
+    product.script_tool_call("send", to="ada")
+    product.script_answer("never asked")
+    events: list[FlowEvent] = []
+    result = await product.run(
+        mailer.tools, timeout=1.0, on_timeout="finish", on_event=events.append
+    )
+    assert mailer.inside is not None and mailer.inside.is_set()
+    assert (result.status, result.stop_reason) == ("completed", "timeout")
+    (record,) = sends(result)
+    assert not record.success and record.kwargs == {"to": "ada"} and record.error
+    assert [e.stop_reason for e in of(events, RunFinished)] == ["timeout"]
+
+
+@pytest.mark.parametrize("make", products())
+async def test_a_timeout_raises_by_default(make: type[Product]) -> None:
+    product, mailer = make(), Mailer(hold=True, inside=anyio.Event())
+    product.script_tool_call("send", to="ada")
+    with pytest.raises(ExecutionTimeoutError):
+        await product.run(mailer.tools, timeout=1.0)
+    assert mailer.inside is not None and mailer.inside.is_set()
+
+
+@pytest.mark.parametrize("make", products())
+async def test_model_timeout_fails_the_run_with_the_product_s_model_error(
+    make: type[Product],
+) -> None:
+    product, mailer = make(), Mailer()
+    product.script_hang()
+    with pytest.raises(ExecutionError) as caught:
+        await product.run(mailer.tools, model_timeout=0.5)
+    error = caught.value
+    assert isinstance(error, product.model_error)
+    said = f"{error} | {error.__cause__}"
+    assert re.search(r"did not (answer|finish)\b.*within 0\.5 s", said), said
+    assert mailer.sent == [] and len(product.model.requests) == 1
+
+
+TIMEOUT_CAUSE: Differs = (
+    "the loop's PlannerError says 'the planner did not answer within 0.5 s in round 0' and "
+    "its cause is a bare TimeoutError (no message), not a ModelCallError",
+    AssertionError,
+)
+
+
+@pytest.mark.parametrize("make", products(loop=TIMEOUT_CAUSE))
+async def test_a_model_call_past_model_timeout_fails_as_a_model_call_error(
+    make: type[Product],
+) -> None:
+    """The run options' docs: a step (model call) that outlives ``model_timeout`` fails as
+    a model call that failed does (a ModelCallError), whose words say so."""
+    product = make()
+    product.script_hang()
+    with pytest.raises(ExecutionError) as caught:
+        await product.run(Mailer().tools, model_timeout=0.5)
+    cause = caught.value.__cause__
+    assert isinstance(cause, ModelCallError)
+    assert re.search(r"did not finish\b.*within 0\.5 s", str(cause)), str(cause)
+
+
+CUT_OFF_WORDS: Differs = (
+    "the agent's record of a call the run's timeout cut off says \"the run's timeout ended "
+    "the run before this call finished\"; the loop's and the status agent's say the "
+    "runner's \"tool 'send' was cancelled before it finished\"",
+    AssertionError,
+)
+
+
+@pytest.mark.parametrize("make", products(agent=CUT_OFF_WORDS))
+async def test_a_call_the_timeout_cut_off_reads_the_same_in_every_product(
+    make: type[Product],
+) -> None:
+    product, mailer = make(), Mailer(hold=True, inside=anyio.Event())
+    product.script_tool_call("send", to="ada")
+    result = await product.run(mailer.tools, timeout=1.0, on_timeout="finish")
+    assert mailer.inside is not None and mailer.inside.is_set()
+    (record,) = sends(result)
+    assert record.error == cancelled_error("send")
+
+
+# -- durability and approval -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", products())
+async def test_a_durable_run_pauses_for_approval_and_resumes_by_the_request_s_call_ids(
+    make: type[Product],
+) -> None:
+    product, mailer, store = make(), Mailer(), MemoryCheckpointStore()
+    product.script_tool_call("send", to="ada")
+    product.script_answer("sent")
+    paused = await product.run(mailer.tools, store=store, needs_approval=["send"])
+    assert paused.paused and paused.status == "paused" and paused.stop_reason is None
+    assert paused.request is not None and paused.request.kind == "approve_tool_calls"
+    (asked,) = paused.request.tool_calls
+    assert (asked.tool_name, asked.arguments) == ("send", {"to": "ada"})
+    assert mailer.sent == []
+    stored = await store.get(paused.run_id)
+    assert stored is not None and stored.status == "paused"
+
+    events: list[FlowEvent] = []
+    done = await product.resume(
+        paused.run_id, Approve(), mailer.tools, store=store, on_event=events.append
+    )
+    assert [e.call_id for e in of(events, ToolCallStarted)] == [asked.call_id]
+    assert mailer.sent == ["ada"]  # once
+    assert (done.status, done.stop_reason, done.run_id) == ("completed", "answered", paused.run_id)
+    stored = await store.get(paused.run_id)
+    assert stored is not None and stored.status == "completed"
+
+
+RECOVER_COMPLETED: Differs = (
+    "recover() of a completed run raises RunNotResumableError ('run ... is completed, not "
+    "running or failed: it has completed (was it resumed already?); nothing was changed') "
+    "instead of giving the run's stored result",
+    RunNotResumableError,
+)
+
+
+@pytest.mark.parametrize("make", products(agent=RECOVER_COMPLETED, status=RECOVER_COMPLETED))
+async def test_recovering_a_completed_run_gives_its_result_and_runs_nothing(
+    make: type[Product],
+) -> None:
+    product, mailer, store = make(), Mailer(), MemoryCheckpointStore()
+    product.script_tool_call("send", to="ada")
+    product.script_answer("sent")
+    done = await product.run(mailer.tools, store=store)
+    assert done.stop_reason == "answered" and mailer.sent == ["ada"]
+    asked = len(product.model.requests)
+    again = await product.recover(done.run_id, mailer.tools, store=store)
+    assert (again.run_id, again.status, again.stop_reason, again.text) == (
+        done.run_id,
+        "completed",
+        "answered",
+        done.text,
+    )
+    assert mailer.sent == ["ada"] and len(product.model.requests) == asked
+
+
+@pytest.mark.parametrize("make", products())
+async def test_a_rejected_call_never_runs_and_says_so_in_the_kernel_s_words(
+    make: type[Product],
+) -> None:
+    product, mailer, store = make(), Mailer(), MemoryCheckpointStore()
+    product.script_tool_call("send", to="ada")
+    product.script_answer("not sent")
+    product.script_answer("not sent")
+    paused = await product.run(mailer.tools, store=store, needs_approval=["send"])
+    assert paused.paused
+    done = await product.resume(
+        paused.run_id, Reject(message="not today"), mailer.tools, store=store
+    )
+    assert mailer.sent == []
+    (record,) = sends(done)
+    assert not record.success and record.error is not None
+    assert rejected_error("send", "not today") in record.error
+    assert "a human rejected this call of 'send'" in record.error
+
+
+@pytest.mark.parametrize("make", products())
+async def test_needs_approval_takes_a_mapping_with_the_decisions_allowed(
+    make: type[Product],
+) -> None:
+    product, mailer = make(), Mailer()
+    product.script_tool_call("send", to="ada")
+    paused = await product.run(
+        mailer.tools,
+        store=MemoryCheckpointStore(),
+        needs_approval={"send": Approval(allowed=("approve", "reject"))},
+    )
+    assert paused.request is not None
+    (asked,) = paused.request.tool_calls
+    assert asked.tool_name == "send" and asked.allowed == ["approve", "reject"]
+    assert mailer.sent == []
+
+
+@pytest.mark.parametrize("make", products())
+async def test_needs_approval_takes_a_rule_on_the_arguments(make: type[Product]) -> None:
+    def to_bob(call: RequestedCall) -> bool:
+        return call.arguments.get("to") == "bob"
+
+    product, mailer = make(), Mailer()
+    product.script_tool_call("send", to="ada")
+    product.script_tool_call("send", to="bob")
+    paused = await product.run(mailer.tools, store=MemoryCheckpointStore(), needs_approval=to_bob)
+    assert mailer.sent == ["ada"]  # asked no one
+    assert paused.paused and paused.request is not None
+    assert [(c.tool_name, c.arguments) for c in paused.request.tool_calls] == [
+        ("send", {"to": "bob"})
+    ]
+
+
+# -- unknown outcomes ----------------------------------------------------------------------------
+
+
+async def crashed(product: Product, store: MemoryCheckpointStore) -> tuple[Mailer, str]:
+    """A durable run cancelled from outside while ``send`` runs: its intent is journaled,
+    its outcome is not, and the run stays ``running`` in the store. The mailer (which does
+    not hold any more) and the call's id."""
+    mailer = Mailer(hold=True, inside=anyio.Event())
+    events: list[FlowEvent] = []
+    product.script_tool_call("send", to="ada")
+    run = functools.partial(
+        product.run, mailer.tools, store=store, run_id="crashed", on_event=events.append
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        assert mailer.inside is not None
+        with anyio.fail_after(30):  # a hang guard
+            await mailer.inside.wait()
+        tg.cancel_scope.cancel()
+    stored = await store.get("crashed")
+    assert stored is not None and stored.status == "running"
+    assert mailer.sent == ["ada"]
+    (started,) = of(events, ToolCallStarted)
+    mailer.hold = False
+    return mailer, started.call_id
+
+
+@pytest.mark.parametrize("make", products())
+async def test_unknown_outcome_fail_does_not_run_the_call_again(make: type[Product]) -> None:
+    product, store = make(), MemoryCheckpointStore()
+    mailer, call_id = await crashed(product, store)
+    product.script_answer("it may have gone")
+    recovered = await product.recover("crashed", mailer.tools, store=store, unknown_outcome="fail")
+    assert mailer.sent == ["ada"]  # not again
+    (record,) = sends(recovered)
+    assert not record.success and record.error is not None
+    assert interrupted_error(call_id, "send", CANCELLED) in record.error
+    assert "may or may not have taken effect" in record.error
+
+
+FAIL_GOES_TO_A_HUMAN: Differs = (
+    "under unknown_outcome='fail' the status agent's reflection does not ask the model: the "
+    "recovered run pauses for a human (request kind 'review', '1 tool call(s) failed; "
+    "continue (the model sees the errors), replan, or stop'), no model call made",
+    AssertionError,
+)
+
+
+@pytest.mark.parametrize("make", products(status=FAIL_GOES_TO_A_HUMAN))
+async def test_unknown_outcome_fail_leaves_the_next_move_to_the_model(
+    make: type[Product],
+) -> None:
+    """The kernel's UnknownOutcome docs: under ``"fail"`` the call ends as a failed record
+    that says what cut it off, and the model decides."""
+    product, store = make(), MemoryCheckpointStore()
+    mailer, _ = await crashed(product, store)
+    asked = len(product.model.requests)
+    product.script_answer("it may have gone")
+    recovered = await product.recover("crashed", mailer.tools, store=store, unknown_outcome="fail")
+    assert len(product.model.requests) == asked + 1
+    assert (recovered.status, recovered.stop_reason, recovered.text) == (
+        "completed",
+        "answered",
+        "it may have gone",
+    )
+    assert mailer.sent == ["ada"]
+
+
+@pytest.mark.parametrize("make", products())
+async def test_unknown_outcome_ask_puts_the_call_to_a_human(make: type[Product]) -> None:
+    product, store = make(), MemoryCheckpointStore()
+    mailer, call_id = await crashed(product, store)
+    product.script_answer("asked")
+    recovered = await product.recover("crashed", mailer.tools, store=store, unknown_outcome="ask")
+    assert mailer.sent == ["ada"]  # not again, on its own
+    assert recovered.paused and recovered.request is not None
+    assert recovered.request.kind == "interrupted_tool_calls"
+    assert [(c.call_id, c.tool_name) for c in recovered.request.tool_calls] == [(call_id, "send")]
+
+
+@pytest.mark.parametrize("make", products())
+async def test_unknown_outcome_retry_runs_an_idempotent_call_again(make: type[Product]) -> None:
+    product, store = make(), MemoryCheckpointStore()
+    mailer, _ = await crashed(product, store)
+    product.script_answer("sent")
+    recovered = await product.recover(
+        "crashed", mailer.tools, store=store, unknown_outcome="retry", idempotent_tools=["send"]
+    )
+    assert mailer.sent == ["ada", "ada"]  # once more
+    (record,) = sends(recovered)
+    assert record.success and record.result == "sent to ada"
+    assert (recovered.status, recovered.stop_reason) == ("completed", "answered")
+
+
+# -- deps --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", products())
+async def test_deps_reach_a_tool_s_run_context(make: type[Product]) -> None:
+    seen: list[tuple[Any, str]] = []
+
+    def whoami(ctx: RunContext[Any]) -> str:
+        """Say who runs."""
+        seen.append((ctx.deps, ctx.run_id))
+        return "me"
+
+    deps = {"db": object()}
+    product = make()
+    product.script_tool_call("whoami")
+    product.script_answer("it is me")
+    result = await product.run([whoami], deps=deps)
+    assert result.status == "completed" and result.run_id
+    assert len(seen) == 1 and seen[0][0] is deps and seen[0][1] == result.run_id
+    assert [r.result for r in result.records] == ["me"]
+
+
+# -- events and result -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", products())
+async def test_a_completed_run_tells_its_model_calls_tool_calls_checkpoints_and_end(
+    make: type[Product],
+) -> None:
+    product, mailer = make(), Mailer()
+    product.script_tool_call("send", to="ada")
+    product.script_answer("sent")
+    events: list[FlowEvent] = []
+    result = await product.run(mailer.tools, store=MemoryCheckpointStore(), on_event=events.append)
+    assert result.stop_reason == "answered"
+    assert [e.call_index for e in of(events, ModelCallStarted)] == [0, 1]
+    finished = of(events, ModelCallFinished)
+    assert [e.call_index for e in finished] == [0, 1] and finished[0].error is None
+    assert of(events, CheckpointSaved)
+    started, ended = of(events, ToolCallStarted), of(events, ToolCallFinished)
+    assert len(started) == 1 and [e.call_id for e in ended] == [started[0].call_id]
+    assert started[0].command.tool_name == "send" and ended[0].record == result.records[0]
+    (end,) = of(events, RunFinished)
+    assert (end.stop_reason, end.records) == (result.stop_reason, len(result.records))
+    assert end.usage is not None and end.usage.requests == 2
+    assert events.index(end) > max(events.index(e) for e in [*finished, *ended])
+
+
+@pytest.mark.parametrize("make", products())
+async def test_a_paused_run_ends_its_events_with_the_pause(make: type[Product]) -> None:
+    product, mailer = make(), Mailer()
+    product.script_tool_call("send", to="ada")
+    events: list[FlowEvent] = []
+    paused = await product.run(
+        mailer.tools,
+        store=MemoryCheckpointStore(),
+        needs_approval=["send"],
+        on_event=events.append,
+    )
+    assert paused.paused and paused.request is not None
+    assert isinstance(events[-1], ExecutionPaused)
+    assert of(events, RunFinished) == [] and of(events, ToolCallStarted) == []
+    assert [e.call_index for e in of(events, ModelCallStarted)] == [0]
+
+
+PAUSE_ENVELOPE: Differs = (
+    "ExecutionPaused.requests holds the middleware's envelope ({'by': 'needs_approval', "
+    "'hook': 'after_model', 'index': 0, 'jump': None, 'request': {...}}), the HumanRequest "
+    "only nested under 'request'",
+    AssertionError,
+)
+
+
+@pytest.mark.parametrize("make", products(agent=PAUSE_ENVELOPE))
+async def test_the_pause_event_carries_what_the_run_asks(make: type[Product]) -> None:
+    product, mailer = make(), Mailer()
+    product.script_tool_call("send", to="ada")
+    events: list[FlowEvent] = []
+    paused = await product.run(
+        mailer.tools,
+        store=MemoryCheckpointStore(),
+        needs_approval=["send"],
+        on_event=events.append,
+    )
+    assert paused.request is not None
+    (pause,) = of(events, ExecutionPaused)
+    assert pause.requests == [paused.request.model_dump(mode="json")]
+
+
+@pytest.mark.parametrize("make", products())
+async def test_the_result_is_the_kernel_s_run_result(make: type[Product]) -> None:
+    product, mailer = make(), Mailer()
+    product.script_tool_call("send", to="ada")
+    product.script_answer("Ada has her mail.")
+    result = await product.run(mailer.tools)
+    assert isinstance(result, RunResult)
+    assert isinstance(result.run_id, str) and result.run_id
+    assert (result.status, result.paused, result.stop_reason, result.request) == (
+        "completed",
+        False,
+        "answered",
+        None,
+    )
+    assert result.usage.requests == 2
+    (record,) = result.records
+    assert isinstance(record, ToolExecutionRecord)
+    assert (record.tool_name, record.kwargs, record.success, record.result) == (
+        "send",
+        {"to": "ada"},
+        True,
+        "sent to ada",
+    )
+    assert result.text == "Ada has her mail."
+
+
+# -- the sync twins -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+@pytest.mark.parametrize("make", products())
+def test_the_sync_twins_take_the_same_options_on_either_backend(
+    make: type[Product], backend: Backend
+) -> None:
+    product, mailer, store = make(), Mailer(), MemoryCheckpointStore()
+    product.script_tool_call("send", to="ada")
+    product.script_answer("sent")
+    paused = product.run_sync(
+        mailer.tools,
+        backend=backend,
+        store=store,
+        needs_approval=["send"],
+        usage_limits=UsageLimits(max_requests=5),
+        max_turns=4,
+    )
+    assert paused.paused and mailer.sent == []
+    done = product.resume_sync(paused.run_id, Approve(), mailer.tools, backend=backend, store=store)
+    assert (done.status, done.stop_reason) == ("completed", "answered")
+    assert mailer.sent == ["ada"] and done.usage.requests == 2
+
+    # a run whose model call failed is recovered: the call is made again
+    product, mailer, store = make(), Mailer(), MemoryCheckpointStore()
+    product.script_failure()
+    with pytest.raises(product.model_error):
+        product.run_sync(mailer.tools, backend=backend, store=store, run_id="failed")
+    stored = anyio.run(store.get, "failed", backend=backend)
+    assert stored is not None and stored.status == "failed"
+    product.script_tool_call("send", to="ada")
+    product.script_answer("sent")
+    recovered = product.recover_sync("failed", mailer.tools, backend=backend, store=store)
+    assert (recovered.status, recovered.stop_reason) == ("completed", "answered")
+    assert mailer.sent == ["ada"] and len(product.model.requests) == 3
