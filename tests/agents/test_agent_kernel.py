@@ -31,6 +31,7 @@ from toolloop.kernel import (
     ModelCallStarted,
     RunFinished,
     RunOptions,
+    cut_off_error,
 )
 from toolloop.models import UsageLimits
 from toolloop.runner import ToolCallFinished, ToolCallStarted
@@ -163,7 +164,7 @@ async def test_on_timeout_finish_ends_the_run_with_what_it_has(tmp_path: Path) -
     assert (result.status, result.stop_reason) == ("completed", "timeout")
     assert len(model.requests) == 1
     assert [r.success for r in result.records] == [False, False]  # both calls answered
-    assert "timeout ended the run before this call finished" in str(result.records[0].error)
+    assert str(result.records[0].error) == cut_off_error("hold", "timeout")
     (end,) = [e for e in events if isinstance(e, RunFinished)]
     assert (end.stop_reason, end.records, end.turns) == ("timeout", 2, 1)
     stored = await store.get("r")

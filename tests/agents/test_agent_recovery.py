@@ -159,15 +159,16 @@ async def test_ask_puts_a_cut_off_call_to_a_human(answer: str) -> None:
     assert stored is not None and stored.status == "completed"
 
 
-async def test_recover_needs_a_store_and_a_run_that_was_cut_off() -> None:
+async def test_recover_needs_a_store_and_gives_a_completed_run_s_result() -> None:
     with pytest.raises(ResumeError, match="needs a store"):
         await create_agent(mail_model()).recover("r")
     store = MemoryCheckpointStore()
     mailer = Mailer(hold=False)
     agent = create_agent(mail_model(), [mailer.send_mail], store=store)
-    await agent.run("mail ada", run_id="done")
-    with pytest.raises(RunNotResumableError, match="completed"):
-        await agent.recover("done")
+    first = await agent.run("mail ada", run_id="done")
+    again = await agent.recover("done")  # a completed run: its stored result, nothing runs
+    assert (again.status, again.stop_reason, again.run_id) == ("completed", "answered", "done")
+    assert [r.result for r in again.records] == [r.result for r in first.records]
     assert mailer.sent == 1
 
 

@@ -121,7 +121,7 @@ async def test_a_model_error_is_a_clear_exception_with_the_state() -> None:
 async def test_a_model_that_hangs_times_out() -> None:
     model = ScriptedChatModel([ScriptedChatReply(content="slow", first_delay=5)])
     with anyio.fail_after(2):
-        with pytest.raises(AgentModelError, match=r"did not finish its answer within 0\.05 s"):
+        with pytest.raises(AgentModelError, match=r"answer did not finish within 0\.05 s"):
             await create_agent(model, model_timeout=0.05).run("go")
 
 

@@ -442,10 +442,11 @@ async def test_a_final_answer_that_fails_ends_the_run_with_an_answer_error(failu
     error = caught.value
     assert [r.result for r in error.done_plans] == ["saw a"]
     assert "the final answer's model call" in str(error)
-    expected = {"raises": ModelCallError, "refuses": ModelRefusalError, "hangs": TimeoutError}
+    expected = {"raises": ModelCallError, "refuses": ModelRefusalError, "hangs": ModelCallError}
     assert isinstance(error.__cause__, expected[failure])
     if failure == "hangs":
         assert "did not finish within 0.5 s" in str(error)
+        assert "(model_timeout)" in str(error.__cause__)
 
 
 async def test_a_paused_stream_of_loop_events_ends_with_the_pause() -> None:

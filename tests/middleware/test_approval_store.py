@@ -63,8 +63,9 @@ async def test_a_paused_run_is_kept_and_resumed_once_from_another_store_object(
     assert checkpoint is not None
     assert checkpoint.status == "paused"
     assert checkpoint.metadata == {"agent": "middleware", "who": "t"}
-    request: Any = checkpoint.request
-    assert request["request"]["tool_calls"][0]["tool_name"] == "send_email"
+    request: Any = checkpoint.request  # what the run asks: the HumanRequest, as in every product
+    assert request["kind"] == "approve_tool_calls"
+    assert request["tool_calls"][0]["tool_name"] == "send_email"
 
     agent = build(model, store)
     done = await agent.resume("run-1", "approve")

@@ -15,7 +15,7 @@ from toolloop.checkpoints import Replan, SQLiteCheckpointStore
 from toolloop.errors import StepFailedError
 from toolloop.loop import EXTRA_INSTRUCTION
 from toolloop.models import OpenAIChatModel
-from toolloop.status_agent._agent import StatusAgent
+from toolloop.status_agent._agent import StatusAgent, StatusAgentResult
 from toolloop.status_agent._llm import LLMStatusSteps
 from toolloop.status_agent._state import StatusAgentState
 from toolloop.status_agent._steps import StatusView
@@ -83,10 +83,8 @@ async def test_a_normal_conversation() -> None:
     assert result.records == []
     stored = await agent.store.get(result.run_id)
     assert stored is not None
-    assert (stored.status, stored.result) == (
-        "completed",
-        {"text": result.text, "stop_reason": "answered"},
-    )
+    assert stored.status == "completed"  # the result, kept: a recovery gives it back
+    assert StatusAgentResult.model_validate(stored.result) == result
 
 
 # -- 2. tools, with reflection and continue -------------------------------------------------

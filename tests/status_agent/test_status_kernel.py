@@ -88,7 +88,7 @@ async def test_a_spent_budget_raises_or_finishes_the_run() -> None:
     assert [e.stop_reason for e in events if isinstance(e, RunFinished)] == ["usage_limit"]
     stored = await agent.store.get("r")
     assert stored is not None and stored.status == "completed"
-    assert stored.result == {"text": None, "stop_reason": "usage_limit"}
+    assert (stored.result["text"], stored.result["stop_reason"]) == (None, "usage_limit")
 
 
 async def test_the_budget_holds_across_a_pause() -> None:

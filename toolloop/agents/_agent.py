@@ -31,7 +31,7 @@ from ..kernel import (
     drive,
 )
 from ..models import ChatModel, ModelSettings, Usage, UsageLimits, check_settings
-from ..runner import ToolExecutionRecord, progress_reporter
+from ..runner import ToolExecutionRecord, json_safe, progress_reporter
 from ..tools import RunScope, Tool, ToolRegistry
 from ._durable import RECOVERY
 from ._flow import ANSWERED, AgentDeps, agent_flow, settle, stop_reason
@@ -43,7 +43,6 @@ from ._persist import (
     claim_run,
     load_interrupted,
     load_paused,
-    summary,
 )
 from ._result import AgentResult, result_of
 from ._spec import AgentSpec, build_spec
@@ -72,8 +71,10 @@ class _Logic:
 _LOGIC = _Logic()
 
 
-def _stored(ended: Ended[AgentState]) -> dict[str, Any]:
-    return summary(ended.state)
+def _stored(result: AgentResult) -> Any:
+    """What the store keeps of a completed run: its result, as JSON (a recovery of the run
+    gives it back; the trace of the last session is left out)."""
+    return json_safe(result.model_copy(update={"trace": []}))
 
 
 class Agent:
@@ -143,6 +144,12 @@ class Agent:
         if deps.scope is not None:
             deps.scope.run_id = execution.id
             deps.scope.report = progress_reporter(execution.context_for("tools"))
+        made: list[AgentResult] = []
+
+        def completed(ended: Ended[AgentState]) -> Any:
+            made.append(result_of(ended, execution))
+            return _stored(made[0])
+
         ended = await drive(
             execution,
             start,
@@ -150,10 +157,10 @@ class Agent:
             _LOGIC,
             scope=deps.scope,
             run=run,
-            completed=_stored,
+            completed=completed,
             settle=settle,
         )
-        return result_of(ended, execution)
+        return made[0] if made else result_of(ended, execution)
 
     def _validate(self, tool_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """Edited arguments checked against the tool's schema (kept as given: JSON)."""
@@ -172,13 +179,12 @@ class Agent:
         return middleware.check_answer(answer, request)
 
     def _paused_at(self, execution: Execution[AgentState]) -> dict[str, Any]:
-        waits = execution.waiting
-        if not waits:
+        if not execution.waiting:
             raise ResumeError(
                 f"run {execution.id} is not paused: its snapshot waits for nothing; start a "
                 "new run with agent.run(..., state=...)"
             )
-        where = waits[0].request
+        where = execution.state.paused_at
         if not isinstance(where, dict) or not {"by", "hook", "index", "request"} <= set(where):
             raise ResumeError(f"run {execution.id} was not paused by an agent middleware")
         if where["by"] != RECOVERY and where["by"] not in self._spec.by_name:
@@ -322,7 +328,8 @@ class Agent:
         """Continue a stored run whose process died (or whose step failed) from its last
         checkpoint.
 
-        Tool calls with a journaled outcome are not run again (their outcome is replayed);
+        A completed run gives its stored result and runs nothing. Tool calls with a
+        journaled outcome are not run again (their outcome is replayed);
         a call that started without an outcome may or may not have taken effect: it
         follows the run's ``unknown_outcome`` (``"fail"``: it is answered with an error
         saying what cut it off, and the model decides; ``"retry"``: a tool in
@@ -342,7 +349,7 @@ class Agent:
         Raises:
             ResumeError: no store (the agent's, or ``store=``).
             RunNotFoundError: no such run.
-            RunNotResumableError: the run is paused (resume it), completed, or still running.
+            RunNotResumableError: the run is paused (resume it) or still running.
             CorruptCheckpointError: the checkpoint cannot be read back.
         """
         opts = self._options(options)
@@ -350,6 +357,9 @@ class Agent:
         store = opts.store
         if store is None:
             raise ResumeError("recover() needs a store: build the agent with store=...")
+        stored = await CheckpointedRun.load(store, run_id)
+        if stored.status == "completed" and stored.flow == agent_flow.name:
+            return AgentResult.model_validate(stored.result)
         checkpoint, execution, event, value = await load_interrupted(
             store, run_id, self._deps(opts)
         )

@@ -38,6 +38,7 @@ from ..kernel import (
     Interrupted,
     RunOptions,
     StopReason,
+    cut_off_error,
     journaled_call,
     record_interrupted,
 )
@@ -139,26 +140,20 @@ def _note_answers(state: AgentState, start: int) -> None:
                 state.records.append(record_of(call, message))
 
 
-def _close_calls(state: AgentState, error: str) -> None:
-    """Answer the calls still waiting with ``error`` (the run ends before they run), so the
-    conversation stays valid for a next run on this state."""
+def _close_calls(state: AgentState, error: Callable[[ToolCall], str]) -> None:
+    """Answer the calls still waiting with their ``error`` (the run ends before they run),
+    so the conversation stays valid for a next run on this state."""
     left = pending_tool_calls(state.messages)
     if left:
         start = len(state.messages)
-        state.messages.extend(error_message(call, error) for call in left)
+        state.messages.extend(error_message(call, error(call)) for call in left)
         _note_answers(state, start)
-
-
-_CUT: dict[str, str] = {
-    "timeout": "the run's timeout ended the run before this call finished",
-    "usage_limit": "the run's budget (usage_limits) ended the run before this call finished",
-}
 
 
 def settle(state: AgentState, stop: StopReason) -> None:
     """A run the kernel finished mid-turn (its timeout, its budget): the calls it cut off
-    are answered (and recorded), so the conversation stays valid for a next run."""
-    _close_calls(state, _CUT.get(stop, "the run ended before this call finished"))
+    are answered (and recorded) in the kernel's words."""
+    _close_calls(state, lambda call: cut_off_error(call.name, stop))
 
 
 def stop_reason(state: AgentState) -> StopReason:
@@ -395,8 +390,10 @@ async def recover_step(route: Route | Literal["begin"], ctx: AgentContext) -> Ro
 
 
 def wait_for_answer(_: Any, ctx: AgentContext) -> None:
-    """Park the run until the answer to a middleware's ``Pause`` comes."""
-    ctx.pause(ANSWERED, ctx.state.paused_at)
+    """Park the run until the answer to a middleware's ``Pause`` comes: the pause asks what
+    the middleware asks (the run's state keeps which middleware paused, and where)."""
+    where = ctx.state.paused_at
+    ctx.pause(ANSWERED, where.get("request") if where is not None else None)
 
 
 async def resume_step(value: tuple[dict[str, Any], Any], ctx: AgentContext) -> Route:
@@ -583,7 +580,7 @@ async def finish(_: Any, ctx: AgentContext) -> None:
     state, deps = ctx.state, _deps(ctx)
     runtime = deps.runtime
     _count_usage(state)
-    _close_calls(state, "the run ended before this call ran")
+    _close_calls(state, lambda call: "the run ended before this call ran")
     for mw in deps.spec.after_agent:
         jump, _p = await _hook(deps, mw, "after_agent", (state, runtime), state)
         if jump not in (None, "end"):

@@ -13,7 +13,8 @@ from typing import Any
 
 import anyio
 
-from .._errors import ModelCallError, ModelOutputError
+from .._errors import ModelOutputError
+from ..kernel import model_timeout_error
 from ..models import (
     ChatRequest,
     ReplyReader,
@@ -116,10 +117,8 @@ async def stream_model(
             async for delta in deltas:
                 reader.feed(delta)
     if scope.cancelled_caught:
-        raise ModelCallError(
-            f"the model did not finish its answer within {timeout} s; raise model_timeout "
-            "if it needs longer"
-        )
+        assert timeout is not None
+        raise model_timeout_error("the model's answer", timeout)
     reply = reader.reply()
     if reply.empty:
         raise ModelOutputError(reply.why_empty())

@@ -36,24 +36,9 @@ __all__ = [
     "claim_run",
     "load_interrupted",
     "load_paused",
-    "summary",
 ]
 
 _INTERRUPTED: tuple[CheckpointStatus, ...] = ("running", "failed")
-
-
-def summary(state: AgentState) -> dict[str, Any]:
-    """What a completed run's checkpoint keeps as its result (JSON)."""
-    text = ""
-    for message in reversed(state.messages):
-        if message.role == "assistant":
-            text = message.content
-            break
-    return {
-        "text": text,
-        "structured_response": json_safe(state.structured_response),
-        "messages": len(state.messages),
-    }
 
 
 async def begin_run(

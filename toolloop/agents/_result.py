@@ -103,7 +103,7 @@ def result_of(ended: Ended[AgentState], execution: Execution[AgentState]) -> Age
     """The result of one session of a run."""
     state = ended.state
     flow = ended.flow
-    where = ended.request if isinstance(ended.request, dict) else None
+    where = state.paused_at if ended.status == "paused" else None
     asked = where.get("request") if where is not None else None
     return AgentResult.model_construct(  # of checked values: no validation on the hot path
         run_id=execution.id,

@@ -40,7 +40,10 @@ from ._options import UnknownOutcome as UnknownOutcome
 from ._result import RunResult as RunResult
 from ._result import RunStatus as RunStatus
 from ._vocabulary import StopReason as StopReason
+from ._vocabulary import cut_off_error as cut_off_error
+from ._vocabulary import cut_off_record as cut_off_record
 from ._vocabulary import interrupted_error as interrupted_error
+from ._vocabulary import model_timeout_error as model_timeout_error
 from ._vocabulary import rejected_error as rejected_error
 
 __all__ = [
@@ -69,11 +72,14 @@ __all__ = [
     "UnknownOutcome",
     "Verdict",
     "approval_rule",
+    "cut_off_error",
+    "cut_off_record",
     "decide",
     "drive",
     "finish_reason_of",
     "interrupted_error",
     "journaled_call",
+    "model_timeout_error",
     "record_interrupted",
     "rejected_error",
 ]

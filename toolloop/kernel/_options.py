@@ -39,7 +39,8 @@ UnknownOutcome: TypeAlias = Literal["fail", "retry", "ask"]
 """What a resumed or recovered run does with a tool call whose outcome is unknown (it
 started, and its process died or the run ended before the outcome was recorded: it may or
 may not have taken effect). ``"fail"``: the call ends as a failed record that says what cut
-it off, and the model decides; ``"retry"``: it runs again when its tool is in
+it off, and the run goes on as after any failed call (the model decides; the status agent
+first puts failed calls to a human's review); ``"retry"``: it runs again when its tool is in
 ``idempotent_tools``, else as ``"fail"``; ``"ask"``: the run pauses and asks a human
 (a :class:`~toolloop.checkpoints.HumanRequest` of kind ``interrupted_tool_calls``). Such a
 call is never run again silently."""

@@ -8,9 +8,18 @@ from __future__ import annotations
 
 from typing import Literal
 
+from .._errors import ModelCallError
 from ..checkpoints import interrupted_error as interrupted_error
+from ..runner import ToolExecutionRecord, cancelled_error
 
-__all__ = ["StopReason", "interrupted_error", "rejected_error"]
+__all__ = [
+    "StopReason",
+    "cut_off_error",
+    "cut_off_record",
+    "interrupted_error",
+    "model_timeout_error",
+    "rejected_error",
+]
 
 StopReason = Literal[
     "answered",
@@ -52,3 +61,38 @@ def rejected_error(tool_name: str, message: str | None = None) -> str:
     answer to the call)."""
     said = f"a human rejected this call of {tool_name!r}; it did not run"
     return f"{said}: {message}" if message else said
+
+
+_ENDED_BY = {
+    "timeout": "the run's timeout ended the run",
+    "usage_limit": "the run's budget (usage_limits) ended the run",
+}
+
+
+def cut_off_error(tool_name: str, stop: StopReason | None = None) -> str:
+    """What a call says that the run's own end cut off while it ran (its record's error, the
+    model's answer to the call), in every product: the runner's words for a cancelled call,
+    and what ended the run (``stop``: ``"timeout"`` or ``"usage_limit"``, with
+    ``"finish"``)."""
+    said = cancelled_error(tool_name)
+    why = _ENDED_BY.get(stop or "")
+    return f"{said}: {why}" if why else said
+
+
+def cut_off_record(record: ToolExecutionRecord, stop: StopReason) -> ToolExecutionRecord:
+    """``record`` in the kernel's words when it is the runner's record of a call the run's
+    own end cancelled (a run finished by its ``timeout`` or budget, with ``"finish"``: what
+    the products' ``settle`` tell); any other record as it is."""
+    if record.success or record.error != cancelled_error(record.tool_name):
+        return record
+    return record.model_copy(update={"error": cut_off_error(record.tool_name, stop)})
+
+
+def model_timeout_error(what: str, timeout: float) -> ModelCallError:
+    """The error of a model call (``what``: ``"the planner"``, ``"the model's answer"``,
+    ``"the decide step"``...) that outlived the run's ``model_timeout``: it fails as a model
+    call that failed does, in every product."""
+    return ModelCallError(
+        f"{what} did not finish within {timeout:g} s (model_timeout); it was cancelled: "
+        "raise model_timeout if its model needs longer"
+    )

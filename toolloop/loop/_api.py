@@ -25,6 +25,7 @@ from ..kernel import (
     RunOverrides,
     StopReason,
     approval_rule,
+    cut_off_record,
     drive,
 )
 from ..models import ChatModel
@@ -77,6 +78,17 @@ class _Logic:
 
 
 _LOGIC = _Logic()
+
+
+def _settle(state: RoundState, stop: StopReason) -> None:
+    """A run its timeout or budget finished mid-round: the calls it cut off say so, in the
+    kernel's words."""
+    last = state.last_round_records
+    told = [cut_off_record(r, stop) for r in last]
+    if any(a is not b for a, b in zip(last, told, strict=True)):
+        cut = {id(a): b for a, b in zip(last, told, strict=True)}
+        state.last_round_records = told
+        state.done_plans = [cut.get(id(r), r) for r in state.done_plans]
 
 
 def _answer_spec(answer_with: AnswerLike | None) -> AnswerWith | None:
@@ -192,6 +204,7 @@ async def _drive(
             scope=execution.deps.scope,
             run=run,
             completed=completed,
+            settle=_settle,
         )
     except PlannerError as exc:
         exc.done_plans = list(state.done_plans)  # a streamed round cut short too

@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field
 from .._errors import AnswerError, PlannerError, UsageLimitError
 from ..checkpoints import HumanRequest
 from ..flow import Context, Flow
+from ..kernel import model_timeout_error
 from ..models import ChatModel, ModelSettings, Usage, UsageLimits, UsageMeter, current_meter
 from ..planners import (
     PlannerContext,
@@ -173,11 +174,13 @@ def _commit(state: RoundState, index: int, records: list[ToolExecutionRecord]) -
 
 
 def _planner_error(exc: Exception, index: int, deps: LoopDeps, state: RoundState) -> PlannerError:
-    what = (
-        f"did not answer within {deps.model_timeout} s"
-        if isinstance(exc, TimeoutError)
-        else f"raised {type(exc).__name__}: {exc}"
-    )
+    """The run's error for a planner call that raised ``exc`` (its cause), or that outlived
+    ``model_timeout`` (the cause: a model call that failed, as in every product)."""
+    if isinstance(exc, TimeoutError) and deps.model_timeout is not None:
+        what = f"did not answer within {deps.model_timeout} s"
+        exc = model_timeout_error("the planner", deps.model_timeout)
+    else:
+        what = f"raised {type(exc).__name__}: {exc}"
     error = PlannerError(
         f"the planner {what} in round {index}; the records made so far are kept in .done_plans",
         done_plans=state.done_plans,
@@ -262,7 +265,7 @@ async def plan(_: Any, ctx: LoopContext) -> Planned:
     except PauseForHuman as pause:  # the round waits for a human: it does not run
         return Planned(NormalizedPlan.of("response"), pause=pause.request)
     except Exception as exc:
-        raise _planner_error(exc, index, deps, state) from exc
+        raise _planner_error(exc, index, deps, state)  # noqa: B904  # its cause is set
     decided = normalize_plan(
         raw, max_commands=deps.max_commands, max_kwargs_bytes=deps.max_kwargs_bytes
     )
@@ -406,7 +409,7 @@ async def _plan_streaming(
             except PauseForHuman as pause:  # the calls started run to their end, journaled
                 paused = pause.request
             except Exception as exc:
-                raise _planner_error(exc, index, deps, state) from exc
+                raise _planner_error(exc, index, deps, state)  # noqa: B904  # its cause is set
             if paused is not None:
                 return Planned(NormalizedPlan.of("response"), pause=paused)
             decided = normalize_plan(
@@ -584,18 +587,19 @@ async def _answer(state: RoundState, deps: LoopDeps, answer: AnswerWith, run_id:
     except UsageLimitError:
         raise  # the run ends as its caller chose (raise, or finish with what it has)
     except Exception as exc:
-        what = (
-            f"did not finish within {deps.model_timeout} s"
-            if isinstance(exc, TimeoutError)
-            else f"raised {type(exc).__name__}: {exc}"
-        )
+        cause: Exception = exc
+        if isinstance(exc, TimeoutError) and deps.model_timeout is not None:
+            what = f"did not finish within {deps.model_timeout} s"
+            cause = model_timeout_error("the final answer's model call", deps.model_timeout)
+        else:
+            what = f"raised {type(exc).__name__}: {exc}"
         error = AnswerError(
             f"the final answer's model call {what}; the loop had stopped "
             f"({state.stop_reason}), and its records are kept in .done_plans",
             done_plans=state.done_plans,
             state=state,
         )
-        raise error from exc
+        raise error from cause
     state.answer = str(text)
     if text.cut_off:
         state.notes.append("the final answer was cut off by its token limit; raise max_tokens")

@@ -60,11 +60,12 @@ from ..kernel import (
     StopReason,
     UnknownOutcome,
     approval_rule,
+    cut_off_record,
     decide,
     drive,
 )
 from ..models import ChatModel, Usage, UsageLimits
-from ..runner import Executor, ToolExecutionRecord
+from ..runner import Executor, ToolExecutionRecord, json_safe
 from ..tools import RunScope, Tool, ToolRegistry
 from ._flow import status_agent_flow
 from ._human import HUMAN_EVENT
@@ -327,7 +328,8 @@ class StatusAgent:
         """Continue a run whose process died (or whose step failed, or which its timeout or
         budget ended) from its last checkpoint.
 
-        Tool calls with a journaled outcome are not run again; calls that started without
+        A completed run gives its stored result and runs nothing. Tool calls with a
+        journaled outcome are not run again; calls that started without
         an outcome follow ``unknown_outcome``. The run's usage counts every model call made
         before: each node's is journaled when the node ends (a call the crash itself cut
         off never reported what it cost, and is not counted), and its budget holds across.
@@ -339,12 +341,14 @@ class StatusAgent:
 
         Raises:
             RunNotFoundError: no such run.
-            RunNotResumableError: the run is paused (resume it), completed, or still running.
+            RunNotResumableError: the run is paused (resume it) or still running.
             CorruptCheckpointError: the checkpoint cannot be read back.
         """
         chosen = self._options(options, resuming=True)
         store = self._store(chosen)
         checkpoint = await CheckpointedRun.load(store, run_id)
+        if checkpoint.status == "completed" and checkpoint.flow == FLOW_NAME:
+            return StatusAgentResult.model_validate(checkpoint.result)
         expect_status(checkpoint, _INTERRUPTED)
         deps = self._deps(chosen, run_id)
         execution = self._restore(checkpoint, deps)
@@ -493,15 +497,34 @@ class StatusAgent:
     ) -> StatusAgentResult:
         deps = execution.deps
         assert isinstance(deps, StatusDeps)
+        made: list[StatusAgentResult] = []
+
+        def completed(ended: Ended[StatusAgentState]) -> Any:
+            """What the store keeps of a completed run: its result (a recovery gives it
+            back)."""
+            made.append(_result(execution.id, ended))
+            return json_safe(made[0])
+
         ended = await drive(
-            execution, start, options, _LOGIC, scope=deps.scope, run=deps.run, completed=_kept
+            execution,
+            start,
+            options,
+            _LOGIC,
+            scope=deps.scope,
+            run=deps.run,
+            completed=completed,
+            settle=_settle,
         )
-        return _result(execution.id, ended)
+        return made[0] if made else _result(execution.id, ended)
 
 
-def _kept(ended: Ended[StatusAgentState]) -> dict[str, Any]:
-    """What the store keeps of a completed run."""
-    return {"text": ended.state.answer, "stop_reason": ended.stop_reason}
+def _settle(state: StatusAgentState, stop: StopReason) -> None:
+    """A run its timeout or budget finished mid-step: the calls it cut off say so, in the
+    kernel's words."""
+    for i, call in enumerate(state.records):
+        told = cut_off_record(call.record, stop)
+        if told is not call.record:
+            state.records[i] = call.model_copy(update={"record": told})
 
 
 def _result(run_id: str, ended: Ended[StatusAgentState]) -> StatusAgentResult:

@@ -25,7 +25,7 @@ from typing import Any, Literal, TypeVar
 import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .._errors import ModelCallError
+from ..kernel import model_timeout_error
 from ._state import AgentStatus, Note, StatusAgentState, StatusCallRecord, StatusToolCall
 
 __all__ = [
@@ -164,11 +164,8 @@ async def call_step(
         if inspect.isawaitable(result):
             result = await result
         return result
-    assert scope.cancelled_caught
-    raise ModelCallError(
-        f"the {name} step did not finish within {timeout:g} s (model_timeout); it was "
-        "cancelled: raise model_timeout if its model needs longer"
-    )
+    assert scope.cancelled_caught and timeout is not None
+    raise model_timeout_error(f"the {name} step", timeout)
 
 
 def as_text(value: Any, step: str) -> str | None:
