@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import anyio
-import sniffio
 from typing_extensions import Unpack
 
 from .._errors import ResumeError
@@ -20,6 +19,7 @@ from ..checkpoints import CheckpointedRun, CheckpointStore, HumanRequest, usage_
 from ..flow import Execution, Flow, FlowResult, FlowSnapshot
 from ..kernel import (
     ApprovalSpec,
+    Backend,
     Ended,
     OnEvent,
     OnLimit,
@@ -29,6 +29,7 @@ from ..kernel import (
     UnknownOutcome,
     decide,
     drive,
+    run_sync,
 )
 from ..models import ChatModel, ModelSettings, Usage, UsageLimits, check_settings
 from ..runner import ToolExecutionRecord, json_safe, progress_reporter
@@ -380,25 +381,26 @@ class Agent:
         self,
         messages: MessageLike | Iterable[MessageLike],
         *,
-        backend: Literal["asyncio", "trio"] = "asyncio",
+        backend: Backend = "asyncio",
         state: AgentState | None = None,
         metadata: dict[str, Any] | None = None,
         **options: Unpack[RunOverrides],
     ) -> AgentResult:
         """The sync twin of :meth:`run`, for scripts (runs its own event loop)."""
         call = functools.partial(self.run, messages, state=state, metadata=metadata, **options)
-        return _sync(call, backend, "run")
+        return run_sync(call, backend, name="run_sync", instead="agent.run")
 
     def resume_sync(
         self,
         paused: Snapshot,
         decision: Any = None,
         *,
-        backend: Literal["asyncio", "trio"] = "asyncio",
+        backend: Backend = "asyncio",
         **options: Unpack[RunOverrides],
     ) -> AgentResult:
         """The sync twin of :meth:`resume`."""
-        return _sync(functools.partial(self.resume, paused, decision, **options), backend, "resume")
+        call = functools.partial(self.resume, paused, decision, **options)
+        return run_sync(call, backend, name="resume_sync", instead="agent.resume")
 
     def recover_sync(
         self,
@@ -406,27 +408,12 @@ class Agent:
         /,
         *,
         force: bool = False,
-        backend: Literal["asyncio", "trio"] = "asyncio",
+        backend: Backend = "asyncio",
         **options: Unpack[RunOverrides],
     ) -> AgentResult:
         """The sync twin of :meth:`recover`."""
         call = functools.partial(self.recover, run_id, force=force, **options)
-        return _sync(call, backend, "recover")
-
-
-def _sync(
-    call: Callable[[], Awaitable[AgentResult]], backend: Literal["asyncio", "trio"], verb: str
-) -> AgentResult:
-    try:
-        running = sniffio.current_async_library()
-    except sniffio.AsyncLibraryNotFoundError:
-        running = None
-    if running is not None:
-        raise RuntimeError(
-            f"{verb}_sync() was called inside a running {running} event loop; use "
-            f"`await agent.{verb}(...)` there"
-        )
-    return anyio.run(call, backend=backend)
+        return run_sync(call, backend, name="recover_sync", instead="agent.recover")
 
 
 def create_agent(

@@ -41,6 +41,7 @@ from ..kernel import (
     cut_off_error,
     journaled_call,
     record_interrupted,
+    tell,
 )
 from ..models import current_meter
 from ..runner import (
@@ -219,8 +220,7 @@ async def _progress(ctx: AgentContext, step: str, route: Route) -> Route:
     if run is not None:
         _count_usage(ctx.state)
         await run.save(progress_snapshot(ctx.state, ctx.execution_id, step, route))
-        if ctx.observed:
-            ctx.publish(CheckpointSaved(execution_id=ctx.execution_id, at=ctx.elapsed(), step=step))
+        tell(ctx, CheckpointSaved, step=step)
     return route
 
 
@@ -499,30 +499,26 @@ async def tools_step(_: Any, ctx: AgentContext) -> Route:
         return failed
 
     def on_start(k: int, call: ToolCall) -> None:
-        ctx.publish(
-            ToolCallStarted(
-                execution_id=ctx.execution_id,
-                at=ctx.elapsed(),
-                round_index=turn,
-                index=k,
-                call_id=call.id,
-                command=command_of(call),
-            )
+        tell(
+            ctx,
+            ToolCallStarted,
+            round_index=turn,
+            index=k,
+            call_id=call.id,
+            command=command_of(call),
         )
 
     def on_finish(k: int, outcome: ToolOutcome, duration: float) -> None:
         call = calls[k]
-        ctx.publish(
-            ToolCallFinished(
-                execution_id=ctx.execution_id,
-                at=ctx.elapsed(),
-                round_index=turn,
-                index=k,
-                call_id=call.id,
-                record=outcome.record,
-                duration=duration,
-                source=sources.get(call.id, "ran"),
-            )
+        tell(
+            ctx,
+            ToolCallFinished,
+            round_index=turn,
+            index=k,
+            call_id=call.id,
+            record=outcome.record,
+            duration=duration,
+            source=sources.get(call.id, "ran"),
         )
 
     batch: ToolBatch[ToolCall, ToolOutcome] = ToolBatch(

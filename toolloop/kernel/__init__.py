@@ -28,6 +28,7 @@ from ._events import ModelCallFinished as ModelCallFinished
 from ._events import ModelCallStarted as ModelCallStarted
 from ._events import RunEvent as RunEvent
 from ._events import RunFinished as RunFinished
+from ._events import tell as tell
 from ._journal import Interrupted as Interrupted
 from ._journal import journaled_call as journaled_call
 from ._journal import record_interrupted as record_interrupted
@@ -39,6 +40,8 @@ from ._options import RunOverrides as RunOverrides
 from ._options import UnknownOutcome as UnknownOutcome
 from ._result import RunResult as RunResult
 from ._result import RunStatus as RunStatus
+from ._sync import Backend as Backend
+from ._sync import run_sync as run_sync
 from ._vocabulary import StopReason as StopReason
 from ._vocabulary import cut_off_error as cut_off_error
 from ._vocabulary import cut_off_record as cut_off_record
@@ -51,6 +54,7 @@ __all__ = [
     "Approval",
     "ApprovalRule",
     "ApprovalSpec",
+    "Backend",
     "CheckpointSaved",
     "Decided",
     "Ended",
@@ -82,4 +86,6 @@ __all__ = [
     "model_timeout_error",
     "record_interrupted",
     "rejected_error",
+    "run_sync",
+    "tell",
 ]

@@ -23,7 +23,7 @@ from ..flow import Execution, FlowEvent, FlowResult
 from ..models import ChatReply, Usage, UsageMeter
 from ..runner import ToolExecutionRecord
 from ..tools import RunScope
-from ._events import ModelCallFinished, ModelCallStarted, RunFinished
+from ._events import ModelCallFinished, ModelCallStarted, RunFinished, tell
 from ._options import RunOptions
 from ._result import RunStatus
 from ._vocabulary import StopReason
@@ -81,9 +81,7 @@ class _ModelCalls:
 
     def call_started(self, index: int) -> None:
         ctx = self._execution.context_for("model")
-        ctx.publish(
-            ModelCallStarted(execution_id=ctx.execution_id, at=ctx.elapsed(), call_index=index)
-        )
+        tell(ctx, ModelCallStarted, call_index=index)
 
     def call_finished(
         self,
@@ -97,23 +95,21 @@ class _ModelCalls:
     ) -> None:
         ctx = self._execution.context_for("model")
         reasoning = reply.reasoning.text if reply.reasoning is not None else None
-        ctx.publish(
-            ModelCallFinished(
-                execution_id=ctx.execution_id,
-                at=ctx.elapsed(),
-                call_index=index,
-                duration=duration,
-                usage=usage,
-                text=reply.text,
-                reasoning=reasoning or None,
-                refusal=reply.refusal,
-                tool_calls=[
-                    {"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls
-                ],
-                finish_reason=reply.finish_reason,
-                closed_early=closed_early and error is None,
-                error=None if error is None else f"{type(error).__name__}: {error}",
-            )
+        tell(
+            ctx,
+            ModelCallFinished,
+            call_index=index,
+            duration=duration,
+            usage=usage,
+            text=reply.text,
+            reasoning=reasoning or None,
+            refusal=reply.refusal,
+            tool_calls=[
+                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls
+            ],
+            finish_reason=reply.finish_reason,
+            closed_early=closed_early and error is None,
+            error=None if error is None else f"{type(error).__name__}: {error}",
         )
 
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ..flow import FlowEvent
+from ..flow import Context, FlowEvent
 from ..models import Usage
 from ._vocabulary import StopReason
 
@@ -27,6 +27,7 @@ __all__ = [
     "ModelCallStarted",
     "RunEvent",
     "RunFinished",
+    "tell",
 ]
 
 
@@ -84,3 +85,10 @@ class RunFinished(RunEvent):
     turns: int = 0
     """The turns it took: the loop's rounds, the agent's model calls, the status agent's
     steps."""
+
+
+def tell(ctx: Context[Any, Any], kind: type[FlowEvent], **fields: Any) -> None:
+    """Publish an event of ``kind`` from a step, with its run's id and the time filled in,
+    when anyone observes the run (else nothing is built)."""
+    if ctx.observed:
+        ctx.publish(kind(execution_id=ctx.execution_id, at=ctx.elapsed(), **fields))

@@ -9,10 +9,9 @@ import math
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import anyio
-import sniffio
 from typing_extensions import Unpack
 
 from .._errors import PlannerError, UsageLimitError
@@ -20,6 +19,7 @@ from ..checkpoints import HumanRequest
 from ..flow import EventStream, Execution, ExecutionPaused, FlowEvent
 from ..kernel import (
     RENAMED_OPTIONS,
+    Backend,
     Ended,
     RunOptions,
     RunOverrides,
@@ -27,6 +27,7 @@ from ..kernel import (
     approval_rule,
     cut_off_record,
     drive,
+    run_sync,
 )
 from ..models import ChatModel
 from ..planners import PlannerLike
@@ -563,22 +564,6 @@ async def async_recover_plan_and_execute(
     )
 
 
-def _sync(name: str, call: Callable[[], Any], backend: str) -> Any:
-    try:
-        running = sniffio.current_async_library()
-    except sniffio.AsyncLibraryNotFoundError:
-        running = None
-    if running is not None:
-        raise RuntimeError(
-            f"{name}() was called inside a running {running} event loop; "
-            f"use `await async_{name}(...)` there"
-        )
-    return anyio.run(call, backend=backend)
-
-
-Backend = Literal["asyncio", "trio"]
-
-
 def plan_and_execute(
     user_input: str,
     *,
@@ -595,8 +580,7 @@ def plan_and_execute(
     call = functools.partial(
         async_plan_and_execute, user_input, planner=planner, tools=tools, **options
     )
-    result: LoopResult = _sync("plan_and_execute", call, backend)
-    return result
+    return run_sync(call, backend, name="plan_and_execute", instead="async_plan_and_execute")
 
 
 def resume_plan_and_execute(
@@ -614,8 +598,9 @@ def resume_plan_and_execute(
     call = functools.partial(
         async_resume_plan_and_execute, run_id, decision, planner=planner, tools=tools, **options
     )
-    result: LoopResult = _sync("resume_plan_and_execute", call, backend)
-    return result
+    return run_sync(
+        call, backend, name="resume_plan_and_execute", instead="async_resume_plan_and_execute"
+    )
 
 
 def recover_plan_and_execute(
@@ -633,8 +618,9 @@ def recover_plan_and_execute(
     call = functools.partial(
         async_recover_plan_and_execute, run_id, planner=planner, tools=tools, force=force, **options
     )
-    result: LoopResult = _sync("recover_plan_and_execute", call, backend)
-    return result
+    return run_sync(
+        call, backend, name="recover_plan_and_execute", instead="async_recover_plan_and_execute"
+    )
 
 
 _LOOP_EVENTS = (LoopEvent, ToolCallEvent, ToolProgress, ExecutionPaused)

@@ -60,6 +60,7 @@ from ..kernel import (
     decide,
     journaled_call,
     record_interrupted,
+    tell,
 )
 from ..models import Usage, current_meter
 from ..planners import (
@@ -373,14 +374,7 @@ class DurableLoop:
             state.usage = meter.usage
         self.base_usage = state.usage
         await self.run.save(self.snapshot())
-        if ctx.observed:
-            ctx.publish(
-                CheckpointSaved(
-                    execution_id=ctx.execution_id,
-                    at=ctx.elapsed(),
-                    step=f"round {state.round_index - 1}",
-                )
-            )
+        tell(ctx, CheckpointSaved, step=f"round {state.round_index - 1}")
 
     def record_data(self, record: ToolExecutionRecord) -> Any:
         """``record`` as JSON data, made once per record (checkpoints repeat it)."""

@@ -30,7 +30,7 @@ from pydantic import BaseModel, Field
 from .._errors import AnswerError, PlannerError, UsageLimitError
 from ..checkpoints import HumanRequest
 from ..flow import Context, Flow
-from ..kernel import model_timeout_error
+from ..kernel import model_timeout_error, tell
 from ..models import ChatModel, ModelSettings, Usage, UsageLimits, UsageMeter, current_meter
 from ..planners import (
     PlannerContext,
@@ -191,12 +191,11 @@ def _planner_error(exc: Exception, index: int, deps: LoopDeps, state: RoundState
     return error
 
 
-def _started_event(
-    ctx: LoopContext, index: int, position: int, command: ToolCommand
-) -> ToolCallStarted:
-    return ToolCallStarted(
-        execution_id=ctx.execution_id,
-        at=ctx.elapsed(),
+def _started(ctx: LoopContext, index: int, position: int, command: ToolCommand) -> None:
+    """Tell that the call at ``position`` of round ``index`` started."""
+    tell(
+        ctx,
+        ToolCallStarted,
         round_index=index,
         index=position,
         call_id=f"{index}.{position}",
@@ -204,20 +203,23 @@ def _started_event(
     )
 
 
-def _finished_event(
+def _finished(
     ctx: LoopContext, index: int, position: int, record: ToolExecutionRecord, duration: float
-) -> ToolCallFinished:
+) -> None:
+    """Tell the record of the call at ``position`` of round ``index`` (and where it came
+    from: a durable run's journal may have answered for it)."""
     key = f"{index}.{position}"
     source_of = ctx.deps.source_of
-    return ToolCallFinished(
-        execution_id=ctx.execution_id,
-        at=ctx.elapsed(),
+    source = "ran" if source_of is None else source_of(key)
+    tell(
+        ctx,
+        ToolCallFinished,
         round_index=index,
         index=position,
         call_id=key,
         record=record,
         duration=duration,
-        source="ran" if source_of is None else source_of(key),
+        source=source,
     )
 
 
@@ -231,10 +233,7 @@ async def plan(_: Any, ctx: LoopContext) -> Planned:
     index = state.round_index
     if deps.scope is not None:
         deps.scope.round_index = index
-    if ctx.observed:
-        ctx.publish(
-            RoundStarted(execution_id=ctx.execution_id, at=ctx.elapsed(), round_index=index)
-        )
+    tell(ctx, RoundStarted, round_index=index)
     context = construct(  # every field given, each of the right type
         PlannerContext,
         {
@@ -304,23 +303,21 @@ def _decided(
         text = reply.refusal
     state.planner_text = text if isinstance(text, str) and text.strip() else None
     if ctx.observed:
-        ctx.publish(
-            PlanDecided(
-                execution_id=ctx.execution_id,
-                at=ctx.elapsed(),
-                round_index=index,
-                next_action=decided.next_action,
-                commands=decided.commands,
-                stop_reason=decided.stop_reason,
-                notes=notes,
-                duration=perf_counter() - started,
-                short_circuited=reply is not None and reply.short_circuited,
-                usage=used,
-                reasoning=reply.reasoning.text or None
-                if reply is not None and reply.reasoning is not None
-                else None,
-                refusal=reply.refusal if reply is not None else None,
-            )
+        tell(
+            ctx,
+            PlanDecided,
+            round_index=index,
+            next_action=decided.next_action,
+            commands=decided.commands,
+            stop_reason=decided.stop_reason,
+            notes=notes,
+            duration=perf_counter() - started,
+            short_circuited=reply is not None and reply.short_circuited,
+            usage=used,
+            reasoning=reply.reasoning.text or None
+            if reply is not None and reply.reasoning is not None
+            else None,
+            refusal=reply.refusal if reply is not None else None,
         )
     return decided
 
@@ -360,11 +357,11 @@ async def _plan_streaming(
 
     def on_start(k: int, command: ToolCommand) -> None:
         if observed:
-            ctx.publish(_started_event(ctx, index, positions[k], command))
+            _started(ctx, index, positions[k], command)
 
     def on_finish(k: int, record: ToolExecutionRecord, duration: float) -> None:
         if observed:
-            ctx.publish(_finished_event(ctx, index, positions[k], record, duration))
+            _finished(ctx, index, positions[k], record, duration)
 
     batch = deps.executor.batch(on_start=on_start, on_finish=on_finish, task_group=ctx.task_group)
 
@@ -383,7 +380,7 @@ async def _plan_streaming(
                 note_call(index, item, position)
             batch.submit(item)
         elif observed:
-            ctx.publish(_finished_event(ctx, index, position, item, 0.0))
+            _finished(ctx, index, position, item, 0.0)
 
     def dispatch(position: int, raw: Any) -> None:
         try:
@@ -491,15 +488,7 @@ async def execute(planned: Planned, ctx: LoopContext) -> None:
                 _commit(state, index, records)
         duration = perf_counter() - started
     if observed:
-        ctx.publish(
-            RoundFinished(
-                execution_id=ctx.execution_id,
-                at=ctx.elapsed(),
-                round_index=index,
-                records=records,
-                duration=duration,
-            )
-        )
+        tell(ctx, RoundFinished, round_index=index, records=records, duration=duration)
 
 
 async def _execute_mixed(decided: NormalizedPlan, ctx: LoopContext) -> list[ToolExecutionRecord]:
@@ -522,14 +511,14 @@ async def _execute_mixed(decided: NormalizedPlan, ctx: LoopContext) -> list[Tool
     if ctx.observed:
 
         def on_start(k: int, command: ToolCommand) -> None:
-            ctx.publish(_started_event(ctx, index, sources[positions[k]], command))
+            _started(ctx, index, sources[positions[k]], command)
 
         def on_finish(k: int, record: ToolExecutionRecord, duration: float) -> None:
-            ctx.publish(_finished_event(ctx, index, sources[positions[k]], record, duration))
+            _finished(ctx, index, sources[positions[k]], record, duration)
 
         for i, item in enumerate(items):
             if isinstance(item, ToolExecutionRecord):
-                ctx.publish(_finished_event(ctx, index, sources[i], item, 0.0))
+                _finished(ctx, index, sources[i], item, 0.0)
     if deps.note_call is not None:
         for k, command in enumerate(commands):
             deps.note_call(index, command, sources[positions[k]])

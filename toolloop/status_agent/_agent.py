@@ -27,10 +27,9 @@ from __future__ import annotations
 import functools
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import anyio
-import sniffio
 from pydantic_core import to_jsonable_python
 from typing_extensions import Unpack
 
@@ -52,6 +51,7 @@ from ..checkpoints import (
 from ..flow import Execution, FlowResult
 from ..kernel import (
     ApprovalSpec,
+    Backend,
     Ended,
     OnLimit,
     RunOptions,
@@ -63,6 +63,7 @@ from ..kernel import (
     cut_off_record,
     decide,
     drive,
+    run_sync,
 )
 from ..models import ChatModel, Usage, UsageLimits
 from ..runner import Executor, ToolExecutionRecord, json_safe
@@ -412,13 +413,13 @@ class StatusAgent:
         user_input: str,
         *,
         metadata: dict[str, Any] | None = None,
-        backend: Literal["asyncio", "trio"] = "asyncio",
+        backend: Backend = "asyncio",
         **options: Unpack[RunOverrides],
     ) -> StatusAgentResult:
         """The sync twin of :meth:`run`, for scripts (runs its own event loop on
         ``backend``)."""
         call = functools.partial(self.run, user_input, metadata=metadata, **options)
-        return _run_sync("run_sync", call, backend)
+        return run_sync(call, backend, name="run_sync", instead="agent.run")
 
     def resume_sync(
         self,
@@ -426,13 +427,12 @@ class StatusAgent:
         decision: object,
         /,
         *,
-        backend: Literal["asyncio", "trio"] = "asyncio",
+        backend: Backend = "asyncio",
         **options: Unpack[RunOverrides],
     ) -> StatusAgentResult:
         """The sync twin of :meth:`resume`."""
-        return _run_sync(
-            "resume_sync", functools.partial(self.resume, run_id, decision, **options), backend
-        )
+        call = functools.partial(self.resume, run_id, decision, **options)
+        return run_sync(call, backend, name="resume_sync", instead="agent.resume")
 
     def recover_sync(
         self,
@@ -440,12 +440,12 @@ class StatusAgent:
         /,
         *,
         force: bool = False,
-        backend: Literal["asyncio", "trio"] = "asyncio",
+        backend: Backend = "asyncio",
         **options: Unpack[RunOverrides],
     ) -> StatusAgentResult:
         """The sync twin of :meth:`recover`."""
         call = functools.partial(self.recover, run_id, force=force, **options)
-        return _run_sync("recover_sync", call, backend)
+        return run_sync(call, backend, name="recover_sync", instead="agent.recover")
 
     # -- internals ------------------------------------------------------------------------
 
@@ -543,18 +543,3 @@ def _result(run_id: str, ended: Ended[StatusAgentState]) -> StatusAgentResult:
         text=state.answer,
         state=state,
     )
-
-
-def _run_sync(
-    name: str, call: Callable[[], Awaitable[StatusAgentResult]], backend: str
-) -> StatusAgentResult:
-    try:
-        running = sniffio.current_async_library()
-    except sniffio.AsyncLibraryNotFoundError:
-        running = None
-    if running is not None:
-        raise RuntimeError(
-            f"{name}() was called inside a running {running} event loop; use "
-            f"`await agent.{name.removesuffix('_sync')}(...)` there"
-        )
-    return anyio.run(call, backend=backend)

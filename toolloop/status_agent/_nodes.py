@@ -39,6 +39,7 @@ from ..kernel import (
     StopReason,
     journaled_call,
     record_interrupted,
+    tell,
 )
 from ..models import UsageMeter, current_meter
 from ..runner import (
@@ -171,10 +172,7 @@ def node(name: NodeName) -> Callable[[NodeBody], Step]:
                 )
                 if stopped is not None:
                     state.stop_reason, state.stop_detail = stopped
-                    if ctx.observed:
-                        ctx.publish(
-                            _event(LoopGuardTripped, ctx, node=name, reason=state.stop_detail)
-                        )
+                    tell(ctx, LoopGuardTripped, node=name, reason=state.stop_detail)
                     ctx.end(state.answer)
                     return
             meter = current_meter()
@@ -190,11 +188,9 @@ def node(name: NodeName) -> Callable[[NodeBody], Step]:
                 state.usage = meter.usage  # the checkpoint below counts it
             state.node = name
             state.history.append(Transition(node=name, status=state.status))
-            if ctx.observed:
-                ctx.publish(_event(StatusChanged, ctx, node=name, status=state.status))
+            tell(ctx, StatusChanged, node=name, status=state.status)
             await deps.checkpoint.save(recover_snapshot(state, ctx.execution_id, name))
-            if ctx.observed:
-                ctx.publish(_event(CheckpointSaved, ctx, step=name))
+            tell(ctx, CheckpointSaved, step=name)
 
         run_node.__name__ = run_node.__qualname__ = name
         return Step(run_node, name=name)
@@ -208,10 +204,6 @@ async def _spent(deps: StatusDeps, meter: UsageMeter | None, mark: int, at: int)
     spent = meter.since(mark) if meter is not None else None
     if spent is not None and deps.run is not None:
         await record_usage(deps.run, at, spent.model_dump(mode="json"))
-
-
-def _event(cls: Callable[..., Any], ctx: Context[State], **fields: Any) -> Any:
-    return cls(execution_id=ctx.execution_id, at=ctx.elapsed(), **fields)
 
 
 @node("analysis")
@@ -347,29 +339,25 @@ async def tool_execution(value: Any, state: State, deps: StatusDeps, ctx: Contex
         return cancelled_record(call.command()), "interrupted"
 
     def on_start(k: int, call: StatusToolCall) -> None:
-        ctx.publish(
-            ToolCallStarted(
-                execution_id=ctx.execution_id,
-                at=ctx.elapsed(),
-                round_index=turn,
-                index=k,
-                call_id=call.call_id,
-                command=call.command(),
-            )
+        tell(
+            ctx,
+            ToolCallStarted,
+            round_index=turn,
+            index=k,
+            call_id=call.call_id,
+            command=call.command(),
         )
 
     def on_finish(k: int, done: Done, took: float) -> None:
-        ctx.publish(
-            ToolCallFinished(
-                execution_id=ctx.execution_id,
-                at=ctx.elapsed(),
-                round_index=turn,
-                index=k,
-                call_id=todo[k].call_id,
-                record=done[0],
-                duration=took,
-                source=done[1],
-            )
+        tell(
+            ctx,
+            ToolCallFinished,
+            round_index=turn,
+            index=k,
+            call_id=todo[k].call_id,
+            record=done[0],
+            duration=took,
+            source=done[1],
         )
 
     results: list[Done] = []
