@@ -26,6 +26,7 @@ from ..kernel import (
     RunOptions,
     RunOverrides,
     StopReason,
+    SyncTwins,
     UnknownOutcome,
     decide,
     drive,
@@ -78,12 +79,13 @@ def _stored(result: AgentResult) -> Any:
     return json_safe(result.model_copy(update={"trace": []}))
 
 
-class Agent:
+class Agent(SyncTwins[AgentResult]):
     """A reusable agent made by :func:`create_agent`: each :meth:`run` is independent.
 
     Runs are executions of the shared :data:`~toolloop.agents.agent_flow`; the agent holds
     only configuration (its run options are each run's defaults), so one agent serves many
-    concurrent runs.
+    concurrent runs. The sync twins for scripts: :meth:`run_sync`, and ``resume_sync`` and
+    ``recover_sync`` (:class:`~toolloop.kernel.SyncTwins`, the same in both agents).
     """
 
     __slots__ = ("_spec",)
@@ -269,6 +271,7 @@ class Agent:
         self,
         paused: Snapshot,
         decision: Any = None,
+        /,
         **options: Unpack[RunOverrides],
     ) -> AgentResult:
         """Continue a paused run with the ``decision`` (the answer to its pause request).
@@ -389,31 +392,6 @@ class Agent:
         """The sync twin of :meth:`run`, for scripts (runs its own event loop)."""
         call = functools.partial(self.run, messages, state=state, metadata=metadata, **options)
         return run_sync(call, backend, name="run_sync", instead="agent.run")
-
-    def resume_sync(
-        self,
-        paused: Snapshot,
-        decision: Any = None,
-        *,
-        backend: Backend = "asyncio",
-        **options: Unpack[RunOverrides],
-    ) -> AgentResult:
-        """The sync twin of :meth:`resume`."""
-        call = functools.partial(self.resume, paused, decision, **options)
-        return run_sync(call, backend, name="resume_sync", instead="agent.resume")
-
-    def recover_sync(
-        self,
-        run_id: str,
-        /,
-        *,
-        force: bool = False,
-        backend: Backend = "asyncio",
-        **options: Unpack[RunOverrides],
-    ) -> AgentResult:
-        """The sync twin of :meth:`recover`."""
-        call = functools.partial(self.recover, run_id, force=force, **options)
-        return run_sync(call, backend, name="recover_sync", instead="agent.recover")
 
 
 def create_agent(

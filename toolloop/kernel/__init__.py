@@ -41,6 +41,7 @@ from ._options import UnknownOutcome as UnknownOutcome
 from ._result import RunResult as RunResult
 from ._result import RunStatus as RunStatus
 from ._sync import Backend as Backend
+from ._sync import SyncTwins as SyncTwins
 from ._sync import run_sync as run_sync
 from ._vocabulary import StopReason as StopReason
 from ._vocabulary import cut_off_error as cut_off_error
@@ -72,6 +73,7 @@ __all__ = [
     "RunStatus",
     "Skip",
     "StopReason",
+    "SyncTwins",
     "TurnLogic",
     "UnknownOutcome",
     "Verdict",

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
-from typing import Literal, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeAlias, TypeVar
 
 import anyio
 import sniffio
 
-__all__ = ["Backend", "run_sync"]
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ._options import RunOverrides
+
+__all__ = ["Backend", "SyncTwins", "run_sync"]
 
 T = TypeVar("T")
 
@@ -36,3 +42,50 @@ def run_sync(call: Callable[[], Awaitable[T]], backend: Backend, *, name: str, i
             f"`await {instead}(...)` there"
         )
     return anyio.run(call, backend=backend)
+
+
+R = TypeVar("R")
+
+
+class SyncTwins(Generic[R]):
+    """The sync twins of an agent's ``resume`` and ``recover`` (the same arguments, and
+    ``backend``): one event loop per call, for scripts. An agent class derives from it and
+    defines the two async verbs."""
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:
+
+        async def resume(
+            self, run: Any, decision: Any, /, **options: Unpack[RunOverrides]
+        ) -> R: ...
+
+        async def recover(
+            self, run_id: str, /, *, force: bool = False, **options: Unpack[RunOverrides]
+        ) -> R: ...
+
+    def resume_sync(
+        self,
+        run: Any,
+        decision: Any = None,
+        /,
+        *,
+        backend: Backend = "asyncio",
+        **options: Unpack[RunOverrides],
+    ) -> R:
+        """The sync twin of :meth:`resume`."""
+        call = functools.partial(self.resume, run, decision, **options)
+        return run_sync(call, backend, name="resume_sync", instead="agent.resume")
+
+    def recover_sync(
+        self,
+        run_id: str,
+        /,
+        *,
+        force: bool = False,
+        backend: Backend = "asyncio",
+        **options: Unpack[RunOverrides],
+    ) -> R:
+        """The sync twin of :meth:`recover`."""
+        call = functools.partial(self.recover, run_id, force=force, **options)
+        return run_sync(call, backend, name="recover_sync", instead="agent.recover")

@@ -58,6 +58,7 @@ from ..kernel import (
     RunOverrides,
     RunResult,
     StopReason,
+    SyncTwins,
     UnknownOutcome,
     approval_rule,
     cut_off_record,
@@ -119,12 +120,14 @@ class _Logic:
 _LOGIC = _Logic()
 
 
-class StatusAgent:
+class StatusAgent(SyncTwins[StatusAgentResult]):
     """The status-routed agent (see the module docs); one agent serves many runs.
 
     Its own arguments first; then the run options of every product (see
     :class:`~toolloop.kernel.RunOptions`), the defaults of its runs, which each call of
-    :meth:`run`, :meth:`resume` and :meth:`recover` may override.
+    :meth:`run`, :meth:`resume` and :meth:`recover` may override. The sync twins for
+    scripts: :meth:`run_sync`, and ``resume_sync`` and ``recover_sync``
+    (:class:`~toolloop.kernel.SyncTwins`, the same in both agents).
 
     Args:
         tools: typed functions, :class:`~toolloop.Tool` objects, or a registry.
@@ -420,32 +423,6 @@ class StatusAgent:
         ``backend``)."""
         call = functools.partial(self.run, user_input, metadata=metadata, **options)
         return run_sync(call, backend, name="run_sync", instead="agent.run")
-
-    def resume_sync(
-        self,
-        run_id: str,
-        decision: object,
-        /,
-        *,
-        backend: Backend = "asyncio",
-        **options: Unpack[RunOverrides],
-    ) -> StatusAgentResult:
-        """The sync twin of :meth:`resume`."""
-        call = functools.partial(self.resume, run_id, decision, **options)
-        return run_sync(call, backend, name="resume_sync", instead="agent.resume")
-
-    def recover_sync(
-        self,
-        run_id: str,
-        /,
-        *,
-        force: bool = False,
-        backend: Backend = "asyncio",
-        **options: Unpack[RunOverrides],
-    ) -> StatusAgentResult:
-        """The sync twin of :meth:`recover`."""
-        call = functools.partial(self.recover, run_id, force=force, **options)
-        return run_sync(call, backend, name="recover_sync", instead="agent.recover")
 
     # -- internals ------------------------------------------------------------------------
 
