@@ -162,3 +162,22 @@ def test_one_decision_per_call_and_what_does_not_fit() -> None:
     with pytest.raises(DecisionError, match="missing"):
         decide(REQUEST, {"0.send": "approve"})
     assert Stop().kind == "stop"
+
+
+def test_an_agent_s_constructor_takes_the_run_options_as_its_runs_defaults() -> None:
+    from toolloop.agents import create_agent
+    from toolloop.status_agent import StatusAgent
+    from toolloop.testing import ScriptedChatModel
+
+    agent = create_agent(ScriptedChatModel(), timeout=5, max_turns=3)
+    assert (agent.options.timeout, agent.options.max_turns) == (5, 3)
+    assert create_agent(ScriptedChatModel()).options.max_turns == 100  # the product's bound
+    assert StatusAgent(model=ScriptedChatModel()).options.max_turns == 50
+    with pytest.raises(TypeError, match="takes no run_id"):
+        create_agent(ScriptedChatModel(), run_id="r")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="takes no run_id"):
+        StatusAgent(model=ScriptedChatModel(), run_id="r")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"max_rounds is now max_turns"):
+        StatusAgent(model=ScriptedChatModel(), max_rounds=3)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="concurrency must be at least 1"):
+        create_agent(ScriptedChatModel(), concurrency=0)

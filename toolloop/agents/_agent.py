@@ -8,35 +8,31 @@ the call's own (``**options``: any of :class:`~toolloop.kernel.RunOverrides`).
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-import anyio
 from typing_extensions import Unpack
 
 from .._errors import ResumeError
 from ..checkpoints import CheckpointedRun, CheckpointStore, HumanRequest, usage_since
 from ..flow import Execution, Flow, FlowResult, FlowSnapshot
 from ..kernel import (
-    ApprovalSpec,
     Backend,
     Ended,
-    OnEvent,
-    OnLimit,
+    RunDefaults,
     RunOptions,
     RunOverrides,
     StopReason,
     SyncTwins,
-    UnknownOutcome,
     decide,
     drive,
     run_sync,
 )
-from ..models import ChatModel, ModelSettings, Usage, UsageLimits, check_settings
+from ..models import ChatModel, ModelSettings, Usage, check_settings
 from ..runner import ToolExecutionRecord, json_safe, progress_reporter
 from ..tools import RunScope, Tool, ToolRegistry
 from ._durable import RECOVERY
-from ._flow import ANSWERED, AgentDeps, agent_flow, settle, stop_reason
+from ._flow import ANSWERED, MAX_TURNS, AgentDeps, agent_flow, settle, stop_reason
 from ._messages import MessageLike, as_messages
 from ._middleware import AgentMiddleware
 from ._persist import (
@@ -407,21 +403,7 @@ def create_agent(
     temperature: float | None = None,
     extra: Mapping[str, Any] | None = None,
     settings: ModelSettings | None = None,
-    concurrency: int = 4,
-    limiter: anyio.CapacityLimiter | None = None,
-    tool_timeout: float | None = None,
-    model_timeout: float | None = None,
-    timeout: float | None = None,
-    on_timeout: OnLimit = "raise",
-    max_turns: int = 100,
-    usage_limits: UsageLimits | None = None,
-    on_usage_limit: OnLimit = "raise",
-    store: CheckpointStore | None = None,
-    needs_approval: ApprovalSpec = (),
-    unknown_outcome: UnknownOutcome = "fail",
-    idempotent_tools: Collection[str] = (),
-    deps: Any = None,
-    on_event: OnEvent | None = None,
+    **options: Unpack[RunDefaults],
 ) -> Agent:
     """Build an agent: the model answers or calls tools, the tools run, the model sees their
     results, until it answers without a tool call.
@@ -447,39 +429,39 @@ def create_agent(
         settings: more model settings for every call
             (:class:`~toolloop.models.ModelSettings`: ``seed``, ``top_p``, ...).
 
-    The run options, with the kernel's defaults (:class:`~toolloop.kernel.RunOptions`):
-    each run uses them unless its call gives its own (``agent.run(..., timeout=5)``).
+        **options: the run options, with the kernel's defaults
+            (:class:`~toolloop.kernel.RunOptions`; every one but ``run_id``): each run uses
+            them unless its call gives its own (``agent.run(..., timeout=5)``):
 
-    Args:
-        concurrency: at most this many tool calls of a run at once.
-        limiter: an :class:`anyio.CapacityLimiter` shared by many runs and agents.
-        tool_timeout: seconds for each tool call (a tool's own, smaller timeout wins).
-        model_timeout: seconds for each model call (the whole streamed answer); ``None``:
-            the model client's own timeout.
-        timeout: seconds for each run (each call of ``run``, ``resume``, ``recover``).
-        on_timeout: at the ``timeout``, ``"raise"``
-            :class:`~toolloop.ExecutionTimeoutError`, or ``"finish"``: the run completes
-            with what it has, its ``stop_reason`` ``"timeout"``.
-        max_turns: model calls per run (across its pauses): the run then ends, its
-            ``stop_reason`` ``"max_turns"``.
-        usage_limits: each run's budget of model calls and tokens
-            (:class:`~toolloop.models.UsageLimits`, across pauses, resumes and
-            recoveries), checked before each model call and while its answer streams.
-        on_usage_limit: at the budget, ``"raise"``
-            :class:`~toolloop.errors.UsageLimitError` (``.state`` keeps the conversation),
-            or ``"finish"``: its ``stop_reason`` ``"usage_limit"``.
-        store: a :class:`~toolloop.checkpoints.CheckpointStore` to keep every run in
-            (running, paused with its snapshot and request, completed, failed); a paused
-            run is then resumed by its ``run_id``, once, in any process, and a run whose
-            process died is recovered.
-        needs_approval: which tool calls wait for a human (the kernel's approval spec:
-            ``True``, tool names, a mapping, a rule; see
-            :class:`~toolloop.agents.middleware.HumanApprovalMiddleware`).
-        unknown_outcome: what a recovered run does with a call whose outcome is unknown:
-            ``"fail"``, ``"retry"`` (for ``idempotent_tools``) or ``"ask"``.
-        idempotent_tools: tools safe to run twice.
-        deps: your dependencies: the tools' ``ctx.deps``, the hooks' ``runtime.deps``.
-        on_event: called with every event of every run.
+            - ``concurrency`` (4): at most this many tool calls of a run at once;
+              ``limiter``: an :class:`anyio.CapacityLimiter` shared by many runs and agents.
+            - ``tool_timeout``: seconds for each tool call (a tool's own, smaller timeout
+              wins); ``model_timeout``: seconds for each model call (the whole streamed
+              answer; ``None``: the model client's own timeout).
+            - ``timeout``: seconds for each run (each call of ``run``, ``resume``,
+              ``recover``); ``on_timeout``: at the ``timeout``, ``"raise"``
+              :class:`~toolloop.ExecutionTimeoutError`, or ``"finish"``: the run completes
+              with what it has, its ``stop_reason`` ``"timeout"``.
+            - ``max_turns`` (100): model calls per run (across its pauses): the run then
+              ends, its ``stop_reason`` ``"max_turns"``.
+            - ``usage_limits``: each run's budget of model calls and tokens
+              (:class:`~toolloop.models.UsageLimits`, across pauses, resumes and
+              recoveries), checked before each model call and while its answer streams;
+              ``on_usage_limit``: at the budget, ``"raise"``
+              :class:`~toolloop.errors.UsageLimitError` (``.state`` keeps the
+              conversation), or ``"finish"``: its ``stop_reason`` ``"usage_limit"``.
+            - ``store``: a :class:`~toolloop.checkpoints.CheckpointStore` to keep every run
+              in (running, paused with its snapshot and request, completed, failed); a
+              paused run is then resumed by its ``run_id``, once, in any process, and a run
+              whose process died is recovered.
+            - ``needs_approval``: which tool calls wait for a human (the kernel's approval
+              spec: ``True``, tool names, a mapping, a rule; see
+              :class:`~toolloop.agents.middleware.HumanApprovalMiddleware`).
+            - ``unknown_outcome``: what a recovered run does with a call whose outcome is
+              unknown: ``"fail"``, ``"retry"`` (for ``idempotent_tools``, the tools safe to
+              run twice) or ``"ask"``.
+            - ``deps``: your dependencies: the tools' ``ctx.deps``, the hooks'
+              ``runtime.deps``; ``on_event``: called with every event of every run.
 
     Raises:
         AgentDefinitionError: middleware with one name, a response format that is no schema,
@@ -488,23 +470,7 @@ def create_agent(
         ValueError, TypeError: a run option of the wrong kind, or ``needs_approval``
             naming no tool of the agent.
     """
-    options = RunOptions(
-        concurrency=concurrency,
-        limiter=limiter,
-        tool_timeout=tool_timeout,
-        model_timeout=model_timeout,
-        timeout=timeout,
-        on_timeout=on_timeout,
-        max_turns=max_turns,
-        usage_limits=usage_limits,
-        on_usage_limit=on_usage_limit,
-        store=store,
-        needs_approval=needs_approval,
-        unknown_outcome=unknown_outcome,
-        idempotent_tools=idempotent_tools,
-        deps=deps,
-        on_event=on_event,
-    )
+    defaults = RunOptions.defaults(options, where="create_agent()", max_turns=MAX_TURNS)
     request_settings: dict[str, Any] = {
         "max_tokens": max_tokens,
         "temperature": temperature,
@@ -521,6 +487,6 @@ def create_agent(
             tool_choice=tool_choice,
             hook_timeout=hook_timeout,
             settings=request_settings,
-            options=options,
+            options=defaults,
         )
     )

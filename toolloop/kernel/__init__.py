@@ -35,6 +35,7 @@ from ._journal import record_interrupted as record_interrupted
 from ._options import RENAMED_OPTIONS as RENAMED_OPTIONS
 from ._options import OnEvent as OnEvent
 from ._options import OnLimit as OnLimit
+from ._options import RunDefaults as RunDefaults
 from ._options import RunOptions as RunOptions
 from ._options import RunOverrides as RunOverrides
 from ._options import UnknownOutcome as UnknownOutcome
@@ -65,6 +66,7 @@ __all__ = [
     "OnEvent",
     "OnLimit",
     "Run",
+    "RunDefaults",
     "RunEvent",
     "RunFinished",
     "RunOptions",

@@ -26,6 +26,7 @@ __all__ = [
     "RENAMED_OPTIONS",
     "OnEvent",
     "OnLimit",
+    "RunDefaults",
     "RunOptions",
     "RunOverrides",
     "UnknownOutcome",
@@ -160,14 +161,35 @@ class RunOptions:
             raise TypeError(f"no run option named {unknown}{hint}")
         return dataclasses.replace(self, **changes) if changes else self
 
+    @classmethod
+    def defaults(cls, given: Mapping[str, Any], *, where: str, max_turns: int) -> RunOptions:
+        """The options an agent's constructor was ``given``, checked: the defaults of its
+        runs (a call of the agent's overrides them). ``where`` names the constructor,
+        ``max_turns`` is the product's bound when none is given.
+
+        Raises:
+            TypeError: ``run_id`` (it names one run: give it to the call), or a name that
+                is no run option.
+            ValueError: an option no run can take.
+        """
+        if "run_id" in given:
+            raise TypeError(
+                f"{where} takes no run_id: it names one run; give it to the call that runs it"
+            )
+        options = _DEFAULTS.merged(**given)
+        return options if options.max_turns is not None else options.merged(max_turns=max_turns)
+
     def as_dict(self) -> Mapping[str, Any]:
         """The options by name (what a resume is given again: they are configuration)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
-class RunOverrides(TypedDict, total=False):
-    """The options a call of an agent's ``run``, ``resume`` or ``recover`` may give to
-    override the agent's defaults (``**options``): any of :class:`RunOptions`."""
+_DEFAULTS = RunOptions()
+
+
+class RunDefaults(TypedDict, total=False):
+    """The run options an agent's constructor takes as the defaults of its runs
+    (``**options``): every one of :class:`RunOptions` but ``run_id``."""
 
     concurrency: int
     limiter: anyio.CapacityLimiter | None
@@ -179,9 +201,15 @@ class RunOverrides(TypedDict, total=False):
     usage_limits: UsageLimits | None
     on_usage_limit: OnLimit
     store: CheckpointStore | None
-    run_id: str | None
     needs_approval: ApprovalSpec
     unknown_outcome: UnknownOutcome
     idempotent_tools: Collection[str]
     deps: Any
     on_event: OnEvent | None
+
+
+class RunOverrides(RunDefaults, total=False):
+    """The options a call of the loop, or of an agent's ``run``, ``resume`` or ``recover``,
+    takes (``**options``; an agent's are over its defaults): any of :class:`RunOptions`."""
+
+    run_id: str | None

@@ -26,10 +26,9 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-import anyio
 from pydantic_core import to_jsonable_python
 from typing_extensions import Unpack
 
@@ -50,23 +49,21 @@ from ..checkpoints import (
 )
 from ..flow import Execution, FlowResult
 from ..kernel import (
-    ApprovalSpec,
     Backend,
     Ended,
-    OnLimit,
+    RunDefaults,
     RunOptions,
     RunOverrides,
     RunResult,
     StopReason,
     SyncTwins,
-    UnknownOutcome,
     approval_rule,
     cut_off_record,
     decide,
     drive,
     run_sync,
 )
-from ..models import ChatModel, Usage, UsageLimits
+from ..models import ChatModel, Usage
 from ..runner import Executor, ToolExecutionRecord, json_safe
 from ..tools import RunScope, Tool, ToolRegistry
 from ._flow import status_agent_flow
@@ -140,30 +137,35 @@ class StatusAgent(SyncTwins[StatusAgentResult]):
         converse: the conversation step.
         max_idle_visits: a run ends (stop reason ``guard``) when a node is reached this many
             times with no progress.
-        concurrency: at most this many tool calls of a run at once.
-        limiter: shared with other runs; bounds tool calls across them.
-        tool_timeout: seconds per tool call.
-        model_timeout: seconds per step (its model call): a step that outlives it fails as
-            a model call that failed does (a :class:`~toolloop.errors.ModelCallError`).
-        timeout: seconds per call of ``run``, ``resume`` or ``recover``.
-        on_timeout: ``"raise"`` (the run fails; recover it to go on) or ``"finish"`` (stop
-            reason ``timeout``).
-        max_turns: a run ends (stop reason ``max_turns``) after this many steps (node
-            entries), across its pauses and recoveries.
-        usage_limits: the run's budget (:class:`~toolloop.models.UsageLimits`), across its
-            pauses and recoveries: checked before every model call of its steps.
-        on_usage_limit: ``"raise"`` or ``"finish"`` (stop reason ``usage_limit``).
-        store: where checkpoints live; a :class:`~toolloop.checkpoints.MemoryCheckpointStore`
-            of this agent by default (use a SQLite store to resume in another process).
-        needs_approval: which calls wait for a human before they run (the kernel's one
-            spec: ``True``, tool names, a mapping, or a rule; see
-            :data:`~toolloop.kernel.ApprovalSpec`).
-        unknown_outcome: what a resumed or recovered run does with a call whose outcome is
-            unknown: ``"fail"`` (a failed record saying what cut it off; the reflection
-            sees a failed call), ``"retry"`` (run it again if its tool is in
-            ``idempotent_tools``), ``"ask"`` (pause with a request of kind
-            ``interrupted_tool_calls``).
-        idempotent_tools: the tools safe to run twice.
+        **options: the run options, the defaults of its runs (every one but ``run_id``):
+
+            - ``concurrency`` (4): at most this many tool calls of a run at once;
+              ``limiter``: shared with other runs, bounds tool calls across them.
+            - ``tool_timeout``: seconds per tool call. ``model_timeout``: seconds per step
+              (its model call): a step that outlives it fails as a model call that failed
+              does (a :class:`~toolloop.errors.ModelCallError`).
+            - ``timeout``: seconds per call of ``run``, ``resume`` or ``recover``;
+              ``on_timeout``: ``"raise"`` (the run fails; recover it to go on) or
+              ``"finish"`` (stop reason ``timeout``).
+            - ``max_turns`` (50): a run ends (stop reason ``max_turns``) after this many
+              steps (node entries), across its pauses and recoveries.
+            - ``usage_limits``: the run's budget (:class:`~toolloop.models.UsageLimits`),
+              across its pauses and recoveries: checked before every model call of its
+              steps; ``on_usage_limit``: ``"raise"`` or ``"finish"`` (stop reason
+              ``usage_limit``).
+            - ``store``: where checkpoints live; a
+              :class:`~toolloop.checkpoints.MemoryCheckpointStore` of this agent by default
+              (use a SQLite store to resume in another process).
+            - ``needs_approval``: which calls wait for a human before they run (the
+              kernel's one spec: ``True``, tool names, a mapping, or a rule; see
+              :data:`~toolloop.kernel.ApprovalSpec`).
+            - ``unknown_outcome``: what a resumed or recovered run does with a call whose
+              outcome is unknown: ``"fail"`` (a failed record saying what cut it off; the
+              reflection sees a failed call), ``"retry"`` (run it again if its tool is in
+              ``idempotent_tools``, the tools safe to run twice), ``"ask"`` (pause with a
+              request of kind ``interrupted_tool_calls``).
+            - ``deps``: the tools' ``ctx.deps``; ``on_event``: called with every event of
+              every run.
 
     Raises:
         ValueError, TypeError: an option no run can take (the message says which), a step
@@ -183,19 +185,7 @@ class StatusAgent(SyncTwins[StatusAgentResult]):
         reflect: StepFunction | None = None,
         converse: StepFunction | None = None,
         max_idle_visits: int = 3,
-        concurrency: int = 4,
-        limiter: anyio.CapacityLimiter | None = None,
-        tool_timeout: float | None = None,
-        model_timeout: float | None = None,
-        timeout: float | None = None,
-        on_timeout: OnLimit = "raise",
-        max_turns: int = MAX_TURNS,
-        usage_limits: UsageLimits | None = None,
-        on_usage_limit: OnLimit = "raise",
-        store: CheckpointStore | None = None,
-        needs_approval: ApprovalSpec = (),
-        unknown_outcome: UnknownOutcome = "fail",
-        idempotent_tools: Collection[str] = (),
+        **options: Unpack[RunDefaults],
     ) -> None:
         given = {
             "analyze": analyze,
@@ -216,25 +206,13 @@ class StatusAgent(SyncTwins[StatusAgentResult]):
         if not isinstance(max_idle_visits, int) or max_idle_visits < 2:
             raise ValueError(f"max_idle_visits must be 2 or more, got {max_idle_visits!r}")
         self.registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
+        defaults = RunOptions.defaults(options, where="StatusAgent()", max_turns=MAX_TURNS)
+        store = defaults.store
         self.store: CheckpointStore = store if store is not None else MemoryCheckpointStore()
         """The runs' store (given, or this agent's own in memory)."""
-        self.options = RunOptions(
-            concurrency=concurrency,
-            limiter=limiter,
-            tool_timeout=tool_timeout,
-            model_timeout=model_timeout,
-            timeout=timeout,
-            on_timeout=on_timeout,
-            max_turns=max_turns,
-            usage_limits=usage_limits,
-            on_usage_limit=on_usage_limit,
-            store=self.store,
-            needs_approval=needs_approval,
-            unknown_outcome=unknown_outcome,
-            idempotent_tools=idempotent_tools,
-        )
+        self.options = defaults.merged(store=self.store)
         """The defaults of every run (each call may override them)."""
-        approval_rule(needs_approval, self.registry.names)  # a misspelt name: refused now
+        approval_rule(defaults.needs_approval, self.registry.names)  # misspelt: refused now
         self.max_idle_visits = max_idle_visits
 
     async def run(
