@@ -42,14 +42,14 @@ from ..kernel import (
     journaled_call,
     record_interrupted,
     tell,
+    tell_call_finished,
+    tell_call_started,
 )
 from ..models import current_meter
 from ..runner import (
     CallSource,
     Executor,
     ToolBatch,
-    ToolCallFinished,
-    ToolCallStarted,
     cancelled_error,
 )
 from ..tools import RunScope
@@ -499,27 +499,12 @@ async def tools_step(_: Any, ctx: AgentContext) -> Route:
         return failed
 
     def on_start(k: int, call: ToolCall) -> None:
-        tell(
-            ctx,
-            ToolCallStarted,
-            round_index=turn,
-            index=k,
-            call_id=call.id,
-            command=command_of(call),
-        )
+        tell_call_started(ctx, turn, k, call.id, command_of(call))
 
     def on_finish(k: int, outcome: ToolOutcome, duration: float) -> None:
         call = calls[k]
-        tell(
-            ctx,
-            ToolCallFinished,
-            round_index=turn,
-            index=k,
-            call_id=call.id,
-            record=outcome.record,
-            duration=duration,
-            source=sources.get(call.id, "ran"),
-        )
+        source = sources.get(call.id, "ran")
+        tell_call_finished(ctx, turn, k, call.id, outcome.record, duration, source)
 
     batch: ToolBatch[ToolCall, ToolOutcome] = ToolBatch(
         call_tool,

@@ -29,6 +29,8 @@ from ._events import ModelCallStarted as ModelCallStarted
 from ._events import RunEvent as RunEvent
 from ._events import RunFinished as RunFinished
 from ._events import tell as tell
+from ._events import tell_call_finished as tell_call_finished
+from ._events import tell_call_started as tell_call_started
 from ._journal import Interrupted as Interrupted
 from ._journal import journaled_call as journaled_call
 from ._journal import record_interrupted as record_interrupted
@@ -92,4 +94,6 @@ __all__ = [
     "rejected_error",
     "run_sync",
     "tell",
+    "tell_call_finished",
+    "tell_call_started",
 ]

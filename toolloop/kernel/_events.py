@@ -19,6 +19,13 @@ from pydantic import Field
 
 from ..flow import Context, FlowEvent
 from ..models import Usage
+from ..runner import (
+    CallSource,
+    ToolCallFinished,
+    ToolCallStarted,
+    ToolCommand,
+    ToolExecutionRecord,
+)
 from ._vocabulary import StopReason
 
 __all__ = [
@@ -28,6 +35,8 @@ __all__ = [
     "RunEvent",
     "RunFinished",
     "tell",
+    "tell_call_finished",
+    "tell_call_started",
 ]
 
 
@@ -92,3 +101,34 @@ def tell(ctx: Context[Any, Any], kind: type[FlowEvent], **fields: Any) -> None:
     when anyone observes the run (else nothing is built)."""
     if ctx.observed:
         ctx.publish(kind(execution_id=ctx.execution_id, at=ctx.elapsed(), **fields))
+
+
+def tell_call_started(
+    ctx: Context[Any, Any], turn: int, index: int, call_id: str, command: ToolCommand
+) -> None:
+    """Tell that the ``index``-th call of turn ``turn`` started (the runner's
+    :class:`~toolloop.runner.ToolCallStarted`, the same in every product)."""
+    tell(ctx, ToolCallStarted, round_index=turn, index=index, call_id=call_id, command=command)
+
+
+def tell_call_finished(
+    ctx: Context[Any, Any],
+    turn: int,
+    index: int,
+    call_id: str,
+    record: ToolExecutionRecord,
+    duration: float,
+    source: CallSource = "ran",
+) -> None:
+    """Tell the record of the ``index``-th call of turn ``turn`` (the runner's
+    :class:`~toolloop.runner.ToolCallFinished`), and where it came from."""
+    tell(
+        ctx,
+        ToolCallFinished,
+        round_index=turn,
+        index=index,
+        call_id=call_id,
+        record=record,
+        duration=duration,
+        source=source,
+    )

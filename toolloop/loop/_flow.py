@@ -30,7 +30,7 @@ from pydantic import BaseModel, Field
 from .._errors import AnswerError, PlannerError, UsageLimitError
 from ..checkpoints import HumanRequest
 from ..flow import Context, Flow
-from ..kernel import model_timeout_error, tell
+from ..kernel import model_timeout_error, tell, tell_call_finished, tell_call_started
 from ..models import ChatModel, ModelSettings, Usage, UsageLimits, UsageMeter, current_meter
 from ..planners import (
     PlannerContext,
@@ -43,8 +43,6 @@ from ..planners import (
 from ..runner import (
     CallSource,
     Executor,
-    ToolCallFinished,
-    ToolCallStarted,
     ToolCommand,
     ToolExecutionRecord,
     construct,
@@ -193,14 +191,7 @@ def _planner_error(exc: Exception, index: int, deps: LoopDeps, state: RoundState
 
 def _started(ctx: LoopContext, index: int, position: int, command: ToolCommand) -> None:
     """Tell that the call at ``position`` of round ``index`` started."""
-    tell(
-        ctx,
-        ToolCallStarted,
-        round_index=index,
-        index=position,
-        call_id=f"{index}.{position}",
-        command=command,
-    )
+    tell_call_started(ctx, index, position, f"{index}.{position}", command)
 
 
 def _finished(
@@ -211,16 +202,7 @@ def _finished(
     key = f"{index}.{position}"
     source_of = ctx.deps.source_of
     source = "ran" if source_of is None else source_of(key)
-    tell(
-        ctx,
-        ToolCallFinished,
-        round_index=index,
-        index=position,
-        call_id=key,
-        record=record,
-        duration=duration,
-        source=source,
-    )
+    tell_call_finished(ctx, index, position, key, record, duration, source)
 
 
 async def plan(_: Any, ctx: LoopContext) -> Planned:

@@ -40,14 +40,14 @@ from ..kernel import (
     journaled_call,
     record_interrupted,
     tell,
+    tell_call_finished,
+    tell_call_started,
 )
 from ..models import UsageMeter, current_meter
 from ..runner import (
     CallSource,
     Executor,
     ToolBatch,
-    ToolCallFinished,
-    ToolCallStarted,
     ToolExecutionRecord,
     cancelled_record,
     json_safe,
@@ -339,26 +339,10 @@ async def tool_execution(value: Any, state: State, deps: StatusDeps, ctx: Contex
         return cancelled_record(call.command()), "interrupted"
 
     def on_start(k: int, call: StatusToolCall) -> None:
-        tell(
-            ctx,
-            ToolCallStarted,
-            round_index=turn,
-            index=k,
-            call_id=call.call_id,
-            command=call.command(),
-        )
+        tell_call_started(ctx, turn, k, call.call_id, call.command())
 
     def on_finish(k: int, done: Done, took: float) -> None:
-        tell(
-            ctx,
-            ToolCallFinished,
-            round_index=turn,
-            index=k,
-            call_id=todo[k].call_id,
-            record=done[0],
-            duration=took,
-            source=done[1],
-        )
+        tell_call_finished(ctx, turn, k, todo[k].call_id, done[0], took, done[1])
 
     results: list[Done] = []
     batch: ToolBatch[StatusToolCall, Done] = ToolBatch(
