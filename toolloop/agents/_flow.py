@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .._errors import DefinitionError, ExecutionError, UsageLimitError
-from ..checkpoints import CheckpointedRun, CorruptCheckpointError, record_usage
+from ..checkpoints import CheckpointedRun, record_usage
 from ..flow import Context, Flow, Step, Target
 from ..kernel import (
     CheckpointSaved,
@@ -39,7 +39,7 @@ from ..kernel import (
     RunOptions,
     StopReason,
     cut_off_error,
-    journaled_call,
+    journaled_outcome,
     record_interrupted,
     tell,
     tell_call_finished,
@@ -464,9 +464,8 @@ async def tools_step(_: Any, ctx: AgentContext) -> Route:
 
         if run is None:
             return await onion()
-        entry = journal.get(call.id)
         again = call.id in rerun
-        done = await journaled_call(
+        done = await journaled_outcome(
             run,
             journal,
             call.id,
@@ -475,28 +474,15 @@ async def tools_step(_: Any, ctx: AgentContext) -> Route:
             call=onion,
             dump=dump_outcome,
             load=load_outcome,
+            failed=lambda error: ToolOutcome.failed(call, error),
             unknown_outcome="retry" if again else options.unknown_outcome,
             idempotent_tools=(call.name,) if again else options.idempotent_tools,
+            settled=options.unknown_outcome != "ask",  # else a human answers it first
         )
-        if entry is not None and entry.state == "finished":
-            sources[call.id] = "replayed"
-        if not isinstance(done, Interrupted):
-            return done
-        sources[call.id] = "interrupted"
-        if done.answered is not None:  # how it ended was decided before
-            try:
-                return load_outcome(done.answered)
-            except ValueError as exc:
-                raise CorruptCheckpointError(
-                    f"the journaled answer of call {call.id!r} of run {run.run_id!r} cannot be "
-                    f"read back ({exc}); it was left as it is"
-                ) from exc
-        failed = ToolOutcome.failed(call, done.error)
-        if options.unknown_outcome == "ask":
-            asked.append((call, done))  # not answered: the run asks a human
-            return failed
-        await record_interrupted(run, call.id, dump_outcome(failed))
-        return failed
+        sources[call.id] = done.source
+        if done.cut is not None and done.cut.answered is None and options.unknown_outcome == "ask":
+            asked.append((call, done.cut))  # not answered: the run asks a human
+        return done.outcome
 
     def on_start(k: int, call: ToolCall) -> None:
         tell_call_started(ctx, turn, k, call.id, command_of(call))

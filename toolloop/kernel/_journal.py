@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import anyio
 
@@ -29,9 +29,10 @@ from ..checkpoints import (
     cut_off_causes,
     interrupted_error,
 )
+from ..runner import CallSource
 from ._options import UnknownOutcome
 
-__all__ = ["Interrupted", "journaled_call", "record_interrupted"]
+__all__ = ["Interrupted", "Journaled", "journaled_call", "journaled_outcome", "record_interrupted"]
 
 T = TypeVar("T")
 
@@ -116,3 +117,71 @@ async def record_interrupted(run: CheckpointedRun, call_id: str, outcome: Any) -
     ``interrupted``: it never runs again on its own."""
     with anyio.CancelScope(shield=True):
         await run.record_outcome(call_id, outcome, state="interrupted")
+
+
+@dataclass(frozen=True, slots=True)
+class Journaled(Generic[T]):
+    """What came of a journaled call, and from where: ``"ran"`` here, ``"replayed"`` from
+    the journal, or ``"interrupted"`` (its outcome unknown; ``cut`` says what cut it off)."""
+
+    outcome: T
+    source: CallSource
+    cut: Interrupted | None = None
+
+
+async def journaled_outcome(
+    run: CheckpointedRun,
+    journal: Mapping[str, JournalEntry],
+    call_id: str,
+    *,
+    tool_name: str,
+    arguments: Mapping[str, Any],
+    call: Callable[[], Awaitable[T]],
+    dump: Callable[[T], Any],
+    load: Callable[[Any], T],
+    failed: Callable[[str], T],
+    unknown_outcome: UnknownOutcome = "fail",
+    idempotent_tools: Collection[str] = (),
+    settled: bool = True,
+) -> Journaled[T]:
+    """:func:`journaled_call`, with the outcome of a call cut off before made for every
+    product alike: how it ended when the journal says so already, else ``failed(error)``
+    (the error says what cut it off), written to the journal as its end when ``settled``
+    (``False``: the product asks a human first, and writes the answer).
+
+    Raises:
+        CorruptCheckpointError: a journaled outcome that ``load`` refuses.
+    """
+    ran = False
+
+    async def running() -> T:
+        nonlocal ran
+        ran = True
+        return await call()
+
+    outcome = await journaled_call(
+        run,
+        journal,
+        call_id,
+        tool_name=tool_name,
+        arguments=arguments,
+        call=running,
+        dump=dump,
+        load=load,
+        unknown_outcome=unknown_outcome,
+        idempotent_tools=idempotent_tools,
+    )
+    if not isinstance(outcome, Interrupted):
+        return Journaled(outcome, "ran" if ran else "replayed")
+    if outcome.answered is not None:  # how it ended was decided before
+        try:
+            return Journaled(load(outcome.answered), "interrupted", outcome)
+        except Exception as exc:
+            raise CorruptCheckpointError(
+                f"the journaled answer of call {call_id!r} of run {run.run_id!r} cannot be "
+                f"read back ({type(exc).__name__}: {exc}); it was left as it is"
+            ) from exc
+    ended = failed(outcome.error)
+    if settled:
+        await record_interrupted(run, call_id, dump(ended))
+    return Journaled(ended, "interrupted", outcome)

@@ -26,7 +26,7 @@ usage journaled from that round on. A budget holds exactly across resumes.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -51,15 +51,13 @@ from ..flow import FlowSnapshot
 from ..kernel import (
     CheckpointSaved,
     Decided,
-    Interrupted,
     Run,
     RunOptions,
     Skip,
     Verdict,
     approval_rule,
     decide,
-    journaled_call,
-    record_interrupted,
+    journaled_outcome,
     tell,
 )
 from ..models import Usage, current_meter
@@ -400,15 +398,17 @@ class DurableLoop:
         return FlowSnapshot(flow=loop_flow.name, execution_id=self.run.run_id, state=data)
 
     async def journaled(
-        self, key: str, command: ToolCommand, call: Callable[[], Any], *, told: str
+        self,
+        key: str,
+        command: ToolCommand,
+        call: Callable[[], Awaitable[ToolExecutionRecord]],
+        *,
+        told: str,
     ) -> ToolExecutionRecord:
         """The record of ``command`` under ``key``, its tool run at most once (``told``:
         its call id in the events)."""
         options = self.options
-        entry = self.journal.get(key)
-        if entry is not None and entry.state == "finished":
-            self.sources[told] = "replayed"
-        outcome = await journaled_call(
+        done = await journaled_outcome(
             self.run,
             self.journal,
             key,
@@ -417,24 +417,18 @@ class DurableLoop:
             call=call,
             dump=self.record_data,
             load=ToolExecutionRecord.model_validate,
+            failed=lambda error: ToolExecutionRecord.failed(command, error),
             unknown_outcome=options.unknown_outcome,
             idempotent_tools=options.idempotent_tools,
         )
-        if not isinstance(outcome, Interrupted):
-            # the planner's own words (purpose, todo) of this round, the journal's outcome
-            record: ToolExecutionRecord = outcome
-            return record.model_copy(
-                update={"purpose": command.purpose, "todo_suggestion": command.todo_suggestion}
-            )
-        self.sources[told] = "interrupted"
-        if outcome.answered is not None:
-            try:
-                return ToolExecutionRecord.model_validate(outcome.answered)
-            except ValidationError:
-                pass
-        failed = ToolExecutionRecord.failed(command, _interrupted_error(outcome))
-        await record_interrupted(self.run, key, self.record_data(failed))
-        return failed
+        if done.source != "ran":
+            self.sources[told] = done.source
+        if done.source == "interrupted":
+            return done.outcome
+        # the planner's own words (purpose, todo) of this round, the journal's outcome
+        return done.outcome.model_copy(
+            update={"purpose": command.purpose, "todo_suggestion": command.todo_suggestion}
+        )
 
 
 def _same_call(entry: JournalEntry, command: ToolCommand) -> bool:
@@ -461,13 +455,6 @@ def _orphan_note(round_index: int, key: str, entry: JournalEntry) -> str:
         f"round {round_index}: call {key} {what} before the round's plan was kept: "
         f"{entry.tool_name}({_canonical(entry.arguments)[:200]}); the round was planned again "
         "with another call there, which runs as a call of its own"
-    )
-
-
-def _interrupted_error(cut: Interrupted) -> str:
-    return (
-        f"{cut.error} (resume with unknown_outcome='retry' and the tool in idempotent_tools "
-        "to run such a call again, or 'ask' to put it to a human)"
     )
 
 

@@ -34,11 +34,9 @@ from ..checkpoints import (
 from ..flow import Context, FlowSnapshot, Step, Wait
 from ..kernel import (
     CheckpointSaved,
-    Interrupted,
     RunOptions,
     StopReason,
-    journaled_call,
-    record_interrupted,
+    journaled_outcome,
     tell,
     tell_call_finished,
     tell_call_started,
@@ -307,33 +305,22 @@ async def tool_execution(value: Any, state: State, deps: StatusDeps, ctx: Contex
 
     async def one(call: StatusToolCall, started: Callable[[], None]) -> Done:
         command = call.command()
-        ran = False
-
-        async def execute() -> ToolExecutionRecord:
-            nonlocal ran
-            ran = True
-            return await deps.executor.call(command, on_start=started)
-
-        outcome = await journaled_call(
+        # a call whose outcome is unknown does not run again: a failed record that says
+        # what cut it off (the reflection sees a failed call, or asks a human under "ask")
+        done = await journaled_outcome(
             run,
             journal,
             call.call_id,
             tool_name=call.tool_name,
             arguments=call.arguments,
-            call=execute,
+            call=lambda: deps.executor.call(command, on_start=started),
             dump=json_safe,
             load=ToolExecutionRecord.model_validate,
+            failed=lambda error: ToolExecutionRecord.failed(command, error),
             unknown_outcome=options.unknown_outcome,
             idempotent_tools=options.idempotent_tools,
         )
-        if not isinstance(outcome, Interrupted):
-            return outcome, "ran" if ran else "replayed"
-        # its outcome is unknown and it does not run again: a failed record that says what
-        # cut it off (the reflection sees a failed call, or asks a human under "ask")
-        record = ToolExecutionRecord.failed(command, outcome.error)
-        if outcome.answered is None:
-            await record_interrupted(run, call.call_id, json_safe(record))
-        return record, "interrupted"
+        return done.outcome, done.source
 
     def cancelled(call: StatusToolCall) -> Done:
         return cancelled_record(call.command()), "interrupted"
