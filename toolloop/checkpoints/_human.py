@@ -27,6 +27,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from ._errors import DecisionError
+from ._model import RunToolCall
 
 __all__ = [
     "Approve",
@@ -54,14 +55,9 @@ have taken effect; ``review``: something needs a look (errors, repeated calls, a
 answer)."""
 
 
-class RequestedCall(BaseModel):
+class RequestedCall(RunToolCall):
     """A tool call the human is asked about."""
 
-    model_config = ConfigDict(frozen=True)
-
-    call_id: str
-    tool_name: str
-    arguments: dict[str, Any] = Field(default_factory=dict)
     purpose: str = ""
     """Why the model wants the call."""
     why: str = ""

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Literal
+from typing import Any
 
 import anyio.lowlevel
 
-from ._errors import CheckpointError
 from ._model import Checkpoint, CheckpointStatus, JournalEntry
-from ._store import json_text, stored
+from ._store import StoreBase, json_text, stored
 
 __all__ = ["MemoryCheckpointStore"]
 
 
-class MemoryCheckpointStore:
+class MemoryCheckpointStore(StoreBase):
     """A :class:`CheckpointStore` in this process's memory.
 
     Checkpoints are kept as JSON text, as the SQLite store keeps them, so what comes back
@@ -63,23 +62,13 @@ class MemoryCheckpointStore:
             journal[entry.call_id] = entry.model_copy(update={"arguments": arguments})
         return journal[entry.call_id]
 
-    async def record_outcome(
-        self,
-        run_id: str,
-        call_id: str,
-        outcome: Any,
-        *,
-        state: Literal["finished", "interrupted"] = "finished",
-    ) -> JournalEntry:
+    async def _write_outcome(
+        self, run_id: str, call_id: str, outcome: Any, state: str
+    ) -> JournalEntry | None:
         await anyio.lowlevel.checkpoint()
         journal = self._journals.get(run_id, {})
         entry = journal.get(call_id)
-        if entry is None:
-            raise CheckpointError(
-                f"run {run_id!r} has no intent of call {call_id!r} in its journal; record the "
-                "intent before the call starts"
-            )
-        if entry.state != "started":
+        if entry is None or entry.state != "started":
             return entry
         data = json.loads(json_text(outcome, f"the outcome of {call_id!r}"))
         done = entry.model_copy(
@@ -93,6 +82,3 @@ class MemoryCheckpointStore:
 
     async def __aenter__(self) -> MemoryCheckpointStore:
         return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..flow import FlowSnapshot
 from ._errors import CorruptCheckpointError
 
-__all__ = ["Checkpoint", "CheckpointStatus", "JournalEntry", "JournalState", "Owner"]
+__all__ = ["Checkpoint", "CheckpointStatus", "JournalEntry", "JournalState", "Owner", "RunToolCall"]
 
 CheckpointStatus = Literal["running", "paused", "completed", "failed"]
 """``running``: a process is running it (or died doing so); ``paused``: it waits for an
@@ -72,8 +72,8 @@ class Owner(BaseModel):
         return True
 
 
-class JournalEntry(BaseModel):
-    """One tool call of a run: its intent, then its outcome."""
+class RunToolCall(BaseModel):
+    """A tool call of a run, as the journal and a human request name it."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -81,6 +81,11 @@ class JournalEntry(BaseModel):
     """Stable id of the call within its run (the journal's key)."""
     tool_name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class JournalEntry(RunToolCall):
+    """One tool call of a run: its intent, then its outcome."""
+
     state: JournalState = "started"
     outcome: Any = None
     """JSON data of what came of the call (e.g. a ``ToolExecutionRecord``); ``None`` while

@@ -26,21 +26,18 @@ Install it with ``pip install 'toolloop[postgres]'``.
 
 from __future__ import annotations
 
-import json
 import re
 import threading
-import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
 from .._secrets import REDACTED, register_secret, scrub
-from ._errors import CheckpointConflictError, CheckpointError, CorruptCheckpointError
-from ._model import Checkpoint, CheckpointStatus, JournalEntry
-from ._store import json_text, stored
+from ._errors import CheckpointError
+from ._sql import SQLStore
 
 if TYPE_CHECKING:
     import psycopg
@@ -79,7 +76,6 @@ CREATE TABLE {s}.journal (
 )
 """
 
-_JOURNAL_COLUMNS = "call_id, tool_name, arguments, state, outcome, started_at, finished_at"
 _MIGRATION_LOCK = 0x746F6F6C6C6F6F70  # "toolloop": one migrator at a time
 
 
@@ -95,7 +91,7 @@ def _import() -> tuple[Any, Any]:
     return psycopg, psycopg_pool
 
 
-class PostgresCheckpointStore:
+class PostgresCheckpointStore(SQLStore):
     """A :class:`CheckpointStore` in a PostgreSQL database, shared by many workers.
 
     Args:
@@ -112,6 +108,9 @@ class PostgresCheckpointStore:
     :meth:`aclose`); it connects, and creates or checks its schema, on first use. Closing
     it releases the leases of the runs it holds.
     """
+
+    _JOURNAL_ORDER = "seq"
+    _FOR_UPDATE = " FOR UPDATE"
 
     def __init__(
         self,
@@ -157,42 +156,9 @@ class PostgresCheckpointStore:
         port = str(info.get("port") or "5432")
         return f"{info.get('user') or ''}@{host}:{port}/{info.get('dbname') or ''}".lstrip("@")
 
-    # -- the protocol ---------------------------------------------------------------------
-
-    async def get(self, run_id: str) -> Checkpoint | None:
-        return await self._call(self._get, run_id)
-
-    async def put(self, checkpoint: Checkpoint, *, expected_revision: int | None) -> Checkpoint:
-        return await self._call(self._put, checkpoint, expected_revision)
-
-    async def delete(self, run_id: str) -> bool:
-        return await self._call(self._delete, run_id)
-
-    async def run_ids(self, *, status: CheckpointStatus | None = None) -> list[str]:
-        return await self._call(self._run_ids, status)
-
-    async def record_intent(self, run_id: str, entry: JournalEntry) -> JournalEntry:
-        return await self._call(self._record_intent, run_id, entry)
-
-    async def record_outcome(
-        self,
-        run_id: str,
-        call_id: str,
-        outcome: Any,
-        *,
-        state: Literal["finished", "interrupted"] = "finished",
-    ) -> JournalEntry:
-        return await self._call(self._record_outcome, run_id, call_id, outcome, state)
-
-    async def aclose(self) -> None:
-        await anyio.to_thread.run_sync(self._close)
-
     async def __aenter__(self) -> PostgresCheckpointStore:
         await anyio.to_thread.run_sync(self._ensure_open)
         return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
     # -- leases ---------------------------------------------------------------------------
 
@@ -284,9 +250,9 @@ class PostgresCheckpointStore:
 
     # -- in a worker thread ---------------------------------------------------------------
 
-    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _call(self, fn: Callable[..., T], *args: Any, write: bool = True) -> T:
         async with self._threads():
-            return await anyio.to_thread.run_sync(self._in_transaction, fn, args)
+            return await anyio.to_thread.run_sync(self._in_transaction, fn, args, write)
 
     def _threads(self) -> anyio.CapacityLimiter:
         """At most ``max_size`` worker threads at once (the others wait here, not for a
@@ -297,11 +263,13 @@ class PostgresCheckpointStore:
             held = self._limiter = (token, anyio.CapacityLimiter(self.max_size))
         return held[1]
 
-    def _in_transaction(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+    def _in_transaction(self, fn: Callable[..., T], args: tuple[Any, ...], write: bool) -> T:
         pool = self._pool or self._ensure_open()
         psycopg, psycopg_pool = _import()
         try:
             with pool.connection(timeout=self.timeout) as conn, conn.transaction():
+                if not write:
+                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 return fn(conn, *args)
         except (CheckpointError, ValueError):
             raise
@@ -421,6 +389,15 @@ class PostgresCheckpointStore:
                 )
             # migrations from older versions go here, one step at a time
 
+    def _sql(self, statement: str) -> str:
+        s = f'"{self.schema}"'
+        return statement.format(checkpoints=f"{s}.checkpoints", journal=f"{s}.journal").replace(
+            "?", "%s"
+        )
+
+    def _insert_new(self, rest: str) -> str:
+        return self._sql(f"INSERT {rest} ON CONFLICT DO NOTHING")
+
     def _close(self) -> None:
         with self._lease_lock:
             self._drop_lease_connection()
@@ -428,134 +405,6 @@ class PostgresCheckpointStore:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
-
-    # -- the statements ---------------------------------------------------------------------
-
-    def _get(self, conn: psycopg.Connection[Any], run_id: str) -> Checkpoint | None:
-        s = f'"{self.schema}"'
-        # one snapshot: the checkpoint and its journal agree
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        row = conn.execute(
-            f"SELECT data, status, revision, created_at, updated_at FROM {s}.checkpoints "
-            "WHERE run_id = %s",
-            (run_id,),
-        ).fetchone()
-        if row is None:
-            return None
-        rows = conn.execute(
-            f"SELECT {_JOURNAL_COLUMNS} FROM {s}.journal WHERE run_id = %s ORDER BY seq",
-            (run_id,),
-        ).fetchall()
-        journal = [_journal_entry(run_id, r) for r in rows]
-        checkpoint = Checkpoint.load_json(row[0], run_id=run_id, journal=journal)
-        return checkpoint.model_copy(
-            update={
-                "status": row[1],
-                "revision": row[2],
-                "created_at": row[3],
-                "updated_at": row[4],
-            }
-        )
-
-    def _put(
-        self, conn: psycopg.Connection[Any], checkpoint: Checkpoint, expected: int | None
-    ) -> Checkpoint:
-        s = f'"{self.schema}"'
-        run_id = checkpoint.run_id
-        row = conn.execute(
-            f"SELECT revision, created_at FROM {s}.checkpoints WHERE run_id = %s FOR UPDATE",
-            (run_id,),
-        ).fetchone()
-        new = stored(checkpoint, None if row is None else (row[0], row[1]), expected)
-        values = (
-            new.flow,
-            new.status,
-            new.revision,
-            new.dump_json(),
-            new.created_at,
-            new.updated_at,
-            run_id,
-        )
-        if row is None:
-            written = conn.execute(
-                f"INSERT INTO {s}.checkpoints (flow, status, revision, data, created_at, "
-                "updated_at, run_id) VALUES (%s, %s, %s, %s, %s, %s, %s) "
-                "ON CONFLICT (run_id) DO NOTHING",
-                values,
-            ).rowcount
-            if written != 1:  # created by another writer since the SELECT
-                raise CheckpointConflictError(
-                    f"run {run_id!r} already has a checkpoint (another writer created it just "
-                    "now); pick another run id, or read it and write with its revision"
-                )
-        else:
-            conn.execute(
-                f"UPDATE {s}.checkpoints SET flow = %s, status = %s, revision = %s, data = %s, "
-                "created_at = %s, updated_at = %s WHERE run_id = %s",
-                values,
-            )
-        return new
-
-    def _delete(self, conn: psycopg.Connection[Any], run_id: str) -> bool:
-        s = f'"{self.schema}"'
-        conn.execute(f"DELETE FROM {s}.journal WHERE run_id = %s", (run_id,))
-        deleted = conn.execute(f"DELETE FROM {s}.checkpoints WHERE run_id = %s", (run_id,))
-        return bool(deleted.rowcount)
-
-    def _run_ids(self, conn: psycopg.Connection[Any], status: CheckpointStatus | None) -> list[str]:
-        s = f'"{self.schema}"'
-        if status is None:
-            cur = conn.execute(f"SELECT run_id FROM {s}.checkpoints ORDER BY created_at, run_id")
-        else:
-            cur = conn.execute(
-                f"SELECT run_id FROM {s}.checkpoints WHERE status = %s ORDER BY created_at, run_id",
-                (status,),
-            )
-        return [r[0] for r in cur.fetchall()]
-
-    def _record_intent(
-        self, conn: psycopg.Connection[Any], run_id: str, entry: JournalEntry
-    ) -> JournalEntry:
-        s = f'"{self.schema}"'
-        arguments = json_text(entry.arguments, f"the arguments of {entry.call_id!r}")
-        conn.execute(
-            f"INSERT INTO {s}.journal (run_id, call_id, tool_name, arguments, state, started_at) "
-            "VALUES (%s, %s, %s, %s, 'started', %s) ON CONFLICT (run_id, call_id) DO NOTHING",
-            (run_id, entry.call_id, entry.tool_name, arguments, entry.started_at),
-        )
-        row = self._journal_row(conn, run_id, entry.call_id)
-        assert row is not None
-        return _journal_entry(run_id, row)
-
-    def _record_outcome(
-        self,
-        conn: psycopg.Connection[Any],
-        run_id: str,
-        call_id: str,
-        outcome: Any,
-        state: str,
-    ) -> JournalEntry:
-        s = f'"{self.schema}"'
-        text = json_text(outcome, f"the outcome of {call_id!r}")
-        conn.execute(
-            f"UPDATE {s}.journal SET state = %s, outcome = %s, finished_at = %s "
-            "WHERE run_id = %s AND call_id = %s AND state = 'started'",
-            (state, text, time.time(), run_id, call_id),
-        )
-        row = self._journal_row(conn, run_id, call_id)
-        if row is None:
-            raise CheckpointError(
-                f"run {run_id!r} has no intent of call {call_id!r} in its journal; record the "
-                "intent before the call starts"
-            )
-        return _journal_entry(run_id, row)
-
-    def _journal_row(self, conn: psycopg.Connection[Any], run_id: str, call_id: str) -> Any:
-        return conn.execute(
-            f'SELECT {_JOURNAL_COLUMNS} FROM "{self.schema}".journal '
-            "WHERE run_id = %s AND call_id = %s",
-            (run_id, call_id),
-        ).fetchone()
 
 
 def _password_of(url: str) -> str | None:
@@ -567,22 +416,3 @@ def _password_of(url: str) -> str | None:
     except Exception:
         return None
     return str(password) if password else None
-
-
-def _journal_entry(run_id: str, row: Any) -> JournalEntry:
-    call_id, tool_name, arguments, state, outcome, started_at, finished_at = row
-    try:
-        return JournalEntry(
-            call_id=call_id,
-            tool_name=tool_name,
-            arguments=json.loads(arguments),
-            state=state,
-            outcome=None if outcome is None else json.loads(outcome),
-            started_at=started_at,
-            finished_at=finished_at,
-        )
-    except ValueError as exc:
-        raise CorruptCheckpointError(
-            f"the journal entry {call_id!r} of run {run_id!r} cannot be read ({exc}); it was "
-            "left as it is"
-        ) from exc

@@ -11,20 +11,18 @@ loop, and are not abandoned when the caller is cancelled, so a write is never cu
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import threading
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import anyio.to_thread
 
-from ._errors import CheckpointError, CorruptCheckpointError
-from ._model import Checkpoint, CheckpointStatus, JournalEntry
-from ._store import json_text, stored
+from ._errors import CheckpointError
+from ._sql import SQLStore
 
 __all__ = ["SCHEMA_VERSION", "SQLiteCheckpointStore"]
 
@@ -57,7 +55,7 @@ CREATE INDEX checkpoints_by_status ON checkpoints (status, created_at);
 T = TypeVar("T")
 
 
-class SQLiteCheckpointStore:
+class SQLiteCheckpointStore(SQLStore):
     """A :class:`CheckpointStore` in a SQLite file (made if missing).
 
     Args:
@@ -73,6 +71,9 @@ class SQLiteCheckpointStore:
     Use it as ``async with SQLiteCheckpointStore(path) as store`` (or call :meth:`aclose`);
     the file is opened on first use.
     """
+
+    _JOURNAL_ORDER = "rowid"
+    _FOR_UPDATE = ""  # a write's transaction (BEGIN IMMEDIATE) locks the whole file
 
     def __init__(
         self,
@@ -92,55 +93,29 @@ class SQLiteCheckpointStore:
     def __repr__(self) -> str:
         return f"SQLiteCheckpointStore({str(self.path)!r})"
 
-    # -- the protocol ---------------------------------------------------------------------
-
-    async def get(self, run_id: str) -> Checkpoint | None:
-        return await self._call(self._get, run_id)
-
-    async def put(self, checkpoint: Checkpoint, *, expected_revision: int | None) -> Checkpoint:
-        return await self._call(self._put, checkpoint, expected_revision)
-
-    async def delete(self, run_id: str) -> bool:
-        return await self._call(self._delete, run_id)
-
-    async def run_ids(self, *, status: CheckpointStatus | None = None) -> list[str]:
-        return await self._call(self._run_ids, status)
-
-    async def record_intent(self, run_id: str, entry: JournalEntry) -> JournalEntry:
-        return await self._call(self._record_intent, run_id, entry)
-
-    async def record_outcome(
-        self,
-        run_id: str,
-        call_id: str,
-        outcome: Any,
-        *,
-        state: Literal["finished", "interrupted"] = "finished",
-    ) -> JournalEntry:
-        return await self._call(self._record_outcome, run_id, call_id, outcome, state)
-
-    async def aclose(self) -> None:
-        await anyio.to_thread.run_sync(self._close)
-
     async def __aenter__(self) -> SQLiteCheckpointStore:
-        await self._call(lambda conn: None)
+        await self._call(lambda conn: None, write=False)
         return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
     # -- in the worker thread --------------------------------------------------------------
 
-    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        return await anyio.to_thread.run_sync(self._locked, fn, args)
+    async def _call(self, fn: Callable[..., T], *args: Any, write: bool = True) -> T:
+        return await anyio.to_thread.run_sync(self._locked, fn, args, write)
 
-    def _locked(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+    def _locked(self, fn: Callable[..., T], args: tuple[Any, ...], write: bool) -> T:
         with self._lock:
             try:
                 conn = self._conn or self._open()
-                return fn(conn, *args)
+                with _transaction(conn, "IMMEDIATE" if write else "DEFERRED"):
+                    return fn(conn, *args)
             except sqlite3.Error as exc:
                 raise CheckpointError(self._explain(exc)) from exc
+
+    def _sql(self, statement: str) -> str:
+        return statement.format(checkpoints="checkpoints", journal="journal")
+
+    def _insert_new(self, rest: str) -> str:
+        return self._sql(f"INSERT OR IGNORE {rest}")
 
     def _explain(self, exc: sqlite3.Error) -> str:
         """What went wrong with the file, in words a person can act on."""
@@ -221,8 +196,7 @@ class SQLiteCheckpointStore:
             )
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with _transaction(conn, "IMMEDIATE"):
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version == 0:
                 tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
@@ -240,10 +214,6 @@ class SQLiteCheckpointStore:
                     f"{str(self.path)!r} has checkpoint schema {version}; this toolloop reads "
                     f"schema {SCHEMA_VERSION}: upgrade toolloop"
                 )
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
 
     def _close(self) -> None:
         with self._lock:
@@ -251,154 +221,16 @@ class SQLiteCheckpointStore:
                 self._conn.close()
                 self._conn = None
 
-    def _get(self, conn: sqlite3.Connection, run_id: str) -> Checkpoint | None:
-        conn.execute("BEGIN")  # one read transaction: the checkpoint and its journal agree
-        try:
-            row = conn.execute(
-                "SELECT data, status, revision, created_at, updated_at FROM checkpoints "
-                "WHERE run_id = ?",
-                (run_id,),
-            ).fetchone()
-            rows = conn.execute(
-                "SELECT call_id, tool_name, arguments, state, outcome, started_at, finished_at "
-                "FROM journal WHERE run_id = ? ORDER BY rowid",
-                (run_id,),
-            ).fetchall()
-        finally:
-            conn.execute("COMMIT")
-        if row is None:
-            return None
-        journal = [_journal_entry(run_id, r) for r in rows]
-        checkpoint = Checkpoint.load_json(row[0], run_id=run_id, journal=journal)
-        return checkpoint.model_copy(
-            update={
-                "status": row[1],
-                "revision": row[2],
-                "created_at": row[3],
-                "updated_at": row[4],
-            }
-        )
 
-    def _put(
-        self, conn: sqlite3.Connection, checkpoint: Checkpoint, expected: int | None
-    ) -> Checkpoint:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            row = conn.execute(
-                "SELECT revision, created_at FROM checkpoints WHERE run_id = ?",
-                (checkpoint.run_id,),
-            ).fetchone()
-            new = stored(checkpoint, None if row is None else (row[0], row[1]), expected)
-            conn.execute(
-                "INSERT OR REPLACE INTO checkpoints (run_id, flow, status, revision, data, "
-                "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    new.run_id,
-                    new.flow,
-                    new.status,
-                    new.revision,
-                    new.dump_json(),
-                    new.created_at,
-                    new.updated_at,
-                ),
-            )
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        return new
-
-    def _delete(self, conn: sqlite3.Connection, run_id: str) -> bool:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.execute("DELETE FROM journal WHERE run_id = ?", (run_id,))
-            deleted = conn.execute("DELETE FROM checkpoints WHERE run_id = ?", (run_id,)).rowcount
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        return bool(deleted)
-
-    def _run_ids(self, conn: sqlite3.Connection, status: CheckpointStatus | None) -> list[str]:
-        if status is None:
-            rows = conn.execute("SELECT run_id FROM checkpoints ORDER BY created_at, run_id")
-        else:
-            rows = conn.execute(
-                "SELECT run_id FROM checkpoints WHERE status = ? ORDER BY created_at, run_id",
-                (status,),
-            )
-        return [r[0] for r in rows.fetchall()]
-
-    def _record_intent(
-        self, conn: sqlite3.Connection, run_id: str, entry: JournalEntry
-    ) -> JournalEntry:
-        arguments = json_text(entry.arguments, f"the arguments of {entry.call_id!r}")
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.execute(
-                "INSERT OR IGNORE INTO journal (run_id, call_id, tool_name, arguments, state, "
-                "started_at) VALUES (?, ?, ?, ?, 'started', ?)",
-                (run_id, entry.call_id, entry.tool_name, arguments, entry.started_at),
-            )
-            row = self._journal_row(conn, run_id, entry.call_id)
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        assert row is not None
-        return _journal_entry(run_id, row)
-
-    def _record_outcome(
-        self,
-        conn: sqlite3.Connection,
-        run_id: str,
-        call_id: str,
-        outcome: Any,
-        state: str,
-    ) -> JournalEntry:
-        text = json_text(outcome, f"the outcome of {call_id!r}")
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.execute(
-                "UPDATE journal SET state = ?, outcome = ?, finished_at = ? "
-                "WHERE run_id = ? AND call_id = ? AND state = 'started'",
-                (state, text, time.time(), run_id, call_id),
-            )
-            row = self._journal_row(conn, run_id, call_id)
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        if row is None:
-            raise CheckpointError(
-                f"run {run_id!r} has no intent of call {call_id!r} in its journal; record the "
-                "intent before the call starts"
-            )
-        return _journal_entry(run_id, row)
-
-    @staticmethod
-    def _journal_row(conn: sqlite3.Connection, run_id: str, call_id: str) -> Any:
-        return conn.execute(
-            "SELECT call_id, tool_name, arguments, state, outcome, started_at, finished_at "
-            "FROM journal WHERE run_id = ? AND call_id = ?",
-            (run_id, call_id),
-        ).fetchone()
-
-
-def _journal_entry(run_id: str, row: Any) -> JournalEntry:
-    call_id, tool_name, arguments, state, outcome, started_at, finished_at = row
+@contextmanager
+def _transaction(conn: sqlite3.Connection, mode: str) -> Iterator[None]:
+    """One transaction (``IMMEDIATE`` for a write: it waits for other writers first,
+    ``DEFERRED`` for a read: it reads one snapshot), committed if the block ends well,
+    rolled back if not."""
+    conn.execute(f"BEGIN {mode}")
     try:
-        return JournalEntry(
-            call_id=call_id,
-            tool_name=tool_name,
-            arguments=json.loads(arguments),
-            state=state,
-            outcome=None if outcome is None else json.loads(outcome),
-            started_at=started_at,
-            finished_at=finished_at,
-        )
-    except ValueError as exc:
-        raise CorruptCheckpointError(
-            f"the journal entry {call_id!r} of run {run_id!r} cannot be read ({exc}); it was "
-            "left as it is"
-        ) from exc
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise

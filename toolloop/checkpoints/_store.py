@@ -15,7 +15,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from ._errors import CheckpointConflictError, CheckpointError
 from ._model import Checkpoint, CheckpointStatus, JournalEntry
 
-__all__ = ["CheckpointStore", "LeasingStore", "json_text", "stored"]
+__all__ = ["CheckpointStore", "LeasingStore", "StoreBase", "json_text", "stored"]
 
 
 @runtime_checkable
@@ -104,6 +104,41 @@ class LeasingStore(Protocol):
     def holds_lease(self, run_id: str) -> bool:
         """Whether this store holds the run's lease now."""
         ...
+
+
+class StoreBase:
+    """What the shipped stores share (a base of theirs, not part of the protocol): the rule
+    that an outcome needs an intent, and ``async with`` closing the store. A store writes an
+    outcome in :meth:`_write_outcome`."""
+
+    async def record_outcome(
+        self,
+        run_id: str,
+        call_id: str,
+        outcome: Any,
+        *,
+        state: Literal["finished", "interrupted"] = "finished",
+    ) -> JournalEntry:
+        entry = await self._write_outcome(run_id, call_id, outcome, state)
+        if entry is None:
+            raise CheckpointError(
+                f"run {run_id!r} has no intent of call {call_id!r} in its journal; record the "
+                "intent before the call starts"
+            )
+        return entry
+
+    async def _write_outcome(
+        self, run_id: str, call_id: str, outcome: Any, state: str
+    ) -> JournalEntry | None:
+        """:meth:`CheckpointStore.record_outcome`, but ``None`` when no intent of ``call_id``
+        is in the run's journal."""
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 def stored(

@@ -47,7 +47,8 @@ MAX_DEPTH = 256
 
 # States of the reader. `_VALUE`: a value is expected; `_FIRST_ITEM`: after ``[``;
 # `_FIRST_KEY`: after ``{``; `_KEY`: after ``,`` in an object; `_AFTER`: after a value
-# inside a container.
+# inside a container. `_VALUE` to `_AFTER` are the states between tokens (one range: they
+# skip whitespace alike).
 _NOISE = 0
 _VALUE = 1
 _FIRST_ITEM = 2
@@ -279,7 +280,7 @@ class JSONStreamReader:
                                 continue
                     i = j
                     state = _ESCAPE
-            elif state == _AFTER:
+            elif _VALUE <= state <= _AFTER:  # between tokens: whitespace, then one character
                 j = i
                 char = text[j]
                 if char in _WHITESPACE:
@@ -288,101 +289,80 @@ class JSONStreamReader:
                         break
                     char = text[j]
                 i = j + 1
-                frame = stack[-1]
-                if char == ",":
-                    state = _KEY if frame[3] else _VALUE
-                elif char == ("}" if frame[3] else "]"):
-                    stack.pop()
-                    state = self._end_value(frame[1], frame[0], events)
-                elif frame[3]:
-                    raise self._error("',' or '}' after an object member", text, j)
-                else:
-                    raise self._error("',' or ']' after an array item", text, j)
-            elif state == _VALUE or state == _FIRST_ITEM:
-                j = i
-                char = text[j]
-                if char in _WHITESPACE:
-                    j = _WS_RUN(text, j).end()
-                    if j == n:
-                        break
-                    char = text[j]
-                if state == _FIRST_ITEM and char == "]":
-                    i = j + 1
-                    frame = stack.pop()
-                    state = self._end_value(frame[1], frame[0], events)
-                    continue
-                if stack:
+                if state == _AFTER:
                     frame = stack[-1]
-                    path = frame[1] + ((frame[2],) if frame[3] else (len(frame[0]),))
-                else:
-                    path = ()
-                i = j + 1
-                if char == '"':
-                    self._value_path = path
-                    self._parts = []
-                    self._parts_sent = 0
-                    self._string_is_key = False
-                    wants = self._string_deltas
-                    self._wants_deltas = wants if isinstance(wants, bool) else wants(path)
-                    state = _STRING
-                elif char in "{[":
-                    if len(stack) >= MAX_DEPTH:
-                        raise self._malformed(
-                            f"containers nested at most {MAX_DEPTH} levels deep",
-                            self._offset + j,
-                            f"a {char!r} opening level {len(stack) + 1}",
-                            "a structured plan is never that deep: the model's output is malformed",
-                        )
-                    if char == "{":
-                        stack.append([{}, path, None, True])
-                        state = _FIRST_KEY
+                    if char == ",":
+                        state = _KEY if frame[3] else _VALUE
+                    elif char == ("}" if frame[3] else "]"):
+                        stack.pop()
+                        state = self._end_value(frame[1], frame[0], events)
+                    elif frame[3]:
+                        raise self._error("',' or '}' after an object member", text, j)
                     else:
-                        stack.append([[], path, None, False])
-                        state = _FIRST_ITEM
-                elif char in _NUMBER_START:
-                    i = j
-                    self._value_path = path
-                    self._parts = []
-                    self._start = self._offset + j
-                    state = _NUMBER
-                elif char in _LITERALS:
-                    i = j
-                    self._value_path = path
-                    self._lit_word, self._lit_value = _LITERALS[char]
-                    self._lit_seen = ""
-                    state = _LITERAL
-                else:
-                    raise self._error("a JSON value", text, j)
-            elif state == _KEY or state == _FIRST_KEY:
-                j = i
-                char = text[j]
-                if char in _WHITESPACE:
-                    j = _WS_RUN(text, j).end()
-                    if j == n:
-                        break
-                    char = text[j]
-                i = j + 1
-                if char == '"':
-                    self._parts = []
-                    self._string_is_key = True
-                    state = _STRING
-                elif char == "}" and state == _FIRST_KEY:
-                    frame = stack.pop()
-                    state = self._end_value(frame[1], frame[0], events)
-                elif state == _FIRST_KEY:
-                    raise self._error("'\"' (a key) or '}'", text, j)
-                else:
-                    raise self._error("'\"' (a key) after ','", text, j)
-            elif state == _COLON:
-                j = i
-                if text[j] in _WHITESPACE:
-                    j = _WS_RUN(text, j).end()
-                    if j == n:
-                        break
-                if text[j] != ":":
-                    raise self._error("':' after a key", text, j)
-                i = j + 1
-                state = _VALUE
+                        raise self._error("',' or ']' after an array item", text, j)
+                elif state == _VALUE or state == _FIRST_ITEM:
+                    if state == _FIRST_ITEM and char == "]":
+                        frame = stack.pop()
+                        state = self._end_value(frame[1], frame[0], events)
+                        continue
+                    if stack:
+                        frame = stack[-1]
+                        path = frame[1] + ((frame[2],) if frame[3] else (len(frame[0]),))
+                    else:
+                        path = ()
+                    if char == '"':
+                        self._value_path = path
+                        self._parts = []
+                        self._parts_sent = 0
+                        self._string_is_key = False
+                        wants = self._string_deltas
+                        self._wants_deltas = wants if isinstance(wants, bool) else wants(path)
+                        state = _STRING
+                    elif char in "{[":
+                        if len(stack) >= MAX_DEPTH:
+                            raise self._malformed(
+                                f"containers nested at most {MAX_DEPTH} levels deep",
+                                self._offset + j,
+                                f"a {char!r} opening level {len(stack) + 1}",
+                                "a structured plan is never that deep: the model's output is "
+                                "malformed",
+                            )
+                        if char == "{":
+                            stack.append([{}, path, None, True])
+                            state = _FIRST_KEY
+                        else:
+                            stack.append([[], path, None, False])
+                            state = _FIRST_ITEM
+                    elif char in _NUMBER_START:
+                        i = j
+                        self._value_path = path
+                        self._parts = []
+                        self._start = self._offset + j
+                        state = _NUMBER
+                    elif char in _LITERALS:
+                        i = j
+                        self._value_path = path
+                        self._lit_word, self._lit_value = _LITERALS[char]
+                        self._lit_seen = ""
+                        state = _LITERAL
+                    else:
+                        raise self._error("a JSON value", text, j)
+                elif state == _KEY or state == _FIRST_KEY:
+                    if char == '"':
+                        self._parts = []
+                        self._string_is_key = True
+                        state = _STRING
+                    elif char == "}" and state == _FIRST_KEY:
+                        frame = stack.pop()
+                        state = self._end_value(frame[1], frame[0], events)
+                    elif state == _FIRST_KEY:
+                        raise self._error("'\"' (a key) or '}'", text, j)
+                    else:
+                        raise self._error("'\"' (a key) after ','", text, j)
+                else:  # _COLON
+                    if char != ":":
+                        raise self._error("':' after a key", text, j)
+                    state = _VALUE
             elif state == _ESCAPE:
                 pending = self._esc + text[i : i + 12]
                 try:

@@ -195,33 +195,33 @@ class ReplyReader:
 
     def feed(self, delta: ChatDelta) -> None:
         """Take one delta in."""
-        said = False
         if delta.content:
             self._text.append(delta.content)
-            said = True
         if delta.reasoning:
             self._reasoning.append(delta.reasoning)
             if self._field is None:
                 self._field = delta.reasoning_field
-            said = True
         if delta.reasoning_details:
             _merge_details(self._details, delta.reasoning_details)
-            said = True
         if delta.refusal:
             self._refusal.append(delta.refusal)
-            said = True
         if delta.tool_calls:
             self.tools.feed(delta.tool_calls)
-            said = True
         if delta.extra:
             self._extra = {**(self._extra or {}), **delta.extra}
         if delta.finish_reason is not None:
             self.finish_reason = delta.finish_reason
-            said = True
         if delta.usage is not None:
             self.usage = delta.usage  # cumulative: the last one counts
-        if said:
-            self.deltas += 1
+        if (
+            delta.content
+            or delta.reasoning
+            or delta.reasoning_details
+            or delta.refusal
+            or delta.tool_calls
+            or delta.finish_reason is not None
+        ):
+            self.deltas += 1  # one that says something (not usage or extra alone)
 
     @property
     def text(self) -> str:

@@ -296,46 +296,37 @@ class UsageMeter:
         counted = reported is not None and bool(reported.output_tokens)
         output = reported.output_tokens if reported is not None and counted else pieces
         assert output is not None
-        if limits.max_output_tokens is not None:
-            total_out = (used.output_tokens or 0) + output
-            if total_out > limits.max_output_tokens:
-                raise self._exceeded(
-                    "max_output_tokens",
-                    limits.max_output_tokens,
-                    _with_reply(total_out, "output tokens", counted),
-                    closed=True,
-                    usage=used + _in_progress(reported, output, counted),
-                    estimated=not counted,
-                )
-        if limits.max_total_tokens is not None:
-            call_total = (
-                reported.total_tokens
-                if reported is not None and reported.total_tokens is not None
-                else output + (reported.input_tokens or 0 if reported else 0)
-            )
-            total = (used.total_tokens or 0) + call_total
-            if total > limits.max_total_tokens:
-                raise self._exceeded(
-                    "max_total_tokens",
-                    limits.max_total_tokens,
-                    _with_reply(total, "tokens in all", counted),
-                    closed=True,
-                    usage=used + _in_progress(reported, output, counted, call_total),
-                    estimated=not counted,
-                )
-        if (
-            limits.max_input_tokens is not None
-            and reported is not None
-            and reported.input_tokens is not None
+        call_total = (
+            reported.total_tokens
+            if reported is not None and reported.total_tokens is not None
+            else output + (reported.input_tokens or 0 if reported else 0)
+        )
+        inputs = reported.input_tokens if reported is not None else None
+        # each budget: the run's count with the call in progress, how to say it (None: as
+        # used, the server's own count), and the call's total if it is a count of its own
+        for name, total, what, call in (
+            ("max_output_tokens", (used.output_tokens or 0) + output, "output tokens", None),
+            (
+                "max_total_tokens",
+                (used.total_tokens or 0) + call_total,
+                "tokens in all",
+                call_total,
+            ),
+            (
+                "max_input_tokens",
+                None if inputs is None else (used.input_tokens or 0) + inputs,
+                None,
+                None,
+            ),
         ):
-            total_in = (used.input_tokens or 0) + reported.input_tokens
-            if total_in > limits.max_input_tokens:
+            limit = getattr(limits, name)
+            if limit is not None and total is not None and total > limit:
                 raise self._exceeded(
-                    "max_input_tokens",
-                    limits.max_input_tokens,
-                    f"{total_in} used",
+                    name,
+                    limit,
+                    f"{total} used" if what is None else _with_reply(total, what, counted),
                     closed=True,
-                    usage=used + _in_progress(reported, output, counted),
+                    usage=used + _in_progress(reported, output, counted, call),
                     estimated=not counted,
                 )
 
@@ -457,22 +448,16 @@ async def stream_chat(
         return
     meter.check_before_call()
     observer = meter.observer
-    if observer is None:
-        async with model.stream(request) as deltas:
-            metered = _MeteredDeltas(deltas, meter, None)
-            try:
-                yield metered
-            finally:
-                reported = metered.reported
-                meter.add(Usage.unknown() if reported is None else reported)
-        return
-    from ._reply import ReplyReader  # (it imports this module)
+    reader: ReplyReader | None = None
+    index, started = 0, 0.0
+    if observer is not None:
+        from ._reply import ReplyReader  # (it imports this module)
 
-    index = meter.started
-    meter.started = index + 1
-    observer.call_started(index)
-    started = perf_counter()
-    reader = ReplyReader()
+        index = meter.started
+        meter.started = index + 1
+        observer.call_started(index)
+        started = perf_counter()
+        reader = ReplyReader()
     error: BaseException | None = None
     watched: _MeteredDeltas | None = None
     usage: Usage | None = None
@@ -489,11 +474,13 @@ async def stream_chat(
         error = exc
         raise
     finally:
-        observer.call_finished(
-            index,
-            reader.reply(),
-            usage,
-            perf_counter() - started,
-            closed_early=watched is not None and not watched.ended,
-            error=error,
-        )
+        if observer is not None:
+            assert reader is not None
+            observer.call_finished(
+                index,
+                reader.reply(),
+                usage,
+                perf_counter() - started,
+                closed_early=watched is not None and not watched.ended,
+                error=error,
+            )

@@ -13,7 +13,7 @@ import functools
 import inspect
 import re
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
@@ -28,6 +28,7 @@ __all__ = [
     "FunctionSignature",
     "context_parameter_of",
     "describe_pydantic_error",
+    "explicit_signature",
     "inspect_function",
     "parse_docstring",
 ]
@@ -41,11 +42,12 @@ _ENTRY = re.compile(r"^\*{0,2}([A-Za-z_]\w*)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 
 @dataclass(frozen=True)
 class FunctionSignature:
-    """What a typed function says about itself, ready to become a tool."""
+    """What a typed function says about itself, ready to become a tool (an explicit tool
+    says the same by hand: :func:`explicit_signature`)."""
 
     name: str
     description: str
-    parameters: dict[str, Any]
+    parameters: Mapping[str, Any]
     convert: Callable[[dict[str, Any]], dict[str, Any]] | None
     """JSON arguments (already schema-checked) → Python keyword arguments; ``None`` when
     the function takes no parameters."""
@@ -206,6 +208,21 @@ def inspect_function(
         convert=convert,
         is_async=is_async_callable(function),
         context_parameter=context,
+    )
+
+
+def explicit_signature(
+    name: str, description: str, parameters: Mapping[str, Any], function: Callable[..., Any]
+) -> FunctionSignature:
+    """What an explicit tool says of itself: its schema as given, to which the function
+    answers with the JSON arguments as they come (unchecked yet: the tool checks them)."""
+    return FunctionSignature(
+        name=name,
+        description=description,
+        parameters=parameters,
+        convert=None,
+        is_async=is_async_callable(function),
+        context_parameter=context_parameter_of(function) if callable(function) else None,
     )
 
 

@@ -163,6 +163,25 @@ def _describe_error(error: jsonschema.exceptions.ValidationError) -> str:
     return f"{where}expected {expected}, got {got}"
 
 
+_PHRASES = {
+    "minimum": "a number >= {value}",
+    "maximum": "a number <= {value}",
+    "exclusiveMinimum": "a number > {value}",
+    "exclusiveMaximum": "a number < {value}",
+    "minLength": "a string of at least {value} characters",
+    "maxLength": "a string of at most {value} characters",
+    "minItems": "at least {value} items",
+    "maxItems": "at most {value} items",
+    "pattern": "a string matching {value!r}",
+    "not": "a value that does not match the excluded form",
+    "multipleOf": "multipleOf {value!r}",
+    "uniqueItems": "uniqueItems {value!r}",
+    "minProperties": "minProperties {value!r}",
+    "maxProperties": "maxProperties {value!r}",
+}
+"""What a keyword whose value reads as it is asks for, in words."""
+
+
 def _expected(keyword: str, value: Any) -> str | None:
     """What a keyword asks for, in words (``None``: use jsonschema's own message)."""
     if keyword == "type":
@@ -171,26 +190,5 @@ def _expected(keyword: str, value: Any) -> str | None:
         return f"one of {_quoted(value)}"
     if keyword == "const":
         return _truncate(repr(value), 60)
-    comparisons = {
-        "minimum": ">=",
-        "maximum": "<=",
-        "exclusiveMinimum": ">",
-        "exclusiveMaximum": "<",
-    }
-    if keyword in comparisons:
-        return f"a number {comparisons[keyword]} {value}"
-    if keyword == "minLength":
-        return f"a string of at least {value} characters"
-    if keyword == "maxLength":
-        return f"a string of at most {value} characters"
-    if keyword == "minItems":
-        return f"at least {value} items"
-    if keyword == "maxItems":
-        return f"at most {value} items"
-    if keyword == "pattern":
-        return f"a string matching {value!r}"
-    if keyword == "not":
-        return "a value that does not match the excluded form"
-    if keyword in ("multipleOf", "uniqueItems", "minProperties", "maxProperties"):
-        return f"{keyword} {value!r}"
-    return None
+    phrase = _PHRASES.get(keyword)
+    return None if phrase is None else phrase.format(value=value)

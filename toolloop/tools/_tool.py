@@ -19,7 +19,7 @@ import anyio.to_thread
 
 from .._errors import ToolArgumentsError, ToolDefinitionError, ToolTimeoutError
 from ._context import run_context
-from ._function import context_parameter_of, inspect_function, is_async_callable
+from ._function import FunctionSignature, explicit_signature, inspect_function
 from ._schema import ArgumentsSchema, describe_value
 
 __all__ = ["Tool", "async_call_tool", "tool"]
@@ -119,19 +119,8 @@ class Tool:
         thread: bool | None = None,
         return_direct: bool = False,
     ) -> None:
-        self._setup(
-            name,
-            description,
-            parameters,
-            function,
-            timeout=timeout,
-            thread=thread,
-            return_direct=return_direct,
-            convert=None,
-            is_async=is_async_callable(function),
-            trusted=False,
-            context_parameter=context_parameter_of(function) if callable(function) else None,
-        )
+        signature = explicit_signature(name, description, parameters, function)
+        self._setup(signature, function, timeout, thread, return_direct, trusted=False)
 
     @classmethod
     def from_function(
@@ -158,36 +147,23 @@ class Tool:
         """
         signature = inspect_function(function, name=name, description=description)
         self = cls.__new__(cls)
-        self._setup(
-            signature.name,
-            signature.description,
-            signature.parameters,
-            function,
-            timeout=timeout,
-            thread=thread,
-            return_direct=return_direct,
-            convert=signature.convert,
-            is_async=signature.is_async,
-            trusted=True,
-            context_parameter=signature.context_parameter,
-        )
+        self._setup(signature, function, timeout, thread, return_direct, trusted=True)
         return self
 
     def _setup(
         self,
-        name: str,
-        description: str,
-        parameters: Mapping[str, Any],
+        signature: FunctionSignature,
         function: Callable[..., Any],
-        *,
         timeout: float | None,
         thread: bool | None,
-        return_direct: bool = False,
-        convert: Callable[[dict[str, Any]], dict[str, Any]] | None,
-        is_async: bool,
+        return_direct: bool,
+        *,
         trusted: bool,
-        context_parameter: str | None = None,
     ) -> None:
+        """The tool of ``signature`` (read from a typed function, or given explicitly) and
+        ``function``, checked; ``trusted``: the schema is the one pydantic generated."""
+        name, description, parameters = signature.name, signature.description, signature.parameters
+        is_async = signature.is_async
         if not isinstance(name, str) or not _NAME.match(name):
             raise ToolDefinitionError(
                 f"tool name {name!r} is not usable: a tool name has 1-64 characters among "
@@ -226,9 +202,9 @@ class Tool:
         self.return_direct = bool(return_direct)
         self.__wrapped__ = function
         self._schema = schema
-        self._convert = convert
+        self._convert = signature.convert
         self._is_async = is_async
-        self.context_parameter = context_parameter
+        self.context_parameter = signature.context_parameter
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the function directly, without validation or timeout."""

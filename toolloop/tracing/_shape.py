@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,6 +93,26 @@ class RunShape:
                 shape.rounds.append(span)
             return span
 
+        def add_call(
+            event: ToolCallStarted | ToolCallFinished,
+            tool_name: str,
+            purpose: str,
+            kwargs: Mapping[str, Any],
+            started: float,
+            ran: bool = True,
+        ) -> CallSpan:
+            call = CallSpan(
+                round_index=event.round_index,
+                index=event.index,
+                tool_name=tool_name,
+                purpose=purpose,
+                kwargs=dict(kwargs),
+                started=started,
+                ran=ran,
+            )
+            round_at(event.round_index, event.at).calls.append(call)
+            return call
+
         for event in events:
             shape.end = max(shape.end, event.at)
             if isinstance(event, RoundStarted):
@@ -107,30 +127,17 @@ class RunShape:
                 span.notes = list(event.notes)
             elif isinstance(event, ToolCallStarted):
                 command = event.command
-                call = CallSpan(
-                    round_index=event.round_index,
-                    index=event.index,
-                    tool_name=command.tool_name,
-                    purpose=command.purpose,
-                    kwargs=dict(command.tool_kwargs),
-                    started=event.at,
+                open_calls[(event.round_index, event.index)] = add_call(
+                    event, command.tool_name, command.purpose, command.tool_kwargs, event.at
                 )
-                open_calls[(event.round_index, event.index)] = call
-                round_at(event.round_index, event.at).calls.append(call)
             elif isinstance(event, ToolCallFinished):
                 record = event.record
                 found = open_calls.pop((event.round_index, event.index), None)
-                if found is None:
-                    found = CallSpan(
-                        round_index=event.round_index,
-                        index=event.index,
-                        tool_name=record.tool_name,
-                        purpose=record.purpose,
-                        kwargs=dict(record.kwargs),
-                        started=event.at - event.duration,
-                        ran=False,
+                if found is None:  # refused before its tool ran
+                    started = event.at - event.duration
+                    found = add_call(
+                        event, record.tool_name, record.purpose, record.kwargs, started, ran=False
                     )
-                    round_at(event.round_index, event.at).calls.append(found)
                 found.ended = event.at
                 found.success = record.success
                 found.result = record.result
