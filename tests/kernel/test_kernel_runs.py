@@ -17,6 +17,7 @@ from toolloop.checkpoints import (
 from toolloop.errors import ExecutionTimeoutError, UsageLimitError
 from toolloop.flow import Context, Execution, Flow, FlowEvent, FlowSnapshot
 from toolloop.kernel import (
+    Ended,
     Interrupted,
     ModelCallFinished,
     ModelCallStarted,
@@ -110,6 +111,11 @@ async def test_an_outcome_that_cannot_be_read_back_is_a_corrupt_checkpoint() -> 
 # -- the driver --------------------------------------------------------------------------
 
 
+def same(ended: Ended[Any]) -> Ended[Any]:
+    """The session as the driver ended it (a product builds its result from it)."""
+    return ended
+
+
 class S(BaseModel):
     usage: Usage | None = None
     done: bool = False
@@ -151,7 +157,7 @@ async def test_the_driver_tells_each_model_call_and_how_the_run_ended() -> None:
     events: list[FlowEvent] = []
     execution = Execution(model_flow(model), S())
     options = RunOptions(on_event=events.append)
-    ended = await drive(execution, lambda: execution.run(), options, Logic())
+    ended = await drive(execution, lambda: execution.run(), options, Logic(), result_of=same)
     assert ended.status == "completed" and ended.stop_reason == "answered"
     assert execution.state.usage is not None and execution.state.usage.total_tokens == 10
     started = [e.call_index for e in events if isinstance(e, ModelCallStarted)]
@@ -177,20 +183,32 @@ async def test_a_spent_budget_or_a_timeout_finishes_when_asked_and_raises_otherw
     budget = UsageLimits(max_requests=1)
     execution = Execution(model_flow(scripted()), S())
     with pytest.raises(UsageLimitError):
-        await drive(execution, lambda: execution.run(), RunOptions(usage_limits=budget), Logic())
+        await drive(
+            execution,
+            lambda: execution.run(),
+            RunOptions(usage_limits=budget),
+            Logic(),
+            result_of=same,
+        )
     events: list[FlowEvent] = []
     execution = Execution(model_flow(scripted()), S())
     options = RunOptions(usage_limits=budget, on_usage_limit="finish", on_event=events.append)
-    ended = await drive(execution, lambda: execution.run(), options, Logic())
+    ended = await drive(execution, lambda: execution.run(), options, Logic(), result_of=same)
     assert (ended.status, ended.stop_reason) == ("completed", "usage_limit")
     assert [e.stop_reason for e in events if isinstance(e, RunFinished)] == ["usage_limit"]
     hang = anyio.Event()
     execution = Execution(model_flow(scripted(), hang=hang), S())
     with pytest.raises(ExecutionTimeoutError):
-        await drive(execution, lambda: execution.run(timeout=0.05), RunOptions(), Logic())
+        await drive(
+            execution, lambda: execution.run(timeout=0.05), RunOptions(), Logic(), result_of=same
+        )
     execution = Execution(model_flow(scripted(), hang=anyio.Event()), S())
     ended = await drive(
-        execution, lambda: execution.run(timeout=0.05), RunOptions(on_timeout="finish"), Logic()
+        execution,
+        lambda: execution.run(timeout=0.05),
+        RunOptions(on_timeout="finish"),
+        Logic(),
+        result_of=same,
     )
     assert ended.stop_reason == "timeout" and execution.state.calls == 2
 
@@ -205,6 +223,7 @@ async def test_a_resumed_run_s_budget_counts_what_it_spent_before() -> None:
             lambda: execution.run(),
             RunOptions(usage_limits=UsageLimits(max_requests=2)),
             Logic(),
+            result_of=same,
         )
     assert model.requests == []  # no call was made past the budget
 
@@ -257,17 +276,17 @@ async def test_a_finished_run_is_settled_once_before_its_end_is_told_and_kept(
     options = RunOptions(on_timeout="finish", on_event=events.append if observed else None)
     execution = Execution(cut_flow(), Cut())
 
-    def completed(ended: Any) -> dict[str, Any]:
+    def result_of(ended: Any) -> Any:
         kept.append(list(ended.state.answered))
-        return {}
+        return ended
 
     ended = await drive(
         execution,
         lambda: execution.run(timeout=0.05),
         options,
         CutLogic(),
+        result_of=result_of,
         run=run,
-        completed=completed,
         settle=settle,
     )
     assert (ended.stop_reason, ended.state.answered) == ("timeout", ["a", "b"])
@@ -284,6 +303,7 @@ async def test_a_finished_run_is_settled_once_before_its_end_is_told_and_kept(
             lambda: execution.run(timeout=0.05),
             RunOptions(),
             CutLogic(),
+            result_of=same,
             settle=lambda s, r: calls.append(r),
         )
     assert calls == []

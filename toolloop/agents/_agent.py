@@ -18,7 +18,6 @@ from ..checkpoints import CheckpointedRun, CheckpointStore, HumanRequest, usage_
 from ..flow import Execution, Flow, FlowResult, FlowSnapshot
 from ..kernel import (
     Backend,
-    Ended,
     RunDefaults,
     RunOptions,
     RunOverrides,
@@ -29,7 +28,7 @@ from ..kernel import (
     run_sync,
 )
 from ..models import ChatModel, ModelSettings, Usage, check_settings
-from ..runner import ToolExecutionRecord, json_safe, progress_reporter
+from ..runner import ToolExecutionRecord, progress_reporter
 from ..tools import RunScope, Tool, ToolRegistry
 from ._durable import RECOVERY
 from ._flow import ANSWERED, MAX_TURNS, AgentDeps, agent_flow, settle, stop_reason
@@ -67,12 +66,6 @@ class _Logic:
 
 
 _LOGIC = _Logic()
-
-
-def _stored(result: AgentResult) -> Any:
-    """What the store keeps of a completed run: its result, as JSON (a recovery of the run
-    gives it back; the trace of the last session is left out)."""
-    return json_safe(result.model_copy(update={"trace": []}))
 
 
 class Agent(SyncTwins[AgentResult]):
@@ -143,23 +136,16 @@ class Agent(SyncTwins[AgentResult]):
         if deps.scope is not None:
             deps.scope.run_id = execution.id
             deps.scope.report = progress_reporter(execution.context_for("tools"))
-        made: list[AgentResult] = []
-
-        def completed(ended: Ended[AgentState]) -> Any:
-            made.append(result_of(ended, execution))
-            return _stored(made[0])
-
-        ended = await drive(
+        return await drive(
             execution,
             start,
             options,
             _LOGIC,
             scope=deps.scope,
+            result_of=lambda ended: result_of(ended, execution),
             run=run,
-            completed=completed,
             settle=settle,
         )
-        return made[0] if made else result_of(ended, execution)
 
     def _validate(self, tool_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """Edited arguments checked against the tool's schema (kept as given: JSON)."""

@@ -6,8 +6,9 @@ spent before a pause or a crash, so a budget holds across them; every model call
 ``ModelCallStarted`` / ``ModelCallFinished``), the tools' run context, what a timeout or a
 spent budget does (``on_timeout``, ``on_usage_limit``), the store's bookkeeping of a durable
 run (paused, completed, failed, or left to be recovered; the calls its own end cut off
-noted), and the ``RunFinished`` event. The product then builds its result from the
-:class:`Ended` it gets back.
+noted), and the ``RunFinished`` event. The product builds its result from the
+:class:`Ended` session (``result_of``); the store keeps a completed run's result as JSON, so
+that recovering a completed run gives it back.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from .._errors import ExecutionTimeoutError, UsageLimitError
 from ..checkpoints import CheckpointedRun, note_cut_off
 from ..flow import Execution, FlowEvent, FlowResult
 from ..models import ChatReply, Usage, UsageMeter
-from ..runner import ToolExecutionRecord
+from ..runner import ToolExecutionRecord, json_safe
 from ..tools import RunScope
 from ._events import ModelCallFinished, ModelCallStarted, RunFinished, tell
 from ._options import RunOptions
@@ -31,6 +32,7 @@ from ._vocabulary import StopReason
 __all__ = ["Ended", "TurnLogic", "drive", "finish_reason_of"]
 
 S = TypeVar("S")
+R = TypeVar("R")
 S_contra = TypeVar("S_contra", contravariant=True)
 
 
@@ -130,18 +132,19 @@ async def drive(
     logic: TurnLogic[S],
     *,
     scope: RunScope | None = None,
+    result_of: Callable[[Ended[S]], R],
     run: CheckpointedRun | None = None,
-    completed: Callable[[Ended[S]], Any] | None = None,
     settle: Callable[[S, StopReason], None] | None = None,
-) -> Ended[S]:
+) -> R:
     """Run one session of ``execution`` (``start()`` runs or resumes it) as a run of the
     kernel (see the module docs).
 
     Args:
         logic: what the product tells of its states (stop reason, records, turns).
         scope: the tools' run context, made active for the run (``None``: no tool takes one).
+        result_of: the product's result of the session (the store keeps a completed one's
+            as JSON data).
         run: the store's handle of a durable run: how the session ends is written there.
-        completed: what the store keeps of a completed run (its result's data).
         settle: the product's last word on a state that a timeout or a spent budget
             finished in the middle of a turn (``"finish"``), e.g. answering the calls it cut
             off: called once, before ``RunFinished`` counts the records and before the
@@ -208,10 +211,7 @@ async def drive(
                 await _fail(run, exc)
             raise
         finish(stop)
-        ended: Ended[S] = Ended("completed", state, stop)
-        if run is not None:
-            await run.complete(completed(ended) if completed is not None else None)
-        return ended
+        return await _completed(Ended("completed", state, stop), result_of, run)
     except BaseException as exc:  # cancelled: the run stays "running", to be recovered
         execution.on_close(None)
         _keep_usage(state, meter)
@@ -225,11 +225,19 @@ async def drive(
         if run is not None:
             await run.pause(result)
         request = result.waiting[0].request if result.waiting else None
-        return Ended("paused", state, None, result, request)
+        return result_of(Ended("paused", state, None, result, request))
     ended = Ended("completed", state, logic.stop_reason(state), result)
+    return await _completed(ended, result_of, run)
+
+
+async def _completed(
+    ended: Ended[S], result_of: Callable[[Ended[S]], R], run: CheckpointedRun | None
+) -> R:
+    """The result of a completed session, kept by the store of a durable run."""
+    made = result_of(ended)
     if run is not None:
-        await run.complete(completed(ended) if completed is not None else None)
-    return ended
+        await run.complete(json_safe(made))
+    return made
 
 
 async def _fail(run: CheckpointedRun, exc: Exception) -> None:

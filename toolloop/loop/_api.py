@@ -36,7 +36,6 @@ from ..runner import (
     ToolCallEvent,
     ToolExecutionRecord,
     ToolProgress,
-    json_safe,
     progress_reporter,
 )
 from ..tools import Progress, RunScope, Tool, ToolRegistry
@@ -189,22 +188,22 @@ async def _drive(
 ) -> LoopResult:
     """One session of the run, through the kernel; its result."""
     state = execution.state
-    made: list[LoopResult] = []
 
-    def completed(ended: Ended[RoundState]) -> Any:
-        made.append(_result(execution, ended))
-        return json_safe(made[-1])
+    def result_of(ended: Ended[RoundState]) -> LoopResult:
+        if ended.stop_reason is not None:  # (a limit's finish: the state says so too)
+            state.stop_reason = ended.stop_reason  # type: ignore[assignment]  # the loop's
+        return _result(execution, ended)
 
     timeout = options.timeout
     try:
-        ended = await drive(
+        return await drive(
             execution,
             lambda: execution.run(timeout=timeout),
             options,
             _LOGIC,
             scope=execution.deps.scope,
+            result_of=result_of,
             run=run,
-            completed=completed,
             settle=_settle,
         )
     except PlannerError as exc:
@@ -217,9 +216,6 @@ async def _drive(
         if not exc.estimated and state.usage is not None:  # an estimate is kept as it is
             exc.usage = state.usage
         raise
-    if ended.stop_reason is not None:
-        state.stop_reason = ended.stop_reason  # type: ignore[assignment]  # the loop's own
-    return made[-1] if made else _result(execution, ended)
 
 
 class LoopOptions(RunOverrides, total=False):

@@ -64,7 +64,7 @@ from ..kernel import (
     run_sync,
 )
 from ..models import ChatModel, Usage
-from ..runner import Executor, ToolExecutionRecord, json_safe
+from ..runner import Executor, ToolExecutionRecord
 from ..tools import RunScope, Tool, ToolRegistry
 from ._flow import status_agent_flow
 from ._human import HUMAN_EVENT
@@ -452,25 +452,16 @@ class StatusAgent(SyncTwins[StatusAgentResult]):
     ) -> StatusAgentResult:
         deps = execution.deps
         assert isinstance(deps, StatusDeps)
-        made: list[StatusAgentResult] = []
-
-        def completed(ended: Ended[StatusAgentState]) -> Any:
-            """What the store keeps of a completed run: its result (a recovery gives it
-            back)."""
-            made.append(_result(execution.id, ended))
-            return json_safe(made[0])
-
-        ended = await drive(
+        return await drive(
             execution,
             start,
             options,
             _LOGIC,
             scope=deps.scope,
+            result_of=lambda ended: _result(execution.id, ended),
             run=deps.run,
-            completed=completed,
             settle=_settle,
         )
-        return made[0] if made else _result(execution.id, ended)
 
 
 def _settle(state: StatusAgentState, stop: StopReason) -> None:
