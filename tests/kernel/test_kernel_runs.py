@@ -60,6 +60,7 @@ def _call(
         call=counter,
         dump=dict,
         load=dict,
+        failed=lambda error: {"failed": error},
         **kw,
     )
 
@@ -68,9 +69,11 @@ async def test_a_journaled_call_runs_once_and_its_outcome_comes_back() -> None:
     store = MemoryCheckpointStore()
     run = await begun(store)
     counter = Counter()
-    assert await _call(run, {}, counter) == {"n": 1}
+    first = await _call(run, {}, counter)
+    assert (first.outcome, first.source, first.cut) == ({"n": 1}, "ran", None)
     journal = await run.journal()
-    assert await _call(run, journal, counter) == {"n": 1}  # replayed, not run
+    again = await _call(run, journal, counter)
+    assert (again.outcome, again.source) == ({"n": 1}, "replayed")  # not run
     assert counter.runs == 1
 
 
@@ -80,14 +83,32 @@ async def test_an_intent_without_an_outcome_follows_the_policy() -> None:
     await run.record_intent(JournalEntry(call_id="0.0", tool_name="bump", arguments={"by": 1}))
     journal = await run.journal()
     counter = Counter()
-    cut = await _call(run, journal, counter)
-    assert isinstance(cut, Interrupted) and cut.cause is None
-    assert "its process stopped" in cut.error and counter.runs == 0
+    # ask: the call does not run, ends failed, and nothing is written (a human answers)
+    asked = await _call(run, journal, counter, unknown_outcome="ask", settled=False)
+    assert asked.source == "interrupted" and isinstance(asked.cut, Interrupted)
+    assert asked.cut.cause is None and "its process stopped" in asked.cut.error
+    assert asked.outcome == {"failed": asked.cut.error} and counter.runs == 0
+    assert (await run.journal())["0.0"].state == "started"
     # retry: only a tool named idempotent runs again, under the same intent
-    not_safe = await _call(run, journal, counter, unknown_outcome="retry", idempotent_tools=["x"])
-    assert isinstance(not_safe, Interrupted) and counter.runs == 0
+    not_safe = await _call(
+        run, journal, counter, unknown_outcome="retry", idempotent_tools=["x"], settled=False
+    )
+    assert not_safe.source == "interrupted" and counter.runs == 0
     again = await _call(run, journal, counter, unknown_outcome="retry", idempotent_tools=["bump"])
-    assert again == {"n": 1} and counter.runs == 1
+    assert (again.outcome, again.source) == ({"n": 1}, "ran") and counter.runs == 1
+
+
+async def test_a_call_cut_off_ends_failed_once_and_for_all() -> None:
+    store = MemoryCheckpointStore()
+    run = await begun(store)
+    await run.record_intent(JournalEntry(call_id="0.0", tool_name="bump", arguments={"by": 1}))
+    counter = Counter()
+    cut = await _call(run, await run.journal(), counter)  # "fail": its end is written
+    assert cut.source == "interrupted" and cut.outcome["failed"] == cut.cut.error
+    journal = await run.journal()
+    assert journal["0.0"].state == "interrupted"
+    later = await _call(run, journal, counter, unknown_outcome="retry", idempotent_tools=["bump"])
+    assert later.outcome == cut.outcome and counter.runs == 0  # never run again on its own
 
 
 async def test_an_outcome_that_cannot_be_read_back_is_a_corrupt_checkpoint() -> None:
@@ -105,6 +126,9 @@ async def test_an_outcome_that_cannot_be_read_back_is_a_corrupt_checkpoint() -> 
             call=Counter(),
             dump=lambda outcome: outcome,
             load=ToolExecutionRecord.model_validate,
+            failed=lambda error: ToolExecutionRecord(
+                purpose="", tool_name="bump", kwargs={}, success=False, error=error
+            ),
         )
 
 

@@ -39,7 +39,7 @@ from ..kernel import (
     RunOptions,
     StopReason,
     cut_off_error,
-    journaled_outcome,
+    journaled_call,
     record_interrupted,
     tell,
     tell_call_finished,
@@ -465,7 +465,7 @@ async def tools_step(_: Any, ctx: AgentContext) -> Route:
         if run is None:
             return await onion()
         again = call.id in rerun
-        done = await journaled_outcome(
+        done = await journaled_call(
             run,
             journal,
             call.id,

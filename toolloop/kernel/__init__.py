@@ -34,7 +34,6 @@ from ._events import tell_call_started as tell_call_started
 from ._journal import Interrupted as Interrupted
 from ._journal import Journaled as Journaled
 from ._journal import journaled_call as journaled_call
-from ._journal import journaled_outcome as journaled_outcome
 from ._journal import record_interrupted as record_interrupted
 from ._options import RENAMED_OPTIONS as RENAMED_OPTIONS
 from ._options import OnEvent as OnEvent
@@ -92,7 +91,6 @@ __all__ = [
     "finish_reason_of",
     "interrupted_error",
     "journaled_call",
-    "journaled_outcome",
     "model_timeout_error",
     "record_interrupted",
     "rejected_error",

@@ -5,13 +5,15 @@ twice.
 
 - no entry: the intent is written, the call runs, its outcome is written (even while the run
   is being cancelled: it did run) and comes back;
-- an entry with an outcome: the call does not run; the outcome comes back, read again;
+- an entry with an outcome: the call does not run; the outcome comes back, read again
+  (``"replayed"``);
 - an intent without an outcome (the call was cut off while it ran, so it may or may not have
   taken effect): what the run's ``unknown_outcome`` policy says (see
   :data:`~toolloop.kernel.UnknownOutcome`). Under ``"retry"`` an idempotent tool runs again
-  under the same intent; otherwise an :class:`Interrupted` comes back, saying what cut the
-  call off, and the product ends the call as the policy says (a failed record, or a question
-  to a human) with :func:`record_interrupted`.
+  under the same intent; otherwise the call ends as a failure that says what cut it off
+  (``"interrupted"``, with the :class:`Interrupted` facts), written to the journal as its
+  end, or left for a human to answer (``"ask"``: the product writes the answer with
+  :func:`record_interrupted`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from ..checkpoints import (
 from ..runner import CallSource
 from ._options import UnknownOutcome
 
-__all__ = ["Interrupted", "Journaled", "journaled_call", "journaled_outcome", "record_interrupted"]
+__all__ = ["Interrupted", "Journaled", "journaled_call", "record_interrupted"]
 
 T = TypeVar("T")
 
@@ -55,6 +57,16 @@ class Interrupted:
         return interrupted_error(self.call_id, self.tool_name, self.cause)
 
 
+@dataclass(frozen=True, slots=True)
+class Journaled(Generic[T]):
+    """What came of a journaled call, and from where: ``"ran"`` here, ``"replayed"`` from
+    the journal, or ``"interrupted"`` (its outcome unknown; ``cut`` says what cut it off)."""
+
+    outcome: T
+    source: CallSource
+    cut: Interrupted | None = None
+
+
 async def journaled_call(
     run: CheckpointedRun,
     journal: Mapping[str, JournalEntry],
@@ -65,17 +77,25 @@ async def journaled_call(
     call: Callable[[], Awaitable[T]],
     dump: Callable[[T], Any],
     load: Callable[[Any], T],
+    failed: Callable[[str], T],
     unknown_outcome: UnknownOutcome = "fail",
     idempotent_tools: Collection[str] = (),
-) -> T | Interrupted:
+    settled: bool = True,
+) -> Journaled[T]:
     """The outcome of the call ``call_id``, its tool run at most once ever (see the module
-    docs); an :class:`Interrupted` when its outcome is unknown and it does not run again.
+    docs), and where it came from.
+
+    A call cut off before, whose outcome is unknown and that does not run again, ends as
+    the journal says it ended when it says so, else as ``failed(error)`` (the error says
+    what cut it off), written to the journal as its end when ``settled`` (``False``: the
+    product asks a human first, and writes the answer with :func:`record_interrupted`).
 
     Args:
         journal: the run's journal, as read when this process took the run over.
         call: runs the tool (once) and gives its outcome.
         dump: the outcome as JSON data, for the journal.
         load: an outcome read back from the journal (raising on data that is none).
+        failed: the outcome of a call cut off before, given what its error says.
 
     Raises:
         CorruptCheckpointError: a journaled outcome that ``load`` refuses.
@@ -85,20 +105,27 @@ async def journaled_call(
         mine = JournalEntry(call_id=call_id, tool_name=tool_name, arguments=dict(arguments))
         entry = await run.record_intent(mine)
         if entry.state == "started" and entry.started_at == mine.started_at:
-            return await _run_and_record(run, call_id, call, dump)
-    if entry.state == "started":
-        if unknown_outcome == "retry" and tool_name in idempotent_tools:
-            run.reopen(call_id)  # running here now, under the intent journaled before
-            return await _run_and_record(run, call_id, call, dump)
-        return Interrupted(call_id, tool_name, cut_off_causes(journal).get(call_id))
-    if entry.state == "interrupted":
-        cause = cut_off_causes(journal).get(call_id)
-        return Interrupted(call_id, tool_name, cause, answered=entry.outcome)
+            return Journaled(await _run_and_record(run, call_id, call, dump), "ran")
+    if entry.state == "finished":
+        return Journaled(_load(load, entry.outcome, "outcome", call_id, run), "replayed")
+    if entry.state == "started" and unknown_outcome == "retry" and tool_name in idempotent_tools:
+        run.reopen(call_id)  # running here now, under the intent journaled before
+        return Journaled(await _run_and_record(run, call_id, call, dump), "ran")
+    cut = Interrupted(call_id, tool_name, cut_off_causes(journal).get(call_id), entry.outcome)
+    if entry.state == "interrupted":  # how it ended was decided before
+        return Journaled(_load(load, entry.outcome, "answer", call_id, run), "interrupted", cut)
+    ended = failed(cut.error)
+    if settled:
+        await record_interrupted(run, call_id, dump(ended))
+    return Journaled(ended, "interrupted", cut)
+
+
+def _load(load: Callable[[Any], T], data: Any, what: str, call_id: str, run: CheckpointedRun) -> T:
     try:
-        return load(entry.outcome)
+        return load(data)
     except Exception as exc:
         raise CorruptCheckpointError(
-            f"the journaled outcome of call {call_id!r} of run {run.run_id!r} cannot be read "
+            f"the journaled {what} of call {call_id!r} of run {run.run_id!r} cannot be read "
             f"back ({type(exc).__name__}: {exc}); it was left as it is"
         ) from exc
 
@@ -117,71 +144,3 @@ async def record_interrupted(run: CheckpointedRun, call_id: str, outcome: Any) -
     ``interrupted``: it never runs again on its own."""
     with anyio.CancelScope(shield=True):
         await run.record_outcome(call_id, outcome, state="interrupted")
-
-
-@dataclass(frozen=True, slots=True)
-class Journaled(Generic[T]):
-    """What came of a journaled call, and from where: ``"ran"`` here, ``"replayed"`` from
-    the journal, or ``"interrupted"`` (its outcome unknown; ``cut`` says what cut it off)."""
-
-    outcome: T
-    source: CallSource
-    cut: Interrupted | None = None
-
-
-async def journaled_outcome(
-    run: CheckpointedRun,
-    journal: Mapping[str, JournalEntry],
-    call_id: str,
-    *,
-    tool_name: str,
-    arguments: Mapping[str, Any],
-    call: Callable[[], Awaitable[T]],
-    dump: Callable[[T], Any],
-    load: Callable[[Any], T],
-    failed: Callable[[str], T],
-    unknown_outcome: UnknownOutcome = "fail",
-    idempotent_tools: Collection[str] = (),
-    settled: bool = True,
-) -> Journaled[T]:
-    """:func:`journaled_call`, with the outcome of a call cut off before made for every
-    product alike: how it ended when the journal says so already, else ``failed(error)``
-    (the error says what cut it off), written to the journal as its end when ``settled``
-    (``False``: the product asks a human first, and writes the answer).
-
-    Raises:
-        CorruptCheckpointError: a journaled outcome that ``load`` refuses.
-    """
-    ran = False
-
-    async def running() -> T:
-        nonlocal ran
-        ran = True
-        return await call()
-
-    outcome = await journaled_call(
-        run,
-        journal,
-        call_id,
-        tool_name=tool_name,
-        arguments=arguments,
-        call=running,
-        dump=dump,
-        load=load,
-        unknown_outcome=unknown_outcome,
-        idempotent_tools=idempotent_tools,
-    )
-    if not isinstance(outcome, Interrupted):
-        return Journaled(outcome, "ran" if ran else "replayed")
-    if outcome.answered is not None:  # how it ended was decided before
-        try:
-            return Journaled(load(outcome.answered), "interrupted", outcome)
-        except Exception as exc:
-            raise CorruptCheckpointError(
-                f"the journaled answer of call {call_id!r} of run {run.run_id!r} cannot be "
-                f"read back ({type(exc).__name__}: {exc}); it was left as it is"
-            ) from exc
-    ended = failed(outcome.error)
-    if settled:
-        await record_interrupted(run, call_id, dump(ended))
-    return Journaled(ended, "interrupted", outcome)

@@ -57,7 +57,7 @@ from ..kernel import (
     Verdict,
     approval_rule,
     decide,
-    journaled_outcome,
+    journaled_call,
     tell,
 )
 from ..models import Usage, current_meter
@@ -408,7 +408,7 @@ class DurableLoop:
         """The record of ``command`` under ``key``, its tool run at most once (``told``:
         its call id in the events)."""
         options = self.options
-        done = await journaled_outcome(
+        done = await journaled_call(
             self.run,
             self.journal,
             key,

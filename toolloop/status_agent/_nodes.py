@@ -36,7 +36,7 @@ from ..kernel import (
     CheckpointSaved,
     RunOptions,
     StopReason,
-    journaled_outcome,
+    journaled_call,
     tell,
     tell_call_finished,
     tell_call_started,
@@ -307,7 +307,7 @@ async def tool_execution(value: Any, state: State, deps: StatusDeps, ctx: Contex
         command = call.command()
         # a call whose outcome is unknown does not run again: a failed record that says
         # what cut it off (the reflection sees a failed call, or asks a human under "ask")
-        done = await journaled_outcome(
+        done = await journaled_call(
             run,
             journal,
             call.call_id,
