@@ -14,7 +14,6 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 
 import anyio
 import anyio.lowlevel
@@ -288,12 +287,7 @@ class _Stream:
         model.streams.append(self._record)
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         record = self._record
         assert record is not None
         record.closed = True

@@ -20,7 +20,6 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, Literal
 
 import anyio
@@ -176,12 +175,7 @@ class FakeOpenAIServer:
             self._exit_stack = stack.pop_all()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
