@@ -20,7 +20,7 @@ import anyio.lowlevel
 
 from .._errors import ModelCallError
 from ..models import ChatDelta, ChatRequest, ToolCallDelta, Usage
-from ._openai_replies import FakeToolCall
+from ._openai_replies import FakeToolCall, fake_tool_calls
 
 __all__ = ["ScriptedChatModel", "ScriptedChatReply", "ScriptedChatStream"]
 
@@ -207,10 +207,7 @@ class ScriptedChatModel:
             content=content,
             chunks=None if chunks is None else tuple(chunks),
             chunk_size=chunk_size,
-            tool_calls=tuple(
-                call if isinstance(call, FakeToolCall) else FakeToolCall(**call)
-                for call in tool_calls
-            ),
+            tool_calls=fake_tool_calls(tool_calls),
             finish_reason=finish_reason,
             delay=delay,
             first_delay=first_delay,

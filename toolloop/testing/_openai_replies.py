@@ -12,7 +12,7 @@ import json
 import math
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -37,6 +37,12 @@ class FakeToolCall:
     arguments: str = "{}"
     id: str | None = None
     """The tool-call id; a realistic `call_...` id is made up when None."""
+
+
+def fake_tool_calls(calls: Iterable[FakeToolCall | Mapping[str, str]]) -> tuple[FakeToolCall, ...]:
+    """`calls` as `FakeToolCall`s: each one as it is, or made of a dict with `name`,
+    `arguments` and optionally `id`."""
+    return tuple(call if isinstance(call, FakeToolCall) else FakeToolCall(**call) for call in calls)
 
 
 @dataclass(frozen=True)

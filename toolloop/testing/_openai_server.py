@@ -47,6 +47,7 @@ from ._openai_replies import (
     StreamEvent,
     completion,
     error_body,
+    fake_tool_calls,
     stream_events,
 )
 
@@ -216,10 +217,7 @@ class FakeOpenAIServer:
         `arguments` and optionally `id`."""
         reply = FakeReply(
             content=content,
-            tool_calls=tuple(
-                call if isinstance(call, FakeToolCall) else FakeToolCall(**call)
-                for call in tool_calls
-            ),
+            tool_calls=fake_tool_calls(tool_calls),
             chunks=None if chunks is None else tuple(chunks),
             chunk_size=chunk_size,
             tokens_per_second=tokens_per_second,
