@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import json
 import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NoReturn, TextIO
+from typing import TYPE_CHECKING, NoReturn, TextIO, TypeVar
 
 import anyio
 
@@ -24,7 +25,13 @@ from .._errors import (
 from .._secrets import register_secret, scrub
 from ._load import CLIError, load_object
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 __all__ = ["build_parser", "describe_error", "main"]
+
+_N = TypeVar("_N", int, float)
+_O = TypeVar("_O", bound="DataclassInstance")
 
 PROG = "toolloop"
 
@@ -60,51 +67,35 @@ class _Parser(argparse.ArgumentParser):
         raise CLIError(f"{self.prog}: {message} (see {self.prog} --help)", code=2)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected 1 or more, got {value}")
-    return value
+def _number(
+    convert: Callable[[str], _N],
+    expected: str,
+    within: Callable[[_N], bool] | None = None,
+    outside: str = "",
+) -> Callable[[str], _N]:
+    """An argparse ``type`` for a number that ``convert`` reads ("expected ``expected``"
+    when it cannot) and, when given, ``within`` bounds: ``outside`` is then the message,
+    a format of the ``text`` given and its ``value``."""
+
+    def parse(text: str) -> _N:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if within is not None and not within(value):
+            raise argparse.ArgumentTypeError(outside.format(text=text, value=value))
+        return value
+
+    return parse
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected 0 or more, got {value}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected more than 0 seconds, got {text}")
-    return value
-
-
-def _temperature(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 <= value <= 2:
-        raise argparse.ArgumentTypeError(f"expected a number from 0 to 2, got {text}")
-    return value
-
-
-def _seed(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+_positive_int = _number(int, "a whole number", lambda n: n >= 1, "expected 1 or more, got {value}")
+_count = _number(int, "a whole number", lambda n: n >= 0, "expected 0 or more, got {value}")
+_seconds = _number(float, "seconds", lambda s: s > 0, "expected more than 0 seconds, got {text}")
+_temperature = _number(
+    float, "a number", lambda t: 0 <= t <= 2, "expected a number from 0 to 2, got {text}"
+)
+_seed = _number(int, "a whole number")
 
 
 def _add_outputs(parser: argparse.ArgumentParser) -> None:
@@ -250,16 +241,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="tool calls at once (default: %(default)s)",
     )
-    run.add_argument(
-        "--timeout", type=_seconds, metavar="SECONDS", help="for the whole run (default: none)"
-    )
-    run.add_argument("--tool-timeout", type=_seconds, metavar="SECONDS", help="for each tool call")
-    run.add_argument(
-        "--model-timeout",
-        type=_seconds,
-        metavar="SECONDS",
-        help="for each model call (each planner call, the answer)",
-    )
+    for flag, what in (
+        ("--timeout", "for the whole run (default: none)"),
+        ("--tool-timeout", "for each tool call"),
+        ("--model-timeout", "for each model call (each planner call, the answer)"),
+    ):
+        run.add_argument(flag, type=_seconds, metavar="SECONDS", help=what)
     run.add_argument(
         "--max-retries",
         type=_count,
@@ -448,38 +435,17 @@ def _trace(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _options(cls: type[_O], args: argparse.Namespace, **renamed: str) -> _O:
+    """A command's options (the dataclass ``cls``): each field is the argument of its name,
+    or of the name ``renamed`` gives it."""
+    fields = dataclasses.fields(cls)
+    return cls(**{f.name: getattr(args, renamed.get(f.name, f.name)) for f in fields})
+
+
 def _run(args: argparse.Namespace, out: TextIO) -> int:
     from ._run import RunOptions, async_run
 
-    options = RunOptions(
-        request=args.request,
-        model=args.model,
-        tools=list(args.tools),
-        mcp=list(args.mcp),
-        mcp_urls=list(args.mcp_url),
-        base_url=args.base_url,
-        api_key=args.api_key,
-        planner=args.planner,
-        structured_output=args.structured_output,
-        max_tokens=args.max_tokens,
-        tool_choice=args.tool_choice,
-        temperature=args.temperature,
-        seed=args.seed,
-        max_turns=args.max_turns,
-        concurrency=args.concurrency,
-        timeout=args.timeout,
-        tool_timeout=args.tool_timeout,
-        model_timeout=args.model_timeout,
-        max_retries=args.max_retries,
-        streaming_dispatch=args.streaming_dispatch,
-        requirement=args.requirement,
-        answer=args.answer,
-        trace=args.trace,
-        timeline=args.timeline,
-        otel=args.otel,
-        plain=args.plain,
-        view=args.view,
-    )
+    options = _options(RunOptions, args, mcp_urls="mcp_url")
     result = anyio.run(functools.partial(async_run, options, out=out), backend=args.backend)
     if result.stop_reason == "timeout":
         raise CLIError(
@@ -491,22 +457,13 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
 def _view(args: argparse.Namespace, out: TextIO) -> int:
     from ._view import ViewOptions, view
 
-    options = ViewOptions(
-        file=args.file, follow=args.follow, port=args.port, open_browser=args.open
-    )
-    return view(options, out=out)
+    return view(_options(ViewOptions, args, open_browser="open"), out=out)
 
 
 def _demo(args: argparse.Namespace, out: TextIO) -> int:
     from ._demo import DemoOptions, async_demo
 
-    options = DemoOptions(
-        http=args.http,
-        trace=args.trace,
-        timeline=args.timeline,
-        plain=args.plain,
-        view=args.view,
-    )
+    options = _options(DemoOptions, args)
     anyio.run(functools.partial(async_demo, options, out=out), backend=args.backend)
     return 0
 

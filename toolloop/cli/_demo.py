@@ -12,7 +12,7 @@ short-circuited, and the final answer is streamed.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 from .._demo import PLANNER, convert_currency, find_fare, get_weather
 from ..loop import LoopResult, async_plan_and_execute
+from ..planners import PlannerLike
 from ._session import (
     Display,
     OnEvent,
@@ -92,6 +93,43 @@ def _plans() -> list[dict[str, Any]]:
     ]
 
 
+async def _run(
+    options: DemoOptions,
+    planner: PlannerLike,
+    *,
+    out: TextIO,
+    display: Display,
+    meta: Mapping[str, Any],
+    timeout: float,
+    streaming_dispatch: bool = False,
+) -> LoopResult:
+    """The demo's run, planned by ``planner`` and watched on ``display``; its result printed."""
+    started = perf_counter()
+
+    async def start(on_event: OnEvent) -> LoopResult:
+        return await async_plan_and_execute(
+            REQUEST,
+            tools=TOOLS,
+            planner=planner,
+            max_turns=5,
+            concurrency=3,
+            timeout=timeout,
+            streaming_dispatch=streaming_dispatch,
+            on_event=on_event,
+        )
+
+    result, written = await observe(
+        start,
+        display=display,
+        meta=meta,
+        trace=options.trace,
+        timeline=options.timeline,
+        view=options.view,
+    )
+    print_result(out, result, elapsed=perf_counter() - started, written=written)
+    return result
+
+
 async def async_demo(options: DemoOptions, *, out: TextIO) -> LoopResult:
     """Run the demo, writing its progress and result to ``out``."""
     display = make_display(out, plain=options.plain)
@@ -102,28 +140,8 @@ async def async_demo(options: DemoOptions, *, out: TextIO) -> LoopResult:
             "the answer"
         )
         display.message()
-        started = perf_counter()
-
-        async def start(on_event: OnEvent) -> LoopResult:
-            return await async_plan_and_execute(
-                REQUEST,
-                tools=TOOLS,
-                planner=PLANNER,
-                max_turns=5,
-                concurrency=3,
-                timeout=10,
-                on_event=on_event,
-            )
-
-        result, written = await observe(
-            start,
-            display=display,
-            meta={"request": REQUEST, "planner": "scripted", "concurrency": 3},
-            trace=options.trace,
-            timeline=options.timeline,
-            view=options.view,
-        )
-        print_result(out, result, elapsed=perf_counter() - started, written=written)
+        meta = {"request": REQUEST, "planner": "scripted", "concurrency": 3}
+        result = await _run(options, PLANNER, out=out, display=display, meta=meta, timeout=10)
         instruction = f"extra_instruction: {result.extra_instruction}"
         width = max(terminal_width(out) - 1, 40)
         if len(instruction) > width:
@@ -167,36 +185,22 @@ async def _http_demo(options: DemoOptions, *, out: TextIO, display: Display) -> 
             f"OpenAI-compatible server at {server.base_url}"
         )
         display.message()
-        started = perf_counter()
+        meta = {
+            "request": REQUEST,
+            "planner": "StructuredPlanner, streaming dispatch (local scripted server)",
+            "model": "demo-model",
+            "concurrency": 3,
+        }
         async with OpenAIChatModel("demo-model", base_url=server.base_url, max_retries=0) as model:
-            planner = StructuredPlanner(model)
-
-            async def start(on_event: OnEvent) -> LoopResult:
-                return await async_plan_and_execute(
-                    REQUEST,
-                    tools=TOOLS,
-                    planner=planner,
-                    max_turns=5,
-                    concurrency=3,
-                    timeout=20,
-                    streaming_dispatch=True,
-                    on_event=on_event,
-                )
-
-            result, written = await observe(
-                start,
+            result = await _run(
+                options,
+                StructuredPlanner(model),
+                out=out,
                 display=display,
-                meta={
-                    "request": REQUEST,
-                    "planner": "StructuredPlanner, streaming dispatch (local scripted server)",
-                    "model": "demo-model",
-                    "concurrency": 3,
-                },
-                trace=options.trace,
-                timeline=options.timeline,
-                view=options.view,
+                meta=meta,
+                timeout=20,
+                streaming_dispatch=True,
             )
-            print_result(out, result, elapsed=perf_counter() - started, written=written)
             if len(server.streams) > 2:
                 last_plan = await server.wait_stream_ended(2)
                 out.write(

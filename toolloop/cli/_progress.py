@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import dataclass
+from functools import partialmethod
 from time import perf_counter
 from typing import TextIO
 
@@ -53,23 +54,12 @@ class _Style:
     def _wrap(self, code: str, text: str) -> str:
         return f"\x1b[{code}m{text}\x1b[0m" if self.color else text
 
-    def dim(self, text: str) -> str:
-        return self._wrap("2", text)
-
-    def bold(self, text: str) -> str:
-        return self._wrap("1", text)
-
-    def green(self, text: str) -> str:
-        return self._wrap("32", text)
-
-    def red(self, text: str) -> str:
-        return self._wrap("31", text)
-
-    def yellow(self, text: str) -> str:
-        return self._wrap("33", text)
-
-    def cyan(self, text: str) -> str:
-        return self._wrap("36", text)
+    dim = partialmethod(_wrap, "2")
+    bold = partialmethod(_wrap, "1")
+    green = partialmethod(_wrap, "32")
+    red = partialmethod(_wrap, "31")
+    yellow = partialmethod(_wrap, "33")
+    cyan = partialmethod(_wrap, "36")
 
 
 def _visible_cut(text: str, width: int) -> str:

@@ -18,13 +18,13 @@ import logging
 import os
 import signal
 import sys
-from contextlib import AbstractAsyncContextManager
-from types import TracebackType
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import anyio
 
-__all__ = ["SessionEnding", "end_session"]
+__all__ = ["end_session", "ending_session"]
 
 _LOG = logging.getLogger("toolloop")
 _GRACE = 2.0
@@ -32,40 +32,27 @@ _GRACE = 2.0
 _POLL = 0.01
 
 
-class SessionEnding:
+@asynccontextmanager
+async def ending_session(transport: AbstractAsyncContextManager[Any]) -> AsyncIterator[Any]:
     """The SDK's stdio transport, and on the way out the end of the server's session.
 
     Args:
         transport: ``mcp.client.stdio.stdio_client(...)``, not entered yet.
     """
-
-    def __init__(self, transport: AbstractAsyncContextManager[Any]) -> None:
-        self._transport = transport
-        self._leader: int | None = None
-
-    async def __aenter__(self) -> Any:
-        streams = await self._transport.__aenter__()
-        self._leader = _server_pid(self._transport)
-        if self._leader is None and sys.platform != "win32":
-            _LOG.warning(
-                "MCP: the server's process id could not be found; processes it starts may "
-                "outlive the session"
-            )
-        return streams
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
-        try:
-            return await self._transport.__aexit__(exc_type, exc, tb)
-        finally:
-            leader = self._leader
-            if leader is not None and sys.platform != "win32":
-                with anyio.CancelScope(shield=True):  # bounded: 2 x _GRACE at most
-                    await end_session(leader)
+    leader: int | None = None
+    try:
+        async with transport as streams:
+            leader = _server_pid(transport)
+            if leader is None and sys.platform != "win32":
+                _LOG.warning(
+                    "MCP: the server's process id could not be found; processes it starts may "
+                    "outlive the session"
+                )
+            yield streams
+    finally:
+        if leader is not None and sys.platform != "win32":
+            with anyio.CancelScope(shield=True):  # bounded: 2 x _GRACE at most
+                await end_session(leader)
 
 
 def _server_pid(transport: Any) -> int | None:

@@ -18,7 +18,6 @@ import sys
 from collections.abc import Mapping, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Literal, TextIO, cast
 from urllib.parse import urlsplit, urlunsplit
 
@@ -35,7 +34,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from .._secrets import register_secret
 from ..tools import Tool, ToolRegistry
 from ._errors import MCPConnectionError, MCPToolError
-from ._processes import SessionEnding
+from ._processes import ending_session
 from ._results import result_value
 from ._tools import check_prefix, make_tools
 
@@ -158,12 +157,7 @@ class MCPConnection:
         self._task_group = task_group
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
@@ -565,7 +559,7 @@ class MCPServerStdio(MCPConnection):
         params = StdioServerParameters(
             command=self.command, args=self.args, env=self._env, cwd=self._cwd
         )
-        return SessionEnding(stdio_client(params, errlog=_errlog(self._stderr)))
+        return ending_session(stdio_client(params, errlog=_errlog(self._stderr)))
 
 
 class MCPServerHTTP(MCPConnection):

@@ -24,12 +24,12 @@ from ..models import (
     ModelSettings,
     ReplyReader,
     StructuredOutput,
-    check_settings,
     remaining_choices,
     settle_choice,
     stream_chat,
 )
 from ._base import Dispatch, PlannerContext, PlannerReply
+from ._chat import ChatPlanner
 from ._prompt import PLANNER_SYSTEM_PROMPT, PlannerSchema, planner_messages
 
 __all__ = ["StructuredPlanner"]
@@ -39,7 +39,7 @@ _NEXT_ACTION = ("next_action",)
 _TRAILING_DELTAS = 8
 
 
-class StructuredPlanner:
+class StructuredPlanner(ChatPlanner):
     """Plans with a chat model's structured output, streamed and read incrementally.
 
     Args:
@@ -73,14 +73,17 @@ class StructuredPlanner:
         max_result_chars: int = 2000,
         settings: ModelSettings | None = None,
     ) -> None:
-        self.model = model
-        self.settings: ModelSettings = check_settings(settings, "StructuredPlanner")
+        super().__init__(
+            model,
+            owner="StructuredPlanner",
+            max_tokens=max_tokens,
+            temperature=temperature,
+            system_prompt=system_prompt,
+            max_result_chars=max_result_chars,
+            settings=settings,
+        )
         self.short_circuit = short_circuit
         self.strict = strict
-        self.max_tokens = max_tokens
-        self.temperature = temperature
-        self.system_prompt = system_prompt
-        self.max_result_chars = max_result_chars
         self._schemas: dict[str, PlannerSchema] = {}
 
     def _schema(self, tools: Sequence[dict[str, Any]]) -> PlannerSchema:
@@ -93,23 +96,14 @@ class StructuredPlanner:
     def request(self, context: PlannerContext) -> ChatRequest:
         """The request this planner sends for ``context``."""
         schema = self._schema(context.available_tools)
-        return ChatRequest(
-            messages=planner_messages(
-                context,
-                schema.schema,
-                system_prompt=self.system_prompt,
-                max_result_chars=self.max_result_chars,
-            ),
-            structured_output=StructuredOutput(
-                schema=schema.schema, name="plan", strict=schema.strict
-            ),
-            max_tokens=self.max_tokens,
-            temperature=self.temperature,
-            settings=self.settings or None,
+        messages = planner_messages(
+            context,
+            schema.schema,
+            system_prompt=self.system_prompt,
+            max_result_chars=self.max_result_chars,
         )
-
-    def _token_limit(self) -> int | None:
-        return self.settings.get("max_tokens", self.max_tokens)
+        output = StructuredOutput(schema=schema.schema, name="plan", strict=schema.strict)
+        return self._request(messages, structured_output=output)
 
     async def plan(self, context: PlannerContext) -> PlannerReply:
         """Plan one round (see the class docs)."""

@@ -34,12 +34,12 @@ from ..models import (
     ModelSettings,
     ReplyReader,
     ReplyToolCall,
-    check_settings,
     parse_tool_arguments,
     stream_chat,
 )
 from ..runner import ToolExecutionRecord, json_safe
 from ._base import Dispatch, PlannerContext, PlannerReply
+from ._chat import ChatPlanner
 
 __all__ = [
     "TOOL_CALLING_SYSTEM_PROMPT",
@@ -216,7 +216,7 @@ def _kept_message(reply: ChatReply, round_index: int) -> dict[str, Any]:
     ).message(content_if_empty="")
 
 
-class ToolCallingPlanner:
+class ToolCallingPlanner(ChatPlanner):
     """Plans with the model's native tool calling, streamed.
 
     Each tool call of the reply is a command ``{purpose, tool_name, tool_kwargs,
@@ -280,15 +280,18 @@ class ToolCallingPlanner:
     ) -> None:
         if on_cutoff not in ("note", "error"):
             raise ValueError(f"on_cutoff must be 'note' or 'error', got {on_cutoff!r}")
-        self.model = model
-        self.settings: ModelSettings = check_settings(settings, "ToolCallingPlanner")
+        super().__init__(
+            model,
+            owner="ToolCallingPlanner",
+            max_tokens=max_tokens,
+            temperature=temperature,
+            system_prompt=system_prompt,
+            max_result_chars=max_result_chars,
+            settings=settings,
+        )
         self.on_cutoff = on_cutoff
         self.tool_choice = tool_choice
         self.parallel_tool_calls = parallel_tool_calls
-        self.max_tokens = max_tokens
-        self.temperature = temperature
-        self.system_prompt = system_prompt
-        self.max_result_chars = max_result_chars
         self._required_ignored = False
         """The server answered ``tool_choice="required"`` with text (llama-cpp-python's
         does): with one tool, it is named instead from then on."""
@@ -313,19 +316,10 @@ class ToolCallingPlanner:
                 choice = _tool_choice(names[0], names)  # what this server does force
             if self.parallel_tool_calls is not None:
                 extra["parallel_tool_calls"] = self.parallel_tool_calls
-        return ChatRequest(
-            messages=tool_calling_messages(
-                context,
-                system_prompt=self.system_prompt,
-                max_result_chars=self.max_result_chars,
-            ),
-            tools=tools,
-            tool_choice=choice,
-            max_tokens=self.max_tokens,
-            temperature=self.temperature,
-            extra=extra,
-            settings=self.settings or None,
+        messages = tool_calling_messages(
+            context, system_prompt=self.system_prompt, max_result_chars=self.max_result_chars
         )
+        return self._request(messages, tools=tools, tool_choice=choice, extra=extra)
 
     async def plan(self, context: PlannerContext) -> PlannerReply:
         """Plan one round (see the class docs)."""
@@ -463,7 +457,7 @@ class ToolCallingPlanner:
 
     def _cut_off(self, commands: list[dict[str, Any]], chars: int, reply: ChatReply) -> str:
         """The note on a reply cut off by the token limit; raises with ``on_cutoff="error"``."""
-        limit = self.settings.get("max_tokens", self.max_tokens)
+        limit = self._token_limit()
         if not commands and not reply.text:  # nothing to take, whatever on_cutoff says
             raise ModelOutputError(reply.why_empty())
         if commands:

@@ -97,6 +97,21 @@ def _collect(streams: list[Any], poll: float) -> dict[int, _Collected]:
     return found
 
 
+def _whole(label: str, value: int, low: int) -> int:
+    """``value``, checked to be an int (not a bool) of at least ``low``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{label} must be an int >= {low}, got {value!r}")
+    return value
+
+
+def _kill(handle: Any) -> None:
+    """Stop the actor ``handle`` for good, if it is still there."""
+    try:
+        ray.kill(handle, no_restart=True)
+    except Exception as exc:  # already gone
+        _LOG.debug("ray.kill: %s", exc)
+
+
 class RayRunPool:
     """Actors that host many concurrent runs each; ``map`` streams outcomes back.
 
@@ -141,14 +156,10 @@ class RayRunPool:
         poll: float = 1.0,
         start_timeout: float = 120.0,
     ) -> None:
-        for label, value, low in (
-            ("actors", actors, 1),
-            ("runs_per_actor", runs_per_actor, 1),
-            ("chunk", chunk, 1),
-            ("retries", retries, 0),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{label} must be an int >= {low}, got {value!r}")
+        self.actors = _whole("actors", actors, 1)
+        self.runs_per_actor = _whole("runs_per_actor", runs_per_actor, 1)
+        self.chunk = _whole("chunk", chunk, 1)
+        self.retries = _whole("retries", retries, 0)
         if tool_concurrency is not None and (
             isinstance(tool_concurrency, bool)
             or not isinstance(tool_concurrency, int)
@@ -163,11 +174,7 @@ class RayRunPool:
                 f"a RunJob of your own), got {type(job).__name__}"
             )
         self.job = job
-        self.actors = actors
-        self.runs_per_actor = runs_per_actor
-        self.chunk = chunk
         self.tool_concurrency = tool_concurrency
-        self.retries = retries
         self.poll = poll
         self.start_timeout = start_timeout
         options: dict[str, Any] = {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
@@ -203,10 +210,7 @@ class RayRunPool:
     def close(self) -> None:
         """Stop the actors (their runs in flight are cancelled)."""
         for handle in self._handles:
-            try:
-                ray.kill(handle, no_restart=True)
-            except Exception as exc:  # already gone
-                _LOG.debug("ray.kill: %s", exc)
+            _kill(handle)
         self._handles = []
 
     async def __aenter__(self) -> RayRunPool:
@@ -224,10 +228,7 @@ class RayRunPool:
         if self._generations[slot] != generation:
             return  # another chunk of that actor already had it replaced
         _LOG.warning("toolloop.ray: actor %d was lost (%s); starting a fresh one", slot, reason)
-        try:
-            ray.kill(self._handles[slot], no_restart=True)
-        except Exception as exc:
-            _LOG.debug("ray.kill: %s", exc)
+        _kill(self._handles[slot])
         self._handles[slot] = self._spawn(slot)
         self._generations[slot] += 1
 

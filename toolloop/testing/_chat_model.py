@@ -14,14 +14,13 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 
 import anyio
 import anyio.lowlevel
 
 from .._errors import ModelCallError
 from ..models import ChatDelta, ChatRequest, ToolCallDelta, Usage
-from ._openai_replies import FakeToolCall
+from ._openai_replies import FakeToolCall, fake_tool_calls
 
 __all__ = ["ScriptedChatModel", "ScriptedChatReply", "ScriptedChatStream"]
 
@@ -208,10 +207,7 @@ class ScriptedChatModel:
             content=content,
             chunks=None if chunks is None else tuple(chunks),
             chunk_size=chunk_size,
-            tool_calls=tuple(
-                call if isinstance(call, FakeToolCall) else FakeToolCall(**call)
-                for call in tool_calls
-            ),
+            tool_calls=fake_tool_calls(tool_calls),
             finish_reason=finish_reason,
             delay=delay,
             first_delay=first_delay,
@@ -288,12 +284,7 @@ class _Stream:
         model.streams.append(self._record)
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         record = self._record
         assert record is not None
         record.closed = True

@@ -12,7 +12,7 @@ import json
 import math
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -37,6 +37,12 @@ class FakeToolCall:
     arguments: str = "{}"
     id: str | None = None
     """The tool-call id; a realistic `call_...` id is made up when None."""
+
+
+def fake_tool_calls(calls: Iterable[FakeToolCall | Mapping[str, str]]) -> tuple[FakeToolCall, ...]:
+    """`calls` as `FakeToolCall`s: each one as it is, or made of a dict with `name`,
+    `arguments` and optionally `id`."""
+    return tuple(call if isinstance(call, FakeToolCall) else FakeToolCall(**call) for call in calls)
 
 
 @dataclass(frozen=True)
@@ -228,6 +234,21 @@ class _Meta:
     model: str
     fingerprint: str
 
+    def chunk(self, choices: list[dict[str, Any]], **more: Any) -> bytes:
+        """The SSE event of a `chat.completion.chunk` of this completion (`more` last)."""
+        return _sse(
+            {
+                "id": self.completion_id,
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": self.model,
+                "service_tier": "default",
+                "system_fingerprint": self.fingerprint,
+                "choices": choices,
+                **more,
+            }
+        )
+
 
 def new_meta(model: str) -> _Meta:
     return _Meta(
@@ -250,25 +271,8 @@ def stream_events(reply: FakeReply, request: Mapping[str, Any], model: str) -> l
     usage_field: dict[str, Any] = {"usage": None} if include_usage else {}
 
     def chunk(delta: Mapping[str, Any], finish_reason: str | None = None) -> bytes:
-        return _sse(
-            {
-                "id": meta.completion_id,
-                "object": "chat.completion.chunk",
-                "created": meta.created,
-                "model": meta.model,
-                "service_tier": "default",
-                "system_fingerprint": meta.fingerprint,
-                "choices": [
-                    {
-                        "index": 0,
-                        "delta": delta,
-                        "logprobs": None,
-                        "finish_reason": finish_reason,
-                    }
-                ],
-                **usage_field,
-            }
-        )
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return meta.chunk([choice], **usage_field)
 
     events: list[StreamEvent] = []
 
@@ -293,17 +297,7 @@ def stream_events(reply: FakeReply, request: Mapping[str, Any], model: str) -> l
             add(chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}))
     add(chunk({}, reply.effective_finish_reason))
     if include_usage:
-        usage_chunk = {
-            "id": meta.completion_id,
-            "object": "chat.completion.chunk",
-            "created": meta.created,
-            "model": meta.model,
-            "service_tier": "default",
-            "system_fingerprint": meta.fingerprint,
-            "choices": [],
-            "usage": usage(reply, request),
-        }
-        events.append(StreamEvent(_sse(usage_chunk), 0.0))
+        events.append(StreamEvent(meta.chunk([], usage=usage(reply, request)), 0.0))
     events.append(StreamEvent(b"data: [DONE]\n\n", 0.0))
     if reply.garbled_event is not None and 0 <= reply.garbled_event < len(events):
         kept = events[reply.garbled_event]

@@ -20,7 +20,6 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, Literal
 
 import anyio
@@ -48,6 +47,7 @@ from ._openai_replies import (
     StreamEvent,
     completion,
     error_body,
+    fake_tool_calls,
     stream_events,
 )
 
@@ -176,12 +176,7 @@ class FakeOpenAIServer:
             self._exit_stack = stack.pop_all()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
@@ -222,10 +217,7 @@ class FakeOpenAIServer:
         `arguments` and optionally `id`."""
         reply = FakeReply(
             content=content,
-            tool_calls=tuple(
-                call if isinstance(call, FakeToolCall) else FakeToolCall(**call)
-                for call in tool_calls
-            ),
+            tool_calls=fake_tool_calls(tool_calls),
             chunks=None if chunks is None else tuple(chunks),
             chunk_size=chunk_size,
             tokens_per_second=tokens_per_second,
