@@ -24,7 +24,7 @@ from toolloop.checkpoints import (
     RunNotResumableError,
     SQLiteCheckpointStore,
 )
-from toolloop.kernel import Interrupted, journaled_call
+from toolloop.kernel import journaled_call
 from toolloop.runner import Executor, ToolCommand, ToolExecutionRecord, json_safe
 
 
@@ -63,7 +63,7 @@ async def main(spec: str, effects: Path, seed: int) -> list[str]:
                 continue
             journal = await run.journal()
             command = ToolCommand(purpose="p", tool_name="effect", tool_kwargs={"run": run_id})
-            record = await journaled_call(
+            ended = await journaled_call(
                 run,
                 journal,
                 "effect-1",
@@ -72,9 +72,10 @@ async def main(spec: str, effects: Path, seed: int) -> list[str]:
                 call=lambda: executor.call(command),  # noqa: B023 (awaited in this iteration)
                 dump=json_safe,
                 load=ToolExecutionRecord.model_validate,
+                failed=lambda error: ToolExecutionRecord.failed(command, error),  # noqa: B023
             )
-            assert not isinstance(record, Interrupted)
-            await run.complete({"result": record.result})
+            assert ended.source != "interrupted"
+            await run.complete({"result": ended.outcome.result})
             done.append(run_id)
     return done
 

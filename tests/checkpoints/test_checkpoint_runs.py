@@ -207,7 +207,7 @@ async def _run(store: CheckpointStore) -> CheckpointedRun:
 async def _once(
     run: CheckpointedRun, command: ToolCommand, executor: Executor, journal: Any
 ) -> ToolExecutionRecord | Interrupted:
-    return await journaled_call(
+    done = await journaled_call(
         run,
         journal,
         "c1",
@@ -216,7 +216,14 @@ async def _once(
         call=lambda: executor.call(command),
         dump=json_safe,
         load=ToolExecutionRecord.model_validate,
+        failed=lambda error: ToolExecutionRecord.failed(command, error),
+        settled=False,  # the test writes how a call cut off ended
     )
+    if done.source == "interrupted":
+        assert done.cut is not None
+        return done.cut
+    record: ToolExecutionRecord = done.outcome
+    return record
 
 
 async def test_a_journaled_call_runs_then_replays_even_with_a_stale_journal() -> None:
@@ -245,12 +252,13 @@ async def test_an_intent_without_an_outcome_is_interrupted_never_rerun() -> None
     cut = await _once(run, command, executor, await run.journal())
     assert isinstance(cut, Interrupted) and "may or may not have taken effect" in cut.error
     assert counter.calls == 0
-    await record_interrupted(run, "c1", {"error": cut.error})
+    ended = json_safe(ToolExecutionRecord.failed(command, cut.error))
+    await record_interrupted(run, "c1", ended)
     entry = (await run.journal())["c1"]
     assert entry.state == "interrupted"
     # and it stays interrupted
     again = await _once(run, command, executor, await run.journal())
-    assert isinstance(again, Interrupted) and again.answered == {"error": cut.error}
+    assert isinstance(again, Interrupted) and again.answered == ended
     assert counter.calls == 0
 
 

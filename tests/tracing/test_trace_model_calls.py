@@ -131,7 +131,8 @@ async def test_any_product_driven_by_the_kernel_gets_chat_spans() -> None:
     flow.start.to(ask).end()
     events: list[Any] = []
     execution = Execution(flow, S())
-    await drive(execution, lambda: execution.run(), RunOptions(on_event=events.append), Logic())
+    options = RunOptions(on_event=events.append)
+    await drive(execution, lambda: execution.run(), options, Logic(), result_of=lambda e: e)
     finished = spans_of(events)
     chats = [s for s in finished if s.name == "chat"]
     assert sorted(s.attributes["toolloop.call_index"] for s in chats) == [0, 1]
