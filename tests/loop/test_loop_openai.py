@@ -432,7 +432,7 @@ async def test_the_run_timeout_finishes_with_the_records_so_far() -> None:
 async def test_the_planner_timeout_closes_the_stream() -> None:
     async with serving() as (server, planner):
         server.add_reply(RESPONSE, first_delay=60.0)
-        with pytest.raises(PlannerError, match=r"did not answer within 2\.0 s") as info:
+        with pytest.raises(PlannerError, match=r"did not finish within 2\.0 s") as info:
             await run(planner, Tools(), model_timeout=2.0)
         cause = info.value.__cause__  # a model call that failed, as in every product
         assert isinstance(cause, ModelCallError) and "(model_timeout)" in str(cause)

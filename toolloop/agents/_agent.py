@@ -36,7 +36,6 @@ from ._messages import MessageLike, as_messages
 from ._middleware import AgentMiddleware
 from ._persist import (
     begin_run,
-    claim_interrupted,
     claim_run,
     load_interrupted,
     load_paused,
@@ -356,7 +355,7 @@ class Agent(SyncTwins[AgentResult]):
         if event == ANSWERED:
             where = self._paused_at(execution)
             value = (where, self._check_answer(where, value))
-        run = await claim_interrupted(store, checkpoint, force=force)
+        run = await CheckpointedRun.recover(store, checkpoint, force=force)
         started = functools.partial(execution.resume, event, value, timeout=opts.timeout)
         return await self._session(execution, started, opts, run)
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..checkpoints import (
+    INTERRUPTED,
     Checkpoint,
     CheckpointedRun,
-    CheckpointStatus,
     CheckpointStore,
     CorruptCheckpointError,
     RunNotResumableError,
@@ -32,13 +32,10 @@ from ._state import AgentState
 
 __all__ = [
     "begin_run",
-    "claim_interrupted",
     "claim_run",
     "load_interrupted",
     "load_paused",
 ]
-
-_INTERRUPTED: tuple[CheckpointStatus, ...] = ("running", "failed")
 
 
 async def begin_run(
@@ -98,7 +95,7 @@ async def load_interrupted(
             from.
     """
     checkpoint = await CheckpointedRun.load(store, run_id)
-    expect_status(checkpoint, _INTERRUPTED)
+    expect_status(checkpoint, INTERRUPTED)
     if checkpoint.flow != agent_flow.name:
         raise RunNotResumableError(
             f"run {run_id!r} is a run of flow {checkpoint.flow!r}, not of the agent "
@@ -113,20 +110,6 @@ async def load_interrupted(
     raise CorruptCheckpointError(
         f"run {run_id!r} has no step to go on from (its snapshot waits for "
         f"{[w.event for w in waits]}); it was left as it is"
-    )
-
-
-async def claim_interrupted(
-    store: CheckpointStore, checkpoint: Checkpoint, *, force: bool
-) -> CheckpointedRun:
-    """Take an interrupted run over (see :meth:`CheckpointedRun.claim`)."""
-    return await CheckpointedRun.claim(
-        store,
-        checkpoint,
-        expect=_INTERRUPTED,
-        event=checkpoint.resume_event,
-        value=checkpoint.resume_value,
-        force=force,
     )
 
 

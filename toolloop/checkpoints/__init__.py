@@ -48,6 +48,7 @@ from ._model import JournalEntry as JournalEntry
 from ._model import JournalState as JournalState
 from ._model import Owner as Owner
 from ._postgres import PostgresCheckpointStore as PostgresCheckpointStore
+from ._run import INTERRUPTED as INTERRUPTED
 from ._run import CheckpointedRun as CheckpointedRun
 from ._run import expect_status as expect_status
 from ._run import restore as restore
@@ -58,6 +59,7 @@ from ._usage import record_usage as record_usage
 from ._usage import usage_since as usage_since
 
 __all__ = [
+    "INTERRUPTED",
     "Approve",
     "Checkpoint",
     "CheckpointConflictError",

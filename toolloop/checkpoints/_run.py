@@ -41,11 +41,13 @@ from ._errors import (
 from ._model import Checkpoint, CheckpointStatus, JournalEntry, Owner
 from ._store import CheckpointStore, LeasingStore
 
-__all__ = ["CheckpointedRun", "expect_status", "restore"]
+__all__ = ["INTERRUPTED", "CheckpointedRun", "expect_status", "restore"]
 
 S = TypeVar("S")
 
 _PAUSED: tuple[CheckpointStatus, ...] = ("paused",)
+INTERRUPTED: tuple[CheckpointStatus, ...] = ("running", "failed")
+"""The statuses of a run to recover: its process died (``running``), or it failed."""
 _LIVE: set[str] = set()
 """Owner tokens of the runs this process is running right now."""
 
@@ -180,6 +182,26 @@ class CheckpointedRun:
                     "process is gone (or pass force=True if you know it is)"
                 )
         return cls(store, await _take(store, checkpoint, event, value))
+
+    @classmethod
+    async def recover(
+        cls, store: CheckpointStore, checkpoint: Checkpoint, *, force: bool = False
+    ) -> CheckpointedRun:
+        """Take over a run whose process died, or that failed (``running`` or ``failed``),
+        to go on from its last checkpoint with the event it was being resumed with, if any
+        (see :meth:`claim`).
+
+        Raises:
+            RunNotResumableError: the run is in another status, or its owner still runs it.
+        """
+        return await cls.claim(
+            store,
+            checkpoint,
+            expect=INTERRUPTED,
+            event=checkpoint.resume_event,
+            value=checkpoint.resume_value,
+            force=force,
+        )
 
     @classmethod
     async def _claim_leased(

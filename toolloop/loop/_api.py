@@ -452,9 +452,7 @@ async def _continued(
         )
         decided_at = claimed.checkpoint.revision
     else:
-        claimed = await CheckpointedRun.claim(
-            store, checkpoint, expect=("running", "failed"), force=force
-        )
+        claimed = await CheckpointedRun.recover(store, checkpoint, force=force)
         if checkpoint.resume_event == DECISIONS:  # it may have died before journaling them
             verdicts = checkpoint.resume_value
         decided_at = checkpoint.revision

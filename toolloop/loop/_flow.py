@@ -171,14 +171,18 @@ def _commit(state: RoundState, index: int, records: list[ToolExecutionRecord]) -
     state.round_index = index + 1
 
 
+def _failed(exc: Exception, who: str, timeout: float | None) -> tuple[str, Exception]:
+    """How a model call of the run (``who``) failed, in words, and the error to chain: past
+    ``model_timeout``, a model call that failed, as in every product."""
+    if isinstance(exc, TimeoutError) and timeout is not None:
+        return f"did not finish within {timeout} s", model_timeout_error(who, timeout)
+    return f"raised {type(exc).__name__}: {exc}", exc
+
+
 def _planner_error(exc: Exception, index: int, deps: LoopDeps, state: RoundState) -> PlannerError:
     """The run's error for a planner call that raised ``exc`` (its cause), or that outlived
     ``model_timeout`` (the cause: a model call that failed, as in every product)."""
-    if isinstance(exc, TimeoutError) and deps.model_timeout is not None:
-        what = f"did not answer within {deps.model_timeout} s"
-        exc = model_timeout_error("the planner", deps.model_timeout)
-    else:
-        what = f"raised {type(exc).__name__}: {exc}"
+    what, exc = _failed(exc, "the planner", deps.model_timeout)
     error = PlannerError(
         f"the planner {what} in round {index}; the records made so far are kept in .done_plans",
         done_plans=state.done_plans,
@@ -558,12 +562,7 @@ async def _answer(state: RoundState, deps: LoopDeps, answer: AnswerWith, run_id:
     except UsageLimitError:
         raise  # the run ends as its caller chose (raise, or finish with what it has)
     except Exception as exc:
-        cause: Exception = exc
-        if isinstance(exc, TimeoutError) and deps.model_timeout is not None:
-            what = f"did not finish within {deps.model_timeout} s"
-            cause = model_timeout_error("the final answer's model call", deps.model_timeout)
-        else:
-            what = f"raised {type(exc).__name__}: {exc}"
+        what, cause = _failed(exc, "the final answer's model call", deps.model_timeout)
         error = AnswerError(
             f"the final answer's model call {what}; the loop had stopped "
             f"({state.stop_reason}), and its records are kept in .done_plans",

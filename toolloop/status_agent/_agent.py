@@ -33,6 +33,7 @@ from pydantic_core import to_jsonable_python
 from typing_extensions import Unpack
 
 from ..checkpoints import (
+    INTERRUPTED,
     Checkpoint,
     CheckpointedRun,
     CheckpointStatus,
@@ -79,7 +80,6 @@ MAX_TURNS = 50
 """The status agent's default ``max_turns``: node entries (steps) per run."""
 
 _PAUSED: tuple[CheckpointStatus, ...] = ("paused",)
-_INTERRUPTED: tuple[CheckpointStatus, ...] = ("running", "failed")
 
 
 class StatusAgentResult(RunResult):
@@ -331,7 +331,7 @@ class StatusAgent(SyncTwins[StatusAgentResult]):
         checkpoint = await CheckpointedRun.load(store, run_id)
         if checkpoint.status == "completed" and checkpoint.flow == FLOW_NAME:
             return StatusAgentResult.model_validate(checkpoint.result)
-        expect_status(checkpoint, _INTERRUPTED)
+        expect_status(checkpoint, INTERRUPTED)
         deps = self._deps(chosen, run_id)
         execution = self._restore(checkpoint, deps)
         state = execution.state  # its usage: the model calls before the checkpoint, and those
@@ -357,14 +357,7 @@ class StatusAgent(SyncTwins[StatusAgentResult]):
                 f"run {run_id!r} has no step to continue from (its snapshot waits for {waits}); "
                 "it was left as it is"
             )
-        deps.run = await CheckpointedRun.claim(
-            store,
-            checkpoint,
-            expect=_INTERRUPTED,
-            event=checkpoint.resume_event,
-            value=checkpoint.resume_value,
-            force=force,
-        )
+        deps.run = await CheckpointedRun.recover(store, checkpoint, force=force)
         return await self._drive(
             execution, lambda: execution.resume(event, value, timeout=chosen.timeout), chosen
         )
