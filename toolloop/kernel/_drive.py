@@ -21,7 +21,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from .._errors import ExecutionTimeoutError, UsageLimitError
 from ..checkpoints import CheckpointedRun, note_cut_off
 from ..flow import Execution, FlowEvent, FlowResult
-from ..models import ChatReply, Usage, UsageMeter
+from ..models import FinishedCall, Usage, UsageMeter
 from ..runner import ToolExecutionRecord, json_safe
 from ..tools import RunScope
 from ._events import ModelCallFinished, ModelCallStarted, RunFinished, tell
@@ -85,24 +85,16 @@ class _ModelCalls:
         ctx = self._execution.context_for("model")
         tell(ctx, ModelCallStarted, call_index=index)
 
-    def call_finished(
-        self,
-        index: int,
-        reply: ChatReply,
-        usage: Usage | None,
-        duration: float,
-        *,
-        closed_early: bool,
-        error: BaseException | None,
-    ) -> None:
+    def call_finished(self, call: FinishedCall) -> None:
         ctx = self._execution.context_for("model")
+        reply, error = call.reply, call.error
         reasoning = reply.reasoning.text if reply.reasoning is not None else None
         tell(
             ctx,
             ModelCallFinished,
-            call_index=index,
-            duration=duration,
-            usage=usage,
+            call_index=call.index,
+            duration=call.duration,
+            usage=call.usage,
             text=reply.text,
             reasoning=reasoning or None,
             refusal=reply.refusal,
@@ -110,7 +102,7 @@ class _ModelCalls:
                 {"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls
             ],
             finish_reason=reply.finish_reason,
-            closed_early=closed_early and error is None,
+            closed_early=call.closed_early and error is None,
             error=None if error is None else f"{type(error).__name__}: {error}",
         )
 

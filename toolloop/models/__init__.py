@@ -37,6 +37,8 @@ from ._tool_calls import StreamedToolCall as StreamedToolCall
 from ._tool_calls import ToolCallReader as ToolCallReader
 from ._tool_calls import parse_tool_arguments as parse_tool_arguments
 from ._usage import NO_USAGE as NO_USAGE
+from ._usage import CallObserver as CallObserver
+from ._usage import FinishedCall as FinishedCall
 from ._usage import Usage as Usage
 from ._usage import UsageLimits as UsageLimits
 from ._usage import UsageMeter as UsageMeter
@@ -49,11 +51,13 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_STREAM_DEPTH",
     "NO_USAGE",
+    "CallObserver",
     "ChatDelta",
     "ChatModel",
     "ChatReply",
     "ChatRequest",
     "Done",
+    "FinishedCall",
     "JSONEvent",
     "JSONPath",
     "JSONStreamReader",

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import AbstractContextManager, asynccontextmanager
 from contextvars import ContextVar, Token
+from dataclasses import dataclass
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = [
     "NO_USAGE",
     "CallObserver",
+    "FinishedCall",
     "Usage",
     "UsageLimits",
     "UsageMeter",
@@ -367,6 +369,22 @@ def _in_progress(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class FinishedCall:
+    """A model call of a run that ended (what a :class:`CallObserver` is told)."""
+
+    index: int
+    """0 for the run's first model call."""
+    reply: ChatReply
+    """The reply as it was read."""
+    usage: Usage | None
+    duration: float
+    closed_early: bool
+    """The reader left before the reply's end."""
+    error: BaseException | None
+    """What made the call fail, when it did."""
+
+
 class CallObserver(Protocol):
     """Told of every model call a run makes (see :attr:`UsageMeter.observer`): the kernel
     turns these into the run's ``ModelCallStarted`` / ``ModelCallFinished`` events."""
@@ -374,18 +392,8 @@ class CallObserver(Protocol):
     def call_started(self, index: int) -> None:
         """Call ``index`` (0 for the run's first) is about to be made."""
 
-    def call_finished(
-        self,
-        index: int,
-        reply: ChatReply,
-        usage: Usage | None,
-        duration: float,
-        *,
-        closed_early: bool,
-        error: BaseException | None,
-    ) -> None:
-        """Call ``index`` ended: ``reply`` as read, ``closed_early`` when the reader left
-        before its end, ``error`` when it failed."""
+    def call_finished(self, call: FinishedCall) -> None:
+        """A call ended."""
 
 
 class _MeteredDeltas:
@@ -476,11 +484,7 @@ async def stream_chat(
     finally:
         if observer is not None:
             assert reader is not None
-            observer.call_finished(
-                index,
-                reader.reply(),
-                usage,
-                perf_counter() - started,
-                closed_early=watched is not None and not watched.ended,
-                error=error,
-            )
+            closed_early = watched is not None and not watched.ended
+            took = perf_counter() - started
+            ended = FinishedCall(index, reader.reply(), usage, took, closed_early, error)
+            observer.call_finished(ended)
