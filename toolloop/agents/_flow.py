@@ -345,18 +345,14 @@ async def _model_turn(
     """``before_model`` hooks (from ``before_from``), the model call, ``after_model`` hooks
     (from ``after_from``: a resumed turn starts there), and where to go next. A run that
     made ``max_turns`` model calls ends before the next turn (stop reason ``max_turns``)."""
-    spec, state, runtime = deps.spec, ctx.state, deps.runtime
+    state = ctx.state
     if after_from is None:
         if before_from == 0 and state.model_calls >= deps.options.turns(MAX_TURNS):
             state.stop_reason = "max_turns"
             return "end"
-        hooks = spec.before_model
-        for i in range(before_from, len(hooks)):
-            jump, pause = await _hook(deps, hooks[i], "before_model", (state, runtime), state)
-            if pause is not None:
-                return _paused(state, hooks[i], "before_model", i, None, pause)
-            if jump is not None:
-                return jump  # the model is not called
+        routed = await _model_hooks(deps, state, "before_model", before_from, None)
+        if routed is not None:
+            return routed  # the model is not called
         try:
             retry = await _call_model(ctx, deps)
         except UsageLimitError as exc:
@@ -366,14 +362,27 @@ async def _model_turn(
             state.stop_reason = "usage_limit"
             return "end"
         after_from = 0
-    hooks = spec.after_model
-    for i in range(after_from, len(hooks)):
-        jump, pause = await _hook(deps, hooks[i], "after_model", (state, runtime), state)
+    routed = await _model_hooks(deps, state, "after_model", after_from, retry)
+    return routed if routed is not None else route_after_model(state, retry)
+
+
+async def _model_hooks(
+    deps: AgentDeps,
+    state: AgentState,
+    hook: Literal["before_model", "after_model"],
+    start: int,
+    retry: JumpTo | None,
+) -> Route | None:
+    """The ``before_model`` or ``after_model`` hooks from the ``start``-th on; where the
+    turn goes when one of them pauses the run or jumps (``None``: on as planned)."""
+    hooks = deps.spec.before_model if hook == "before_model" else deps.spec.after_model
+    for i in range(start, len(hooks)):
+        jump, pause = await _hook(deps, hooks[i], hook, (state, deps.runtime), state)
         if pause is not None:
-            return _paused(state, hooks[i], "after_model", i, retry, pause)
+            return _paused(state, hooks[i], hook, i, retry, pause)
         if jump is not None:
-            return route_after_model(state, jump)
-    return route_after_model(state, retry)
+            return jump if hook == "before_model" else route_after_model(state, jump)
+    return None
 
 
 async def model_step(_: Any, ctx: AgentContext) -> Route:
