@@ -35,7 +35,43 @@ def _room(limit: int | None, used: int) -> float:
     return math.inf if limit is None else max(limit - used, 0)
 
 
-class ModelCallLimitMiddleware(AgentMiddleware):
+class _CallLimit(AgentMiddleware):
+    """What both limits share: their limits checked, their name, their two counters (the
+    thread's and the run's, under keys named after the middleware), and the run's counter
+    reset as each run begins."""
+
+    def __init__(
+        self,
+        kind: str,
+        counted: str,
+        exits: tuple[str, ...],
+        *,
+        thread_limit: int | None,
+        run_limit: int | None,
+        exit_behavior: str,
+        name: str,
+    ) -> None:
+        if thread_limit is None and run_limit is None:
+            raise ValueError(f"give {kind} a thread_limit, a run_limit or both")
+        if exit_behavior not in exits:
+            said = ", ".join(repr(e) for e in exits[:-1]) + f" or {exits[-1]!r}"
+            raise ValueError(f"exit_behavior is {said}, got {exit_behavior!r}")
+        self.thread_limit = _check_limit("thread_limit", thread_limit)
+        self.run_limit = _check_limit("run_limit", run_limit)
+        self.exit_behavior = exit_behavior
+        self._name = name
+        self.thread_key = f"{name}.thread_{counted}"
+        self.run_key = f"{name}.run_{counted}"
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def before_agent(self, state: AgentState, runtime: Runtime) -> dict[str, Any]:
+        return {self.run_key: 0}
+
+
+class ModelCallLimitMiddleware(_CallLimit):
     """Stop the agent after a number of model calls.
 
     Args:
@@ -54,23 +90,15 @@ class ModelCallLimitMiddleware(AgentMiddleware):
         exit_behavior: Literal["end", "error"] = "end",
         name: str | None = None,
     ) -> None:
-        if thread_limit is None and run_limit is None:
-            raise ValueError("give ModelCallLimitMiddleware a thread_limit, a run_limit or both")
-        if exit_behavior not in ("end", "error"):
-            raise ValueError(f"exit_behavior is 'end' or 'error', got {exit_behavior!r}")
-        self.thread_limit = _check_limit("thread_limit", thread_limit)
-        self.run_limit = _check_limit("run_limit", run_limit)
-        self.exit_behavior = exit_behavior
-        self._name = name or "ModelCallLimitMiddleware"
-        self.thread_key = f"{self._name}.thread_model_calls"
-        self.run_key = f"{self._name}.run_model_calls"
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def before_agent(self, state: AgentState, runtime: Runtime) -> dict[str, Any]:
-        return {self.run_key: 0}
+        super().__init__(
+            "ModelCallLimitMiddleware",
+            "model_calls",
+            ("end", "error"),
+            thread_limit=thread_limit,
+            run_limit=run_limit,
+            exit_behavior=exit_behavior,
+            name=name or "ModelCallLimitMiddleware",
+        )
 
     def before_model(self, state: AgentState, runtime: Runtime) -> dict[str, Any] | None:
         thread = int(state.values.get(self.thread_key, 0))
@@ -94,7 +122,7 @@ class ModelCallLimitMiddleware(AgentMiddleware):
         }
 
 
-class ToolCallLimitMiddleware(AgentMiddleware):
+class ToolCallLimitMiddleware(_CallLimit):
     """Limit tool calls: of every tool together, or of one tool (``tool_name``).
 
     The calls a model reply asks for are counted after the reply; calls past the limit
@@ -121,27 +149,17 @@ class ToolCallLimitMiddleware(AgentMiddleware):
         exit_behavior: Literal["continue", "end", "error"] = "continue",
         name: str | None = None,
     ) -> None:
-        if thread_limit is None and run_limit is None:
-            raise ValueError("give ToolCallLimitMiddleware a thread_limit, a run_limit or both")
-        if exit_behavior not in ("continue", "end", "error"):
-            raise ValueError(
-                f"exit_behavior is 'continue', 'end' or 'error', got {exit_behavior!r}"
-            )
-        self.tool_name = tool_name
-        self.thread_limit = _check_limit("thread_limit", thread_limit)
-        self.run_limit = _check_limit("run_limit", run_limit)
-        self.exit_behavior = exit_behavior
         default = "ToolCallLimitMiddleware" + (f"[{tool_name}]" if tool_name else "")
-        self._name = name or default
-        self.thread_key = f"{self._name}.thread_tool_calls"
-        self.run_key = f"{self._name}.run_tool_calls"
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def before_agent(self, state: AgentState, runtime: Runtime) -> dict[str, Any]:
-        return {self.run_key: 0}
+        super().__init__(
+            "ToolCallLimitMiddleware",
+            "tool_calls",
+            ("continue", "end", "error"),
+            thread_limit=thread_limit,
+            run_limit=run_limit,
+            exit_behavior=exit_behavior,
+            name=name or default,
+        )
+        self.tool_name = tool_name
 
     def after_model(self, state: AgentState, runtime: Runtime) -> dict[str, Any] | None:
         pending = pending_tool_calls(state.messages)
