@@ -224,10 +224,7 @@ class DurableLoop:
             deps,
             planner=planner,
             executor=executor,
-            note_call=self.note_call,
-            on_pause=self.on_pause,
-            on_round=self.checkpoint_round,
-            source_of=self.source_of,
+            durable=self,
         )
 
     def note_call(self, round_index: int, command: ToolCommand, position: int) -> None:

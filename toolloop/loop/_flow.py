@@ -19,10 +19,10 @@ services only.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 from pydantic import BaseModel, Field
@@ -55,6 +55,7 @@ from ._results import StopReason
 __all__ = [
     "HUMAN_EVENT",
     "AnswerWith",
+    "DurableHooks",
     "LoopDeps",
     "PauseForHuman",
     "Planned",
@@ -113,6 +114,22 @@ class RoundState(BaseModel):
     """The final answer, when the run made one (``answer_with=``)."""
 
 
+class DurableHooks(Protocol):
+    """What a durable run is told as the loop goes (see :mod:`toolloop.loop._durable`)."""
+
+    async def checkpoint_round(self, ctx: Context[RoundState, Any]) -> None:
+        """Before each round is planned: keep the rounds run so far."""
+
+    def note_call(self, round_index: int, command: ToolCommand, position: int) -> None:
+        """Before a command runs: its round and its position in the plan (its call id)."""
+
+    def source_of(self, key: str) -> CallSource:
+        """Where the record of call ``key`` came from (its journal may answer for it)."""
+
+    def on_pause(self, state: RoundState) -> None:
+        """As the run pauses for a human, before its snapshot is taken."""
+
+
 @dataclass(frozen=True, slots=True)
 class LoopDeps:
     """A run's configuration and services: nothing here changes during the run."""
@@ -134,16 +151,8 @@ class LoopDeps:
     """The caller's dependencies, for the tools' :class:`~toolloop.tools.RunContext`."""
     scope: RunScope | None = None
     """What the tools that take a run context are told (``None``: no tool takes one)."""
-    note_call: Callable[[int, ToolCommand, int], None] | None = None
-    """Told of each command before it runs (round, command, its position in the plan): a
-    durable run names its journal entries by it (``None``: nobody listens)."""
-    on_pause: Callable[[RoundState], None] | None = None
-    """Called as the run pauses for a human, before its snapshot is taken."""
-    on_round: Callable[[Context[RoundState, Any]], Awaitable[None]] | None = None
-    """Awaited before each round is planned (a durable run writes its checkpoint there)."""
-    source_of: Callable[[str], CallSource] | None = None
-    """Where a call's record came from, by call id (a durable run's journal may answer
-    for a call: ``"replayed"``, ``"interrupted"``); ``None``: every call ran."""
+    durable: DurableHooks | None = None
+    """What a durable run is told as it goes (``None``: a run without a store)."""
     answer: AnswerWith | None = None
     """The final answer the run makes once its loop stops (``None``: none)."""
 
@@ -204,8 +213,8 @@ def _finished(
     """Tell the record of the call at ``position`` of round ``index`` (and where it came
     from: a durable run's journal may have answered for it)."""
     key = f"{index}.{position}"
-    source_of = ctx.deps.source_of
-    source = "ran" if source_of is None else source_of(key)
+    durable = ctx.deps.durable
+    source = "ran" if durable is None else durable.source_of(key)
     tell_call_finished(ctx, index, position, key, record, duration, source)
 
 
@@ -214,8 +223,8 @@ async def plan(_: Any, ctx: LoopContext) -> Planned:
     state, deps = ctx.state, ctx.deps
     if state.round_index >= deps.max_rounds:
         return Planned(NormalizedPlan.of("response", stop_reason="max_turns"))
-    if deps.on_round is not None:
-        await deps.on_round(ctx)
+    if deps.durable is not None:
+        await deps.durable.checkpoint_round(ctx)
     index = state.round_index
     if deps.scope is not None:
         deps.scope.round_index = index
@@ -351,7 +360,7 @@ async def _plan_streaming(
 
     batch = deps.executor.batch(on_start=on_start, on_finish=on_finish, task_group=ctx.task_group)
 
-    note_call = deps.note_call
+    durable = deps.durable
 
     def add(position: int, item: PlanItem) -> None:
         nonlocal executed_at
@@ -362,8 +371,8 @@ async def _plan_streaming(
             positions.append(position)
             if not executed_at:
                 executed_at = perf_counter()
-            if note_call is not None:
-                note_call(index, item, position)
+            if durable is not None:
+                durable.note_call(index, item, position)
             batch.submit(item)
         elif observed:
             _finished(ctx, index, position, item, 0.0)
@@ -442,8 +451,8 @@ def await_human(planned: Planned, ctx: LoopContext) -> None:
     """Pause the run until a human decides on the round's calls (its request)."""
     request = planned.pause
     assert request is not None
-    if ctx.deps.on_pause is not None:
-        ctx.deps.on_pause(ctx.state)
+    if ctx.deps.durable is not None:
+        ctx.deps.durable.on_pause(ctx.state)
     ctx.pause(HUMAN_EVENT, request.model_dump(mode="json"))
 
 
@@ -459,7 +468,7 @@ async def execute(planned: Planned, ctx: LoopContext) -> None:
         index = state.round_index
         started = perf_counter()
         items = planned.decided.items
-        plain = not observed and ctx.deps.note_call is None
+        plain = not observed and ctx.deps.durable is None
         if not plain or any(type(item) is not ToolCommand for item in items):
             records = await _execute_mixed(planned.decided, ctx)
         else:  # commands only, no one observing: the runner and nothing else
@@ -505,9 +514,9 @@ async def _execute_mixed(decided: NormalizedPlan, ctx: LoopContext) -> list[Tool
         for i, item in enumerate(items):
             if isinstance(item, ToolExecutionRecord):
                 _finished(ctx, index, sources[i], item, 0.0)
-    if deps.note_call is not None:
+    if deps.durable is not None:
         for k, command in enumerate(commands):
-            deps.note_call(index, command, sources[positions[k]])
+            deps.durable.note_call(index, command, sources[positions[k]])
     ran: list[ToolExecutionRecord] = []
     try:
         await deps.executor.run(
