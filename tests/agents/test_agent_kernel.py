@@ -143,7 +143,9 @@ async def test_a_call_s_timeouts_and_budget_override_the_agent_s() -> None:
 async def test_a_bad_option_of_a_call_is_refused_before_anything_runs() -> None:
     model = scripted("hi")
     agent = create_agent(model)
-    with pytest.raises(TypeError, match=r"no run option named \['concurency'\]"):
+    with pytest.raises(
+        TypeError, match=r"no run option named 'concurency'; did you mean 'concurrency'"
+    ):
         await agent.run("go", concurency=2)  # type: ignore[call-arg]
     with pytest.raises(ValueError, match="tool_timeout must be a number of seconds above 0"):
         await agent.run("go", tool_timeout=-1)

@@ -367,6 +367,18 @@ async def test_the_options_are_the_kernel_s_with_its_checks(make: type[Product])
     with pytest.raises(TypeError, match="max_rounds") as old:
         await product.run(mailer.tools, max_rounds=3)
     assert "max_turns" in str(old.value)  # the error says its new name
+    refused: list[tuple[dict[str, Any], str]] = [
+        ({"timeout": float("nan")}, "timeout must be a number of seconds above 0"),
+        ({"model_timeout": True}, "model_timeout must be a number of seconds above 0"),
+        ({"concurrency": True}, "concurrency must be an int"),
+        ({"max_turns": 2.5}, "max_turns must be an int"),
+        ({"store": "runs.db"}, "store must be a CheckpointStore"),
+        ({"run_id": 5}, "run_id must be a non-empty str"),
+        ({"on_event": "print"}, "on_event must be a callable"),
+    ]
+    for given, said in refused:
+        with pytest.raises((TypeError, ValueError), match=said):
+            await product.run(mailer.tools, **given)
     assert product.model.requests == [] and mailer.sent == []  # nothing ran
 
 
@@ -837,3 +849,105 @@ def test_the_sync_twins_take_the_same_options_on_either_backend(
     recovered = product.recover_sync("failed", mailer.tools, backend=backend, store=store)
     assert (recovered.status, recovered.stop_reason) == ("completed", "answered")
     assert mailer.sent == ["ada"] and len(product.model.requests) == 3
+
+
+# -- bad values, kept or refused the same in every product ----------------------------------------
+
+
+class Odd:
+    """Tools whose values or arguments JSON cannot hold as they are."""
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+
+    def raw(self) -> bytes:
+        """Bytes that are no UTF-8."""
+        self.ran.append("raw")
+        return b"\xff\xfe"
+
+    def loop(self) -> dict[str, Any]:
+        """A dict that contains itself."""
+        self.ran.append("loop")
+        cycle: dict[str, Any] = {}
+        cycle["self"] = cycle
+        return cycle
+
+    def keep(self, data: dict[str, Any]) -> str:
+        """Keep any data.
+
+        Args:
+            data: what to keep.
+        """
+        self.ran.append("keep")
+        return "kept"
+
+    @property
+    def tools(self) -> list[Callable[..., Any]]:
+        return [self.raw, self.loop, self.keep]
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_durable_run_keeps_a_tool_value_json_cannot_hold(make: type[Product]) -> None:
+    product, odd, store = make(), Odd(), MemoryCheckpointStore()
+    product.script_tool_call("raw")
+    product.script_tool_call("loop")
+    product.script_answer("kept them")
+    result = await product.run(odd.tools, store=store, run_id="odd")
+    assert (result.status, result.stop_reason, odd.ran) == (
+        "completed",
+        "answered",
+        ["raw", "loop"],
+    )
+    assert [r.success for r in result.records] == [True, True]
+    assert result.records[0].result == b"\xff\xfe"  # the value as it came, in memory
+    stored = await store.get("odd")  # and the store reads back what it kept
+    assert stored is not None and stored.status == "completed"
+    again = await product.recover("odd", odd.tools, store=store)
+    assert again.text == "kept them" and odd.ran == ["raw", "loop"]
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_arguments_no_journal_can_keep_never_run_and_the_run_stays_readable(
+    make: type[Product],
+) -> None:
+    deep: dict[str, Any] = {}
+    inner = deep
+    for _ in range(200):
+        inner["x"] = {}
+        inner = inner["x"]
+    product, odd, store = make(), Odd(), MemoryCheckpointStore()
+    product.script_tool_call("keep", data=deep)
+    product.script_answer("could not")
+    result = await product.run(odd.tools, store=store, run_id="deep")
+    assert odd.ran == []  # never run
+    (record,) = result.records
+    assert not record.success and "64 levels" in str(record.error)
+    assert await store.get("deep") is not None  # the run's checkpoint reads back
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_call_that_cannot_run_is_not_put_to_a_human(make: type[Product]) -> None:
+    product, mailer = make(), Mailer()
+    product.script_tool_call("send", to=5)  # off the schema: ``to`` is a str
+    product.script_answer("it failed")
+    result = await product.run(mailer.tools, store=MemoryCheckpointStore(), needs_approval=True)
+    assert mailer.sent == []
+    if result.request is not None:  # the status agent puts failed calls to a review
+        assert product.reviews_failed_calls and result.request.kind == "review"
+    (record,) = result.records
+    assert not record.success and "do not fit its schema" in str(record.error)
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_an_approval_rule_that_raises_puts_the_call_to_a_human(
+    make: type[Product],
+) -> None:
+    def over_100(call: RequestedCall) -> bool:
+        return bool(call.arguments["amount"] > 100)  # ``send`` has no amount: KeyError
+
+    product, mailer = make(), Mailer()
+    product.script_tool_call("send", to="ada")
+    paused = await product.run(mailer.tools, store=MemoryCheckpointStore(), needs_approval=over_100)
+    assert mailer.sent == [] and paused.paused and paused.request is not None
+    (asked,) = paused.request.tool_calls
+    assert "the approval rule raised KeyError" in asked.why

@@ -177,7 +177,7 @@ def test_an_agent_s_constructor_takes_the_run_options_as_its_runs_defaults() -> 
         create_agent(ScriptedChatModel(), run_id="r")  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="takes no run_id"):
         StatusAgent(model=ScriptedChatModel(), run_id="r")  # type: ignore[call-arg]
-    with pytest.raises(TypeError, match=r"max_rounds is now max_turns"):
+    with pytest.raises(TypeError, match=r"'max_rounds'; it is now 'max_turns'"):
         StatusAgent(model=ScriptedChatModel(), max_rounds=3)  # type: ignore[call-arg]
     with pytest.raises(ValueError, match="concurrency must be at least 1"):
         create_agent(ScriptedChatModel(), concurrency=0)

@@ -471,8 +471,8 @@ async def tools_step(_: Any, ctx: AgentContext) -> Route:
         def onion() -> Awaitable[ToolOutcome]:
             return run_tool_call(call, spec.call_tool, spec.registry, state, runtime)
 
-        if run is None:
-            return await onion()
+        if run is None or not spec.registry.accepts(call.name, call.args):
+            return await onion()  # a call that cannot run has no effect to journal
         again = call.id in rerun
         done = await journaled_call(
             run,

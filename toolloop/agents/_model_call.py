@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 
 from .._errors import ModelOutputError
-from ..kernel import model_timeout_error
+from ..kernel import arguments_problem, model_timeout_error
 from ..models import (
     ChatRequest,
     ReplyReader,
@@ -84,11 +84,14 @@ def _tool_call(call: ReplyToolCall, seen: set[str]) -> ToolCall:
             extra=extra,
         )
     args = parse_tool_arguments(text)
-    if isinstance(args, dict):
+    problem = arguments_problem(args) if isinstance(args, dict) else None
+    if isinstance(args, dict) and problem is None:
         return ToolCall.model_construct(
             id=call_id, name=name, args=args, error=None, raw_arguments=None, extra=extra
         )
-    if isinstance(args, str):
+    if problem is not None:  # never run, nor kept whole: the run's checkpoints read back
+        error = f"tool {name!r} was not run: {problem}"
+    elif isinstance(args, str):
         shown = args if len(args) <= 200 else args[:200] + "..."
         error = f"the arguments are not valid JSON: {shown!r}"
     else:

@@ -84,9 +84,11 @@ class AgentResult(RunResult):
 
 
 def _text(state: AgentState) -> str | None:
+    """What the model answered last (``None`` when its last reply said nothing: only tool
+    calls, or no reply yet)."""
     for message in reversed(state.messages):
         if isinstance(message, AssistantMessage):
-            return message.content
+            return message.content or None
     return None
 
 

@@ -31,8 +31,10 @@ from ._events import RunFinished as RunFinished
 from ._events import tell as tell
 from ._events import tell_call_finished as tell_call_finished
 from ._events import tell_call_started as tell_call_started
+from ._journal import MAX_ARGUMENT_BYTES as MAX_ARGUMENT_BYTES
 from ._journal import Interrupted as Interrupted
 from ._journal import Journaled as Journaled
+from ._journal import arguments_problem as arguments_problem
 from ._journal import journaled_call as journaled_call
 from ._journal import record_interrupted as record_interrupted
 from ._options import RENAMED_OPTIONS as RENAMED_OPTIONS
@@ -42,6 +44,7 @@ from ._options import RunDefaults as RunDefaults
 from ._options import RunOptions as RunOptions
 from ._options import RunOverrides as RunOverrides
 from ._options import UnknownOutcome as UnknownOutcome
+from ._options import option_hint as option_hint
 from ._result import RunResult as RunResult
 from ._result import RunStatus as RunStatus
 from ._sync import Backend as Backend
@@ -55,6 +58,7 @@ from ._vocabulary import model_timeout_error as model_timeout_error
 from ._vocabulary import rejected_error as rejected_error
 
 __all__ = [
+    "MAX_ARGUMENT_BYTES",
     "RENAMED_OPTIONS",
     "Approval",
     "ApprovalRule",
@@ -84,6 +88,7 @@ __all__ = [
     "UnknownOutcome",
     "Verdict",
     "approval_rule",
+    "arguments_problem",
     "cut_off_error",
     "cut_off_record",
     "decide",
@@ -92,6 +97,7 @@ __all__ = [
     "interrupted_error",
     "journaled_call",
     "model_timeout_error",
+    "option_hint",
     "record_interrupted",
     "rejected_error",
     "run_sync",

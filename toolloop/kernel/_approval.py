@@ -54,8 +54,10 @@ ApprovalRule: TypeAlias = Callable[[RequestedCall], "bool | str | None"]
 ``None`` when it runs."""
 
 ApprovalSpec: TypeAlias = (
-    "bool | Collection[str] | Mapping[str, bool | Approval | Sequence[DecisionKind] | "
-    "ApprovalRule] | ApprovalRule"
+    bool
+    | Collection[str]
+    | Mapping[str, bool | Approval | Sequence[DecisionKind] | ApprovalRule]
+    | ApprovalRule
 )
 """Which calls wait for a human (see the module docs)."""
 
@@ -84,7 +86,11 @@ def _asked(call: RequestedCall, approval: Approval, why: str) -> RequestedCall:
 
 
 def _by_rule(call: RequestedCall, rule: ApprovalRule) -> RequestedCall | None:
-    verdict = rule(call)
+    try:
+        verdict = rule(call)
+    except Exception as exc:  # a rule that breaks never lets a call run unapproved
+        why = f"the approval rule raised {type(exc).__name__}: {exc}; a human decides"
+        return call.model_copy(update={"why": why})
     if verdict is None or verdict is False:
         return None
     why = verdict if isinstance(verdict, str) else f"{call.tool_name} needs approval"

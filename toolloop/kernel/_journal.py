@@ -18,6 +18,7 @@ twice.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -31,12 +32,22 @@ from ..checkpoints import (
     cut_off_causes,
     interrupted_error,
 )
-from ..runner import CallSource
+from ..runner import MAX_JSON_DEPTH, CallSource, nesting_depth
 from ._options import UnknownOutcome
 
-__all__ = ["Interrupted", "Journaled", "journaled_call", "record_interrupted"]
+__all__ = [
+    "MAX_ARGUMENT_BYTES",
+    "Interrupted",
+    "Journaled",
+    "arguments_problem",
+    "journaled_call",
+    "record_interrupted",
+]
 
 T = TypeVar("T")
+
+MAX_ARGUMENT_BYTES = 256 * 1024
+"""Arguments larger than this (as JSON) are not journaled, and the call does not run."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +113,9 @@ async def journaled_call(
     """
     entry = journal.get(call_id)
     if entry is None:
+        problem = arguments_problem(arguments)
+        if problem is not None:  # never journaled, never run: the same on every recovery
+            return Journaled(failed(f"tool {tool_name!r} was not run: {problem}"), "ran")
         mine = JournalEntry(call_id=call_id, tool_name=tool_name, arguments=dict(arguments))
         entry = await run.record_intent(mine)
         if entry.state == "started" and entry.started_at == mine.started_at:
@@ -144,3 +158,26 @@ async def record_interrupted(run: CheckpointedRun, call_id: str, outcome: Any) -
     ``interrupted``: it never runs again on its own."""
     with anyio.CancelScope(shield=True):
         await run.record_outcome(call_id, outcome, state="interrupted")
+
+
+def arguments_problem(arguments: Mapping[str, Any]) -> str | None:
+    """Why ``arguments`` cannot be journaled (nor kept in a checkpoint) as they are, so the
+    call must not run, or ``None`` when they can: a cycle, nesting past
+    :data:`~toolloop.runner.MAX_JSON_DEPTH` levels, a NaN or an infinity, a value JSON
+    cannot hold, more than :data:`MAX_ARGUMENT_BYTES`."""
+    depth = nesting_depth(arguments)
+    if depth is None:
+        return "its arguments contain themselves (a cycle), which JSON cannot say"
+    if depth > MAX_JSON_DEPTH:
+        return f"its arguments nest more than {MAX_JSON_DEPTH} levels deep; send flatter ones"
+    try:
+        size = len(json.dumps(arguments, allow_nan=False, separators=(",", ":")))
+    except ValueError:
+        return "its arguments hold a NaN or an infinity, which JSON cannot say"
+    except TypeError as exc:
+        return f"its arguments hold a value JSON cannot say ({exc})"
+    if size > MAX_ARGUMENT_BYTES:
+        return (
+            f"its arguments are {size} bytes as JSON, more than the limit of {MAX_ARGUMENT_BYTES}"
+        )
+    return None

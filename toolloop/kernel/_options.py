@@ -8,19 +8,18 @@ resumes and recoveries (the agents' constructors take them as defaults a call ov
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 import anyio
 from typing_extensions import TypedDict
 
+from ..checkpoints import CheckpointStore
+from ..flow import FlowEvent
 from ..models import UsageLimits
-
-if TYPE_CHECKING:
-    from ..checkpoints import CheckpointStore
-    from ..flow import FlowEvent
-    from ._approval import ApprovalSpec
+from ._approval import ApprovalSpec
 
 __all__ = [
     "RENAMED_OPTIONS",
@@ -30,6 +29,7 @@ __all__ = [
     "RunOptions",
     "RunOverrides",
     "UnknownOutcome",
+    "option_hint",
 ]
 
 OnLimit: TypeAlias = Literal["raise", "finish"]
@@ -46,9 +46,20 @@ first puts failed calls to a human's review); ``"retry"``: it runs again when it
 (a :class:`~toolloop.checkpoints.HumanRequest` of kind ``interrupted_tool_calls``). Such a
 call is never run again silently."""
 
-OnEvent: TypeAlias = "Callable[[FlowEvent], None]"
+OnEvent: TypeAlias = Callable[[FlowEvent], None]
 
 _POLICIES = ("raise", "finish")
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: object) -> bool:
+    """A number of seconds: an int or float, not a bool, not NaN (infinity: no bound)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
 RENAMED_OPTIONS: Mapping[str, str] = {
     "max_rounds": "max_turns",
     "planner_timeout": "model_timeout",
@@ -114,19 +125,32 @@ class RunOptions:
         Raises:
             ValueError, TypeError: an option of the wrong kind or out of range.
         """
-        if not isinstance(self.concurrency, int) or self.concurrency < 1:
+        if not _whole(self.concurrency):
+            raise TypeError(f"concurrency must be an int, got {self.concurrency!r}")
+        if self.concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {self.concurrency!r}")
         for name in ("tool_timeout", "model_timeout", "timeout"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, (int, float)) or value <= 0):
+            if value is not None and not (_number(value) and value > 0):
                 raise ValueError(f"{name} must be a number of seconds above 0, got {value!r}")
         for name in ("on_timeout", "on_usage_limit"):
             if getattr(self, name) not in _POLICIES:
                 raise ValueError(f"{name} must be 'raise' or 'finish', got {getattr(self, name)!r}")
-        if self.max_turns is not None and (
-            not isinstance(self.max_turns, int) or self.max_turns < 0
-        ):
+        if self.max_turns is not None and not _whole(self.max_turns):
+            raise TypeError(f"max_turns must be an int, got {self.max_turns!r}")
+        if self.max_turns is not None and self.max_turns < 0:
             raise ValueError(f"max_turns must be 0 or more, got {self.max_turns!r}")
+        if self.run_id is not None and not (isinstance(self.run_id, str) and self.run_id):
+            raise TypeError(f"run_id must be a non-empty str, got {self.run_id!r}")
+        if self.store is not None and not isinstance(self.store, CheckpointStore):
+            raise TypeError(
+                "store must be a CheckpointStore (e.g. toolloop.checkpoints.SQLiteCheckpointStore"
+                f"('runs.db')), got {type(self.store).__name__}"
+            )
+        if self.on_event is not None and not callable(self.on_event):
+            raise TypeError(
+                f"on_event must be a callable of one event, got {type(self.on_event).__name__}"
+            )
         if self.usage_limits is not None and not isinstance(self.usage_limits, UsageLimits):
             raise TypeError(
                 "usage_limits must be a toolloop.models.UsageLimits, got "
@@ -152,14 +176,22 @@ class RunOptions:
 
     def merged(self, **given: Any) -> RunOptions:
         """These options with those ``given`` replacing them (a call's options over an
-        agent's defaults); a ``None`` given keeps the default."""
-        changes = {k: v for k, v in given.items() if v is not None}
-        unknown = sorted(set(given) - {f.name for f in dataclasses.fields(self)})
-        if unknown:
-            renamed = [f"{k} is now {RENAMED_OPTIONS[k]}" for k in unknown if k in RENAMED_OPTIONS]
-            hint = f" ({'; '.join(renamed)})" if renamed else ""
-            raise TypeError(f"no run option named {unknown}{hint}")
-        return dataclasses.replace(self, **changes) if changes else self
+        agent's defaults). A ``None`` given is none (``timeout=None``: no timeout), and an
+        ``on_event`` given is called besides the default one (both see every event).
+
+        Raises:
+            TypeError: a name that is no run option (the message says which was meant).
+            ValueError: a value no run can take.
+        """
+        if not given:
+            return self
+        for name in given:
+            if name not in _NAMES:
+                raise TypeError(f"no run option named {name!r}{option_hint(name, _NAMES)}")
+        on_event = given.get("on_event")
+        if on_event is not None and self.on_event is not None and on_event is not self.on_event:
+            given = {**given, "on_event": _Both(self.on_event, on_event)}
+        return dataclasses.replace(self, **given)
 
     @classmethod
     def defaults(cls, given: Mapping[str, Any], *, where: str, max_turns: int) -> RunOptions:
@@ -185,6 +217,33 @@ class RunOptions:
 
 
 _DEFAULTS = RunOptions()
+_NAMES = frozenset(f.name for f in dataclasses.fields(RunOptions))
+
+
+def option_hint(name: str, known: Collection[str]) -> str:
+    """What an option ``name`` that is none of ``known`` was likely meant to be: its new
+    name (:data:`RENAMED_OPTIONS`), or the closest known one; ``""`` when none is close."""
+    renamed = RENAMED_OPTIONS.get(name)
+    if renamed is not None:
+        return f"; it is now {renamed!r}"
+    close = difflib.get_close_matches(name, sorted(known), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+class _Both:
+    """Two event observers as one: the default's, then the call's."""
+
+    __slots__ = ("first", "second")
+
+    def __init__(self, first: OnEvent, second: OnEvent) -> None:
+        self.first = first
+        self.second = second
+
+    def __call__(self, event: FlowEvent) -> None:
+        try:
+            self.first(event)
+        finally:  # (one that raises is logged by the run; the other still sees the event)
+            self.second(event)
 
 
 class RunDefaults(TypedDict, total=False):

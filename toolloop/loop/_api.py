@@ -3,7 +3,6 @@ twins, and a stream; every run driven by the kernel (:func:`toolloop.kernel.driv
 
 from __future__ import annotations
 
-import difflib
 import functools
 import math
 import uuid
@@ -18,7 +17,6 @@ from .._errors import PlannerError, UsageLimitError
 from ..checkpoints import HumanRequest
 from ..flow import EventStream, Execution, ExecutionPaused, FlowEvent
 from ..kernel import (
-    RENAMED_OPTIONS,
     Backend,
     Ended,
     RunOptions,
@@ -27,6 +25,7 @@ from ..kernel import (
     approval_rule,
     cut_off_record,
     drive,
+    option_hint,
     run_sync,
 )
 from ..models import ChatModel
@@ -233,18 +232,14 @@ class LoopOptions(RunOverrides, total=False):
 _OWN = ("user_extra_requirement", "max_commands", "streaming_dispatch", "answer_with")
 
 
-_KNOWN = frozenset((*RunOverrides.__annotations__, *_OWN, "planner", "tools"))
+_KNOWN = frozenset((*RunOverrides.__annotations__, *_OWN))
 
 
 def _split(given: Mapping[str, Any], verb: str) -> tuple[RunOptions, dict[str, Any]]:
     """The run options of a call (checked) and the loop's own arguments."""
     for name in given:
         if name not in _KNOWN:
-            close = difflib.get_close_matches(name, _KNOWN, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            renamed = RENAMED_OPTIONS.get(name)
-            if renamed is not None:
-                hint = f"; it is now {renamed!r}"
+            hint = option_hint(name, _KNOWN)
             raise TypeError(f"{verb}() got an unexpected keyword argument {name!r}{hint}")
     own = {k: given[k] for k in _OWN if k in given}
     options = _DEFAULTS.merged(**{k: v for k, v in given.items() if k not in own})
@@ -441,6 +436,7 @@ async def _continued(
         answer=_answer_spec(own.get("answer_with")),
     )
     registry = execution.deps.registry
+    approval_rule(options.needs_approval, registry.names)  # refused before the run is claimed
     verdicts: Any = None
     if paused:
         decided = decision_of(checkpoint, decision, registry)
@@ -460,11 +456,11 @@ async def _continued(
         journal = await claimed.journal()
         if verdicts is not None and await journal_verdicts(claimed, journal, decided_at, verdicts):
             journal = await claimed.journal()
-    except BaseException:
+        durable = DurableLoop(claimed, state, options, journal=journal, tool_names=registry.names)
+        durable.count_journaled_usage()
+    except BaseException:  # the run is given back as it was, to be continued
         await claimed.abandon()
         raise
-    durable = DurableLoop(claimed, state, options, journal=journal, tool_names=registry.names)
-    durable.count_journaled_usage()
     execution.deps = durable.wrap(execution.deps)
     return await _drive(execution, options, run=claimed)
 

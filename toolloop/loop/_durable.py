@@ -70,6 +70,7 @@ from ..planners import (
     call_planner,
 )
 from ..runner import CallSource, Executor, ToolCommand, ToolExecutionRecord, json_safe
+from ..tools import ToolRegistry
 from ._flow import LoopContext, LoopDeps, PauseForHuman, RoundState, loop_flow
 from ._normalize import normalize_command, normalize_plan
 
@@ -163,6 +164,7 @@ class DurableLoop:
         "journal",
         "limits",
         "options",
+        "registry",
         "run",
         "sources",
         "state",
@@ -198,6 +200,8 @@ class DurableLoop:
         """The usage the last checkpoint holds: the model calls made before the current
         round was planned (the round's own are journaled)."""
         self.limits = (64, 256 * 1024)
+        self.registry = ToolRegistry(())
+        """The run's tools (set when the run's deps are wrapped)."""
         self._saved_round = state.round_index
         self.sources: dict[str, CallSource] = {}
         """Where each call's record came from, when not from running it (by call id)."""
@@ -215,6 +219,7 @@ class DurableLoop:
         )
         executor.durable = self
         self.limits = (deps.max_commands, deps.max_kwargs_bytes)
+        self.registry = deps.registry
         planner: PlannerLike = (
             JournaledStreamingPlanner(deps.planner, self)
             if isinstance(deps.planner, StreamingPlanner)
@@ -332,6 +337,8 @@ class DurableLoop:
         decided nor journaled (a journaled call ran, or started, already)."""
         if self.approval is None or key in self.verdicts or key in self.journal:
             return None
+        if not self.registry.accepts(command.tool_name, command.tool_kwargs):
+            return None  # it cannot run (no such tool, arguments off its schema): not asked
         return self.approval(
             RequestedCall(
                 call_id=key,
@@ -513,9 +520,8 @@ class JournaledExecutor(Executor):
             return ToolExecutionRecord.failed(command, verdict.error)
         if isinstance(verdict, Run):
             command = command.model_copy(update={"tool_kwargs": verdict.arguments})
-        try:  # a call that cannot run (unknown tool, bad arguments) has no side effect
-            self.registry.get(command.tool_name).validate(command.tool_kwargs)
-        except Exception:
+        if not self.registry.accepts(command.tool_name, command.tool_kwargs):
+            # a call that cannot run (unknown tool, bad arguments) has no effect to journal
             return await Executor.call(self, command, on_start)
 
         async def run() -> ToolExecutionRecord:
@@ -679,12 +685,11 @@ def restored_state(checkpoint_state: Any, run_id: str) -> RoundState:
         ) from exc
 
 
-def check_kind(metadata: Mapping[str, Any], run_id: str) -> None:
-    if metadata.get("kind") != FLOW_KIND:
+def check_kind(checkpoint: Checkpoint) -> None:
+    if checkpoint.metadata.get("kind") != FLOW_KIND:
         raise RunNotResumableError(
-            f"run {run_id!r} is not a run of plan_and_execute (its checkpoint is of "
-            f"{metadata.get('kind') or 'another flow'!r}); resume it with the product that "
-            "made it"
+            f"run {checkpoint.run_id!r} is not a run of plan_and_execute (its checkpoint is of "
+            f"the flow {checkpoint.flow!r}); continue it with the product that made it"
         )
 
 
@@ -695,7 +700,7 @@ def resume_checkpoint(checkpoint: Checkpoint) -> tuple[dict[str, Any], RoundStat
         RunNotResumableError: the run is not one of the loop.
         CorruptCheckpointError: its checkpoint holds no round state.
     """
-    check_kind(checkpoint.metadata, checkpoint.run_id)
+    check_kind(checkpoint)
     return dict(checkpoint.metadata), restored_state(checkpoint.snapshot.state, checkpoint.run_id)
 
 

@@ -14,7 +14,9 @@ from __future__ import annotations
 import traceback
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_serializer
+
+from ._jsonsafe import json_safe
 
 __all__ = [
     "DEFAULT_PURPOSE",
@@ -103,6 +105,12 @@ class ToolExecutionRecord(BaseModel):
     traceback: str | None = None
     """When the tool raised: its formatted traceback, for the developer (never sent to a
     model: prompts carry ``error`` only)."""
+
+    @field_serializer("kwargs", "result", when_used="json")
+    def _as_json(self, value: Any) -> Any:
+        # whatever a tool returned (bytes, a cycle, a NaN, a thousand levels): JSON data, so
+        # a record always dumps (a snapshot, a checkpoint, a trace)
+        return json_safe(value)
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -281,7 +281,7 @@ class StatusAgent(SyncTwins[StatusAgentResult]):
 
         Each error is raised before anything is written: the store is unchanged.
         """
-        chosen = self._options(options, resuming=True)
+        chosen = self._options(options, run_id=run_id)
         store = self._store(chosen)
         checkpoint = await CheckpointedRun.load(store, run_id)
         expect_status(checkpoint, _PAUSED)
@@ -326,7 +326,7 @@ class StatusAgent(SyncTwins[StatusAgentResult]):
             RunNotResumableError: the run is paused (resume it) or still running.
             CorruptCheckpointError: the checkpoint cannot be read back.
         """
-        chosen = self._options(options, resuming=True)
+        chosen = self._options(options, run_id=run_id)
         store = self._store(chosen)
         checkpoint = await CheckpointedRun.load(store, run_id)
         if checkpoint.status == "completed" and checkpoint.flow == FLOW_NAME:
@@ -397,11 +397,14 @@ class StatusAgent(SyncTwins[StatusAgentResult]):
 
     # -- internals ------------------------------------------------------------------------
 
-    def _options(self, given: RunOverrides, *, resuming: bool = False) -> RunOptions:
-        """The agent's defaults with this call's options over them, checked."""
-        if resuming and "run_id" in given:
-            raise TypeError(
-                "resume() and recover() take the run's id as their first argument, not run_id="
+    def _options(self, given: RunOverrides, *, run_id: str | None = None) -> RunOptions:
+        """The agent's defaults with this call's options over them, checked (``run_id``: the
+        run continued, which a ``run_id=`` given must name)."""
+        named = given.get("run_id")
+        if run_id is not None and named is not None and named != run_id:
+            raise ValueError(
+                f"run_id={named!r} names another run than the one continued ({run_id!r}); "
+                "leave it out"
             )
         return self.options.merged(**given)
 

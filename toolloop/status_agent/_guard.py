@@ -44,12 +44,12 @@ def check_progress(
 ) -> tuple[StopReason, str] | None:
     """Count an entry of ``node``; why the run ends (its stop reason and what happened), or
     ``None`` to go on."""
-    state.steps += 1
-    if state.steps > max_turns:
+    if state.steps >= max_turns:  # the step is not taken: it is not counted
         return "max_turns", (
             f"the run took {max_turns} steps (max_turns) without finishing; "
             f"last steps: {_trail(state, node)}"
         )
+    state.steps += 1
     key = progress_key(state)
     visits = {k: v for k, v in state.visits.items() if k.endswith(f"@{key}")}
     entry = f"{node}@{key}"

@@ -36,6 +36,7 @@ from ..kernel import (
     CheckpointSaved,
     RunOptions,
     StopReason,
+    arguments_problem,
     journaled_call,
     tell,
     tell_call_finished,
@@ -69,6 +70,7 @@ from ._state import (
     Transition,
 )
 from ._steps import (
+    StatusCallRequest,
     StatusDecision,
     StatusPlan,
     StatusReflection,
@@ -248,18 +250,7 @@ async def decision(value: Any, state: State, deps: StatusDeps, ctx: Context[Stat
         state.question = review_request(decided.reason or "the decision step asks for a human")
         state.status = "waiting_for_human"
     elif decided.action == "call_tools" and decided.tool_calls:
-        calls = [
-            _cleared(
-                StatusToolCall(
-                    call_id=state.new_call_id(),
-                    tool_name=asked.tool_name,
-                    arguments=asked.arguments,
-                    purpose=asked.purpose,
-                ),
-                deps.approval,
-            )
-            for asked in decided.tool_calls
-        ]
+        calls = [_called(state.new_call_id(), asked, deps) for asked in decided.tool_calls]
         state.pending_calls = calls
         waiting = [c for c in calls if not c.approved]
         if waiting:
@@ -273,9 +264,32 @@ async def decision(value: Any, state: State, deps: StatusDeps, ctx: Context[Stat
         state.status = "decision_completed"
 
 
-def _cleared(call: StatusToolCall, approval: ApprovalCheck | None) -> StatusToolCall:
+def _called(call_id: str, asked: StatusCallRequest, deps: StatusDeps) -> StatusToolCall:
+    """The call the decision step asked for, cleared to run or waiting for a human; one
+    whose arguments cannot be kept (nested too deep, too large, a NaN) is refused: it never
+    runs, and is not kept whole in the run's checkpoints."""
+    problem = arguments_problem(asked.arguments)
+    if problem is not None:
+        return StatusToolCall(
+            call_id=call_id,
+            tool_name=asked.tool_name,
+            purpose=asked.purpose,
+            approved=True,
+            refused=problem,
+        )
+    call = StatusToolCall(
+        call_id=call_id, tool_name=asked.tool_name, arguments=asked.arguments, purpose=asked.purpose
+    )
+    return _cleared(call, deps)
+
+
+def _cleared(call: StatusToolCall, deps: StatusDeps) -> StatusToolCall:
     """``call``, approved to run, or waiting for a human with why (and what they may
-    decide), as the run's ``needs_approval`` says."""
+    decide), as the run's ``needs_approval`` says. A call that cannot run (no such tool,
+    arguments off its schema) is not put to a human: it fails as it is."""
+    approval = deps.approval
+    if approval is not None and not deps.executor.registry.accepts(call.tool_name, call.arguments):
+        approval = None
     asked = None if approval is None else approval(_requested(call))
     if asked is None:
         return call.model_copy(update={"approved": True})
@@ -305,6 +319,12 @@ async def tool_execution(value: Any, state: State, deps: StatusDeps, ctx: Contex
 
     async def one(call: StatusToolCall, started: Callable[[], None]) -> Done:
         command = call.command()
+        if call.refused is not None:
+            refused = f"tool {call.tool_name!r} was not run: {call.refused}"
+            return ToolExecutionRecord.failed(command, refused), "ran"
+        if not deps.executor.registry.accepts(call.tool_name, call.arguments):
+            # a call that cannot run has no effect to journal: its failed record says why
+            return await deps.executor.call(command, on_start=started), "ran"
         # a call whose outcome is unknown does not run again: a failed record that says
         # what cut it off (the reflection sees a failed call, or asks a human under "ask")
         done = await journaled_call(

@@ -93,6 +93,9 @@ class StatusToolCall(BaseModel):
     """Why it waits for a human, when it does."""
     allowed: list[DecisionKind] | None = None
     """The decisions a human may take on it, when its approval allows fewer than all."""
+    refused: str | None = None
+    """Why it cannot run (its arguments could not be kept as they came: they are left out);
+    it ends as a failed record that says so."""
 
     def command(self) -> ToolCommand:
         return ToolCommand(

@@ -54,6 +54,18 @@ class ToolRegistry:
         except KeyError:
             raise ToolNotFoundError(self._not_found(name)) from None
 
+    def accepts(self, name: str, arguments: object) -> bool:
+        """Whether a call of ``name`` with ``arguments`` can run: the tool exists and the
+        arguments fit its schema (nothing runs)."""
+        tool = self._tools.get(name)
+        if tool is None:
+            return False
+        try:
+            tool.validate(arguments)
+        except Exception:
+            return False
+        return True
+
     def _not_found(self, name: str) -> str:
         names = list(self._tools)
         if not names:

@@ -86,7 +86,11 @@ class HumanApprovalMiddleware(AgentMiddleware):
         if check is None:
             return None
         calls: list[RequestedCall] = []
+        run = runtime._run  # the run's services: its tools
+        registry = run.spec.registry if run is not None else None
         for call in pending_tool_calls(state.messages):
+            if registry is not None and not registry.accepts(call.name, call.args):
+                continue  # it cannot run (no such tool, arguments off its schema): not asked
             asked = check(
                 RequestedCall(
                     call_id=call.id,
