@@ -302,18 +302,7 @@ class Execution(Generic[S]):
                 self._tg = tg
                 if timeout is not None:
                     tg.cancel_scope.deadline = anyio.current_time() + timeout
-                # _drive's loop, inline: one frame less under every step of the run
-                self._live += 1
-                try:
-                    while not self._done:
-                        nodes, value = await node.run(self, value, trigger)
-                        if not nodes:
-                            break
-                        node, trigger = self._follow(node, nodes, value, trigger)
-                except Exception as exc:
-                    self._broke(node, exc)
-                finally:
-                    self._live -= 1
+                await self._drive(node, value, trigger)
         except BaseException:
             self.status = "cancelled"
             self._close_observers()
