@@ -19,6 +19,10 @@ What a batch costs: :meth:`ToolBatch.run_here` runs the calls in the calling tas
 after another, while each finishes without waiting, and starts workers only when one waits;
 a batch given the ``task_group`` of its run starts them there instead of opening a task
 group of its own. A round of tools that return at once then costs no task and no task group.
+Both paths take and finish calls through the same two methods and come to the same results,
+hooks, errors and cancellation (``tests/runner/test_batch_paths.py`` holds them equal); every
+call goes through the one ``call`` the batch was given (an executor's batch: its
+:meth:`~toolloop.runner.Executor.call`, an override included).
 
 The batch is generic over what a call is and what it comes to: the loop runs
 :class:`~toolloop.runner.ToolCommand` into :class:`~toolloop.runner.ToolExecutionRecord`; the
@@ -55,7 +59,9 @@ class ToolBatch(Generic[T, R]):
 
     Args:
         call: runs one item (see :data:`BatchCall`); it returns a result for anything but
-            cancellation (and the run's own fatal errors, which abort the batch).
+            cancellation (and the run's own fatal errors, which abort the batch: the first
+            one is raised by the block as it was raised, never in an exception group, on
+            either path).
         cancelled: the result of an item whose call was cut short or never started.
         concurrency: at most this many calls at once (``>= 1``).
         on_start: ``on_start(index, item)`` when a call starts.
@@ -84,8 +90,6 @@ class ToolBatch(Generic[T, R]):
         "_on_finish",
         "_on_start",
         "_outer",
-        "_owner",
-        "_parts",
         "_results",
         "_sink",
         "_started",
@@ -125,18 +129,6 @@ class ToolBatch(Generic[T, R]):
         self._handles: list[Any] | None = None  # of the workers started in the outer group
         self._idle: anyio.Event | None = None
         self._error: BaseException | None = None
-        # call() in three parts, for a caller whose call starts the tool and makes the result
-        # of what it gave: the batch awaits the tool itself, one frame less per call.
-        # ``begin(owner, item)``, ``succeeded(item, value)``, ``broke(owner, item, exc)``.
-        self._parts: (
-            tuple[
-                Callable[[Any, T], tuple[R | None, Awaitable[Any] | None]],
-                Callable[[T, Any], R],
-                Callable[[Any, T, Exception], R],
-            ]
-            | None
-        ) = None
-        self._owner: Any = None
 
     @property
     def items(self) -> list[T]:
@@ -181,18 +173,20 @@ class ToolBatch(Generic[T, R]):
             return await self._exit_outer(exc)
         assert self._task_group is not None
         try:
-            return bool(await self._task_group.__aexit__(exc_type, exc, tb))
+            suppressed = bool(await self._task_group.__aexit__(exc_type, exc, tb))
         except BaseException as error:
-            # The workers never raise for a call, so a group holding only the block's own
-            # exception is noise: let that exception through as it was raised.
+            # The workers never raise, so a group holding only the block's own exception
+            # is noise: let that exception through as it was raised.
             inner = getattr(error, "exceptions", None)
             if exc is None or inner is None or len(inner) != 1 or inner[0] is not exc:
-                if inner is not None and len(inner) == 1 and exc is None:
-                    raise inner[0] from error.__cause__  # one worker's fatal error, as is
                 raise
+            suppressed = False
         finally:
             self._close()
-        raise exc
+        if self._error is not None and (exc is None or suppressed):
+            # a worker's fatal error (the cancellation of the block was the group's own)
+            raise self._error from self._error.__cause__
+        return suppressed
 
     async def _exit_outer(self, exc: BaseException | None) -> bool:
         """The end of a batch whose workers run in an outer task group: wait for them
@@ -214,7 +208,7 @@ class ToolBatch(Generic[T, R]):
         finally:
             self._close()
         if exc is None and self._error is not None:
-            raise self._error
+            raise self._error from self._error.__cause__
         return False
 
     async def _until_idle(self) -> None:
@@ -222,6 +216,19 @@ class ToolBatch(Generic[T, R]):
             if self._idle is None or self._idle.is_set():
                 self._idle = anyio.Event()
             await self._idle.wait()
+
+    def _fail(self, exc: Exception) -> None:
+        """A worker's call or callback raised: no more calls start, the running ones are
+        cancelled (with the batch's own task group, the block too), and the first such
+        error is raised when the block exits (unless the block raises one of its own)."""
+        if self._error is None:
+            self._error = exc
+        if self._outer is None:
+            assert self._task_group is not None
+            self._next = len(self._items)  # nothing more is taken
+            self._task_group.cancel_scope.cancel()
+        else:
+            self._cancel_workers()
 
     def _cancel_workers(self) -> None:
         self._next = len(self._items)  # nothing more is taken
@@ -296,112 +303,84 @@ class ToolBatch(Generic[T, R]):
         if self._on_start is not None:
             self._on_start(index, self._items[index])
 
-    def _start_call(self, index: int, item: T) -> tuple[Any, Any]:
-        """Start the call of ``items[index]``: ``(None, awaitable)`` of a plain ``call``;
-        with the three parts, ``(record, None)`` for a call that cannot run or ``(None,
-        awaitable)`` for one that runs (the tool's own)."""
-        parts = self._parts
-        if parts is None:
-            if self._on_start is None and self._on_finish is None:
-                return None, self._call(item, _nothing)
-            return None, self._call(item, functools.partial(self._mark_started, index))
-        if self._on_start is not None or self._on_finish is not None:
-            self._mark_started(index)
-        return parts[0](self._owner, item)
+    def _take(self) -> tuple[int, Awaitable[R]] | None:
+        """Take the next waiting item and start its call: its index and what to await for
+        its result; ``None`` when no item waits. Every call starts here, in either driver
+        (the calling task's :meth:`_here`, a worker's :meth:`_work`)."""
+        index = self._next
+        if index >= len(self._items):
+            return None
+        self._next = index + 1
+        if self._on_start is None and self._on_finish is None:
+            return index, self._call(self._items[index], _nothing)
+        return index, self._call(self._items[index], functools.partial(self._mark_started, index))
+
+    def _finished(self, index: int, result: R) -> None:
+        """``items[index]`` has its result: keep it, and tell ``on_finish``."""
+        self._results[index] = result
+        on_finish = self._on_finish
+        if on_finish is not None:
+            start = self._started.get(index, 0.0)  # type: ignore[union-attr]
+            on_finish(index, result, perf_counter() - start if start else 0.0)
 
     @types.coroutine
     def _here(self) -> Generator[Any, Any, None]:
         """The batch's owner works on the waiting calls, if a slot is free.
 
-        It runs each call in a copy of its context (as a task of its own would) and starts
-        workers for the calls still waiting when one of its own waits. A generator-based
-        coroutine that drives the call itself (``yield from`` with a context and a hook):
-        whatever the call yields goes to the event loop unchanged (asyncio futures, trio's
-        traps), and what the loop sends or throws goes back to it, so the call runs in
-        this task as if it were awaited directly, with one frame of ours above it.
+        The same work as a worker's (:meth:`_work`): take the next call, await it, keep its
+        result. It runs each call in a copy of its context (as a task of its own would) and
+        starts workers for the calls still waiting when one of its own waits. A
+        generator-based coroutine that drives the call itself: whatever the call yields
+        goes to the event loop unchanged (asyncio futures, trio's traps), and what the loop
+        sends or throws goes back to it, so the call runs in this task as if it were
+        awaited directly, with one frame of ours above it.
         """
         if self._workers >= self._limit or self._error is not None:
             return  # no slot for the calling task: the workers take the calls
         self._workers += 1
-        items = self._items
-        results = self._results
-        on_finish = self._on_finish
-        parts = self._parts
         try:
-            while self._next < len(items):
-                index = self._next
-                self._next += 1
-                item = items[index]
-                early, pending = self._start_call(index, item)
-                result: Any
-                if parts is not None and pending is None:
-                    result = early  # a call that cannot run
-                else:
-                    # the call, driven here in a copy of the context
-                    context: Any = contextvars.copy_context()
-                    coro: Any = None
-                    failure: Exception | None = None
-                    value: Any = None
+            while (taken := self._take()) is not None:
+                index, pending = taken
+                taken = None
+                context: Any = contextvars.copy_context()
+                coro: Any = pending if isinstance(pending, Coroutine) else pending.__await__()
+                pending = None  # type: ignore[assignment]
+                try:
+                    signal = context.run(coro.send, None)
+                except StopIteration as done:
+                    self._finished(index, done.value)
+                    continue
+                if self._next < len(self._items):  # others wait: workers take them
                     try:
-                        coro = pending if isinstance(pending, Coroutine) else pending.__await__()
-                        pending = None
-                        signal = context.run(coro.send, None)
+                        self._spill()
+                    except BaseException:
+                        context.run(coro.close)
+                        raise
+                while True:
+                    error: BaseException | None = None
+                    try:
+                        reply = yield signal
+                    except GeneratorExit:
+                        context.run(coro.close)
+                        raise
+                    except BaseException as exc:  # cancellation, whatever is thrown
+                        error = exc
+                    # thrown in outside the handler, so the call does not see ``error`` as
+                    # the exception being handled
+                    try:
+                        if error is None:
+                            signal = context.run(coro.send, reply)
+                        else:
+                            signal = context.run(coro.throw, error)
                     except StopIteration as done:
                         value = done.value
-                        coro = None
-                    except Exception as exc:
-                        if parts is None:
-                            raise  # a call that does not make a result of errors aborts
-                        failure = exc
-                        coro = None
-                    if coro is not None:
-                        if self._next < len(items):  # others wait: workers take them
-                            try:
-                                self._spill()
-                            except BaseException:
-                                context.run(coro.close)
-                                raise
-                        while True:
-                            error: BaseException | None = None
-                            try:
-                                reply = yield signal
-                            except GeneratorExit:
-                                context.run(coro.close)
-                                raise
-                            except BaseException as exc:  # cancellation, whatever is thrown
-                                error = exc
-                            # thrown in outside the handler, so the call does not see
-                            # ``error`` as the exception being handled
-                            try:
-                                if error is None:
-                                    signal = context.run(coro.send, reply)
-                                else:
-                                    signal = context.run(coro.throw, error)
-                            except StopIteration as done:
-                                value = done.value
-                                break
-                            except Exception as exc:
-                                if parts is None:
-                                    raise  # a call that does not make a result of errors
-                                failure = exc
-                                break
-                            finally:
-                                error = None
-                        # nothing of this call stays referenced while the next one runs
-                        coro = signal = reply = None
-                    context = None
-                    if parts is None:
-                        result = value
-                    elif failure is None:
-                        result = parts[1](item, value)
-                    else:
-                        result = parts[2](self._owner, item, failure)
-                        failure = None
-                    value = None
-                results[index] = result
-                if on_finish is not None:
-                    start = self._started.get(index, 0.0)  # type: ignore[union-attr]
-                    on_finish(index, result, perf_counter() - start if start else 0.0)
+                        break
+                    finally:
+                        error = None
+                # nothing of this call stays referenced while the next one runs
+                coro = signal = reply = context = None
+                self._finished(index, value)
+                value = None
         finally:
             self._workers -= 1
             if not self._workers and self._idle is not None:
@@ -409,39 +388,13 @@ class ToolBatch(Generic[T, R]):
 
     async def _work(self) -> None:
         """A worker: take waiting calls, first come first served, until none is left."""
-        items = self._items
-        results = self._results
-        on_finish = self._on_finish
         try:
-            while self._next < len(items):
-                index = self._next
-                self._next += 1
-                item = items[index]
-                early, pending = self._start_call(index, item)
-                parts = self._parts
-                if parts is None:
-                    result = await pending
-                else:
-                    if pending is None:
-                        result = early  # a call that cannot run
-                    else:
-                        try:
-                            value = await pending
-                        except Exception as exc:
-                            result = parts[2](self._owner, item, exc)
-                        else:
-                            result = parts[1](item, value)
-                results[index] = result
-                if on_finish is not None:
-                    start = self._started.get(index, 0.0)  # type: ignore[union-attr]
-                    on_finish(index, result, perf_counter() - start if start else 0.0)
-        except Exception as exc:
-            if self._outer is None:
-                raise  # a worker in the batch's own group: aborts the batch
-            # a worker in the outer group: its fatal error is the batch's, not the group's
-            if self._error is None:
-                self._error = exc
-            self._cancel_workers()
+            while (taken := self._take()) is not None:
+                index, pending = taken
+                taken = None
+                self._finished(index, await pending)
+        except Exception as exc:  # a call or callback that raised: the batch's fatal error
+            self._fail(exc)
         finally:
             self._workers -= 1
             if not self._workers and self._idle is not None:

@@ -85,7 +85,6 @@ class Executor:
     """
 
     __slots__ = (
-        "_parts",
         "concurrency",
         "limiter",
         "on_finish",
@@ -114,8 +113,6 @@ class Executor:
         self.tool_timeout = tool_timeout
         self.on_start = on_start
         self.on_finish = on_finish
-        # the batch awaits the tool itself, unless a subclass's own call() must run whole
-        self._parts = _PARTS if type(self).call is Executor.call else None
 
     def batch(
         self,
@@ -137,7 +134,7 @@ class Executor:
             task_group: an open task group to start the batch's workers in (see
                 :class:`ToolBatch`).
         """
-        batch = ToolBatch(
+        return ToolBatch(
             self.call,
             cancelled_record,
             concurrency=self.concurrency if concurrency is None else concurrency,
@@ -146,10 +143,6 @@ class Executor:
             results=results,
             task_group=task_group,
         )
-        if self._parts is not None:
-            batch._parts = self._parts
-            batch._owner = self
-        return batch
 
     async def run(
         self,
@@ -188,38 +181,21 @@ class Executor:
         """
         if on_start is not None:
             on_start()
-        record, pending = self._begin(command)
-        if pending is None:
-            return record  # type: ignore[return-value]  # the record of a call that cannot run
-        try:
-            value = await pending
-        except Exception as exc:
-            return self._broke(command, exc)
-        return ToolExecutionRecord.succeeded(command, value)
-
-    # The three parts of call(), for the runner's batch, which awaits the tool itself (one
-    # frame less under every tool call); the batch reaches them through _PARTS, functions
-    # of the executor, not bound methods kept on it (a cycle only the collector frees).
-
-    def _begin(
-        self, command: ToolCommand
-    ) -> tuple[ToolExecutionRecord | None, Awaitable[Any] | None]:
-        """Check ``command`` and start its tool: ``(record, None)`` for a command that
-        cannot run, ``(None, awaitable)`` for one that runs."""
         name = command.tool_name
         try:
             tool = self.registry.get(name)
             arguments = tool.validate(command.tool_kwargs)
         except ToolCallError as exc:  # unknown tool, bad arguments: the tool did not run
-            return ToolExecutionRecord.failed(command, str(exc)), None
+            return ToolExecutionRecord.failed(command, str(exc))
         except Exception as exc:  # a validator that broke: still a record, never a crash
-            return _raised(command, tool_error_text(name, exc), exc), None
+            return _raised(command, tool_error_text(name, exc), exc)
         if tool.context_parameter is not None:  # decided when the tool was built
             arguments = tool.with_context(arguments, command.purpose)
         try:
-            return None, self.execute(tool, arguments)
-        except Exception as exc:  # the function refused its arguments before it ran
-            return self._broke(command, exc), None
+            value = await self.execute(tool, arguments)
+        except Exception as exc:  # the tool raised, ran out of time, or refused its arguments
+            return self._broke(command, exc)
+        return ToolExecutionRecord.succeeded(command, value)
 
     @staticmethod
     def _broke(command: ToolCommand, exc: Exception) -> ToolExecutionRecord:
@@ -251,22 +227,3 @@ class Executor:
             return await tool.execute(arguments, timeout=self.tool_timeout)
         finally:
             limiter.release_on_behalf_of(borrower)
-
-
-def _begin_part(executor: Executor, command: ToolCommand) -> Any:
-    return executor._begin(command)
-
-
-def _broke_part(executor: Executor, command: ToolCommand, exc: Exception) -> ToolExecutionRecord:
-    return executor._broke(command, exc)
-
-
-def _succeeded_part(command: ToolCommand, value: Any) -> ToolExecutionRecord:
-    return ToolExecutionRecord.succeeded(command, value)
-
-
-_PARTS = (_begin_part, _succeeded_part, _broke_part)
-"""``call()`` in three parts, for the batch of an executor whose ``call()`` is the base
-one: ``begin(executor, command)``, ``succeeded(command, value)``,
-``broke(executor, command, exc)``; each looks the executor's own methods up when called
-(overrides and patches included), and no executor holds a reference to itself."""
