@@ -291,7 +291,7 @@ class ToolBatch(Generic[T, R]):
 
     def _start_worker(self) -> None:
         assert self._task_group is not None
-        handle = self._task_group.start_soon(self._work, name=_WORKER)
+        handle = self._task_group.create_task(self._work(), name=_WORKER)
         if self._outer is not None:  # cancelled with the batch, not with the outer group
             if self._handles is None:
                 self._handles = []
