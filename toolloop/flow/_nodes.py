@@ -220,7 +220,8 @@ class StepNode(Node):
 
     def _succeeded(self, ex: Execution[Any], started: float, trigger: str) -> None:
         ended = perf_counter()
-        ex._trace.append((self.name, trigger, ex._at(started), ex._at(ended), "ok", None))
+        t0 = ex._t0
+        ex._trace.append((self.name, trigger, started - t0, ended - t0, "ok", None))
         if ex._observers:
             ex._publish(
                 StepFinished(
@@ -286,9 +287,8 @@ class _RouterNode(Node):
     passthrough = True
 
     def _routed(self, ex: Execution[Any], trigger: str, started: float, route: str) -> None:
-        ex._trace.append(
-            (self.name, trigger, ex._at(started), ex._at(perf_counter()), "routed", route)
-        )
+        t0 = ex._t0
+        ex._trace.append((self.name, trigger, started - t0, perf_counter() - t0, "routed", route))
 
     def _fail(self, ex: Execution[Any], exc: Exception) -> StepFailedError:
         err = StepFailedError(
