@@ -264,8 +264,10 @@ class ToolBatch(Generic[T, R]):
         Raises:
             RuntimeError: the batch is not open (outside its ``async with`` block).
         """
-        for item in items:
-            self._add(item)
+        if self._state != 1:
+            raise RuntimeError("run_here() works only inside 'async with <batch>:'")
+        self._items.extend(items)
+        self._results.extend([None] * (len(self._items) - len(self._results)))
         return self._here()  # takes a slot when it starts, if one is free
 
     def submit_here(self, item: T) -> Awaitable[None]:
