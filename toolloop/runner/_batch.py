@@ -35,15 +35,15 @@ from __future__ import annotations
 import contextvars
 import functools
 import types
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable
+from collections.abc import Awaitable, Callable, Generator, Iterable
 from time import perf_counter
-from types import TracebackType
+from types import CoroutineType, TracebackType
 from typing import Any, Generic, TypeVar
 
 import anyio
 import anyio.abc
 
-__all__ = ["BatchCall", "ToolBatch"]
+__all__ = ["BatchCall", "SplitCall", "ToolBatch", "call_split"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -54,14 +54,69 @@ call really starts (e.g. after its arguments were checked), so that start events
 durations are true."""
 
 
+class SplitCall(Generic[T, R]):
+    """A call in three parts, which a batch runs awaiting the work itself.
+
+    A :data:`BatchCall` is a coroutine per call, awaited whole. A split call hands the batch
+    the work to await and makes the result of its outcome, so a running call has no
+    coroutine of its own: one frame less under each of its awaits and one object less per
+    call in flight. :func:`call_split` is the same call as one coroutine, the plain path: a
+    batch given a split call comes to exactly what it comes to given
+    ``lambda item, started: call_split(split, item, started)`` (results, hooks, errors,
+    cancellation; ``tests/runner/test_batch_paths.py`` holds the two equal).
+
+    :class:`~toolloop.runner.Executor` is one: its
+    :meth:`~toolloop.runner.Executor.call` is ``call_split(executor, command, on_start)``.
+    """
+
+    __slots__ = ()
+
+    def begin(self, item: T) -> tuple[R, None] | tuple[None, Awaitable[Any]]:
+        """Check ``item`` and start its work: ``(result, None)`` for an item that cannot
+        run (its result, at once), ``(None, work)`` for one whose ``work`` is awaited.
+
+        It runs in the call's context (a copy of the calling task's, or a worker's), as
+        the rest of the call does. An exception out of it is a fatal error of the batch."""
+        raise NotImplementedError
+
+    def succeeded(self, item: T, value: Any) -> R:
+        """The result of an item whose work returned ``value``."""
+        raise NotImplementedError
+
+    def raised(self, item: T, exc: Exception) -> R:
+        """The result of an item whose work raised ``exc`` (cancellation, which is not an
+        ``Exception``, propagates)."""
+        raise NotImplementedError
+
+
+async def call_split(
+    split: SplitCall[T, R], item: T, started: Callable[[], object] | None = None
+) -> R:
+    """Run ``item`` through ``split`` as one coroutine: a split call's plain path.
+
+    ``started()``, if given, is called first (a batch tells ``on_start`` at that point).
+    """
+    if started is not None:
+        started()
+    result, work = split.begin(item)
+    if work is None:
+        return result  # type: ignore[return-value]  # an item that cannot run
+    try:
+        value = await work
+    except Exception as exc:
+        return split.raised(item, exc)
+    return split.succeeded(item, value)
+
+
 class ToolBatch(Generic[T, R]):
     """One batch of calls, open (``async with``) while items are submitted.
 
     Args:
-        call: runs one item (see :data:`BatchCall`); it returns a result for anything but
-            cancellation (and the run's own fatal errors, which abort the batch: the first
-            one is raised by the block as it was raised, never in an exception group, on
-            either path).
+        call: runs one item: a :data:`BatchCall`, or a :class:`SplitCall` (which the batch
+            runs in its parts, awaiting the work itself). It comes to a result for anything
+            but cancellation (and the run's own fatal errors, which abort the batch: the
+            first one is raised by the block as it was raised, never in an exception group,
+            on either path).
         cancelled: the result of an item whose call was cut short or never started.
         concurrency: at most this many calls at once (``>= 1``).
         on_start: ``on_start(index, item)`` when a call starts.
@@ -92,6 +147,7 @@ class ToolBatch(Generic[T, R]):
         "_outer",
         "_results",
         "_sink",
+        "_split",
         "_started",
         "_state",
         "_task_group",
@@ -100,7 +156,7 @@ class ToolBatch(Generic[T, R]):
 
     def __init__(
         self,
-        call: BatchCall[T, R],
+        call: BatchCall[T, R] | SplitCall[T, R],
         cancelled: Callable[[T], R],
         *,
         concurrency: int,
@@ -111,7 +167,12 @@ class ToolBatch(Generic[T, R]):
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be an int >= 1, got {concurrency!r}")
-        self._call = call
+        self._split: SplitCall[T, R] | None
+        self._call: BatchCall[T, R] | None
+        if isinstance(call, SplitCall):
+            self._split, self._call = call, None
+        else:
+            self._split, self._call = None, call
         self._cancelled = cancelled
         self._limit = concurrency
         self._on_start = on_start
@@ -305,17 +366,36 @@ class ToolBatch(Generic[T, R]):
         if self._on_start is not None:
             self._on_start(index, self._items[index])
 
-    def _take(self) -> tuple[int, Awaitable[R]] | None:
-        """Take the next waiting item and start its call: its index and what to await for
-        its result; ``None`` when no item waits. Every call starts here, in either driver
-        (the calling task's :meth:`_here`, a worker's :meth:`_work`)."""
+    def _take(self, context: contextvars.Context | None = None) -> tuple[int, T, Any, Any]:
+        """Take the next waiting item (there is one) and start its call, in ``context`` if
+        given: ``(index, item, result, work)``, where ``work`` is what to await (``None``:
+        ``result`` is ready). Every call starts here, in either driver (the calling task's
+        :meth:`_here`, a worker's :meth:`_work`), each of which then makes the result of
+        the work's outcome with :meth:`_of_error` or, inline, ``split.succeeded`` (a plain
+        call's value is its result)."""
         index = self._next
-        if index >= len(self._items):
-            return None
         self._next = index + 1
-        if self._on_start is None and self._on_finish is None:
-            return index, self._call(self._items[index], _nothing)
-        return index, self._call(self._items[index], functools.partial(self._mark_started, index))
+        item = self._items[index]
+        told = self._on_start is not None or self._on_finish is not None
+        split = self._split
+        if split is None:
+            started = functools.partial(self._mark_started, index) if told else _nothing
+            return index, item, None, self._call(item, started)  # type: ignore[misc]
+        if told:
+            self._mark_started(index)  # where call_split calls started()
+        if context is None:
+            result, work = split.begin(item)
+        else:
+            result, work = context.run(split.begin, item)
+        return index, item, result, work
+
+    def _of_error(self, item: T, exc: Exception) -> R:
+        """The result of a call whose work raised ``exc``: a split call makes one; a plain
+        call's error is the batch's fatal error (raised again)."""
+        split = self._split
+        if split is None:
+            raise exc
+        return split.raised(item, exc)
 
     def _finished(self, index: int, result: R) -> None:
         """``items[index]`` has its result: keep it, and tell ``on_finish``."""
@@ -329,60 +409,85 @@ class ToolBatch(Generic[T, R]):
     def _here(self) -> Generator[Any, Any, None]:
         """The batch's owner works on the waiting calls, if a slot is free.
 
-        The same work as a worker's (:meth:`_work`): take the next call, await it, keep its
-        result. It runs each call in a copy of its context (as a task of its own would) and
-        starts workers for the calls still waiting when one of its own waits. A
-        generator-based coroutine that drives the call itself: whatever the call yields
+        The same work as a worker's (:meth:`_work`): take the next call, await its work,
+        keep its result. It runs each call in a copy of its context (as a task of its own
+        would) and starts workers for the calls still waiting when one of its own waits. A
+        generator-based coroutine that drives the work itself: whatever the work yields
         goes to the event loop unchanged (asyncio futures, trio's traps), and what the loop
-        sends or throws goes back to it, so the call runs in this task as if it were
+        sends or throws goes back to it, so the work runs in this task as if it were
         awaited directly, with one frame of ours above it.
         """
         if self._workers >= self._limit or self._error is not None:
             return  # no slot for the calling task: the workers take the calls
         self._workers += 1
+        items = self._items
+        split = self._split
         try:
-            while (taken := self._take()) is not None:
-                index, pending = taken
-                taken = None
+            while self._next < len(items):
                 context: Any = contextvars.copy_context()
-                coro: Any = pending if isinstance(pending, Coroutine) else pending.__await__()
-                pending = None  # type: ignore[assignment]
-                try:
-                    signal = context.run(coro.send, None)
-                except StopIteration as done:
-                    self._finished(index, done.value)
-                    continue
-                if self._next < len(self._items):  # others wait: workers take them
+                index, item, result, work = self._take(context)
+                if work is not None:
+                    coro: Any = None
+                    failure: Exception | None = None
+                    value: Any = None
                     try:
-                        self._spill()
-                    except BaseException:
-                        context.run(coro.close)
-                        raise
-                while True:
-                    error: BaseException | None = None
-                    try:
-                        reply = yield signal
-                    except GeneratorExit:
-                        context.run(coro.close)
-                        raise
-                    except BaseException as exc:  # cancellation, whatever is thrown
-                        error = exc
-                    # thrown in outside the handler, so the call does not see ``error`` as
-                    # the exception being handled
-                    try:
-                        if error is None:
-                            signal = context.run(coro.send, reply)
-                        else:
-                            signal = context.run(coro.throw, error)
+                        coro = work if isinstance(work, CoroutineType) else work.__await__()
+                        work = None
+                        signal = context.run(coro.send, None)
                     except StopIteration as done:
                         value = done.value
-                        break
+                        coro = None
+                    except Exception as exc:
+                        failure = exc
+                        coro = None
+                    if coro is not None:
+                        if self._next < len(self._items):  # others wait: workers take them
+                            try:
+                                self._spill()
+                            except BaseException:
+                                context.run(coro.close)
+                                raise
+                        while True:
+                            error: BaseException | None = None
+                            try:
+                                reply = yield signal
+                            except GeneratorExit:
+                                context.run(coro.close)
+                                raise
+                            except BaseException as exc:  # cancellation, whatever is thrown
+                                # thrown on into the work as if it were awaited directly:
+                                # without the frame of ours it passed through
+                                tb = exc.__traceback__
+                                error = exc.with_traceback(tb.tb_next if tb else None)
+                                tb = None
+                            # thrown in outside the handler, so the work does not see
+                            # ``error`` as the exception being handled
+                            try:
+                                if error is None:
+                                    signal = context.run(coro.send, reply)
+                                else:
+                                    signal = context.run(coro.throw, error)
+                            except StopIteration as done:
+                                value = done.value
+                                break
+                            except Exception as exc:
+                                failure = exc
+                                break
+                            finally:
+                                error = None
+                        # nothing of this call stays referenced while the next one runs
+                        coro = signal = reply = None
+                    try:
+                        if failure is not None:
+                            result = self._of_error(item, failure)
+                        elif split is None:
+                            result = value
+                        else:
+                            result = split.succeeded(item, value)
                     finally:
-                        error = None
-                # nothing of this call stays referenced while the next one runs
-                coro = signal = reply = context = None
-                self._finished(index, value)
-                value = None
+                        failure = value = None
+                context = None
+                self._finished(index, result)
         finally:
             self._workers -= 1
             if not self._workers and self._idle is not None:
@@ -390,11 +495,20 @@ class ToolBatch(Generic[T, R]):
 
     async def _work(self) -> None:
         """A worker: take waiting calls, first come first served, until none is left."""
+        items = self._items
+        split = self._split
         try:
-            while (taken := self._take()) is not None:
-                index, pending = taken
-                taken = None
-                self._finished(index, await pending)
+            while self._next < len(items):
+                index, item, result, work = self._take()
+                if work is not None:
+                    try:
+                        value = await work
+                    except Exception as exc:
+                        result = self._of_error(item, exc)
+                    else:
+                        result = value if split is None else split.succeeded(item, value)
+                    work = value = None
+                self._finished(index, result)
         except Exception as exc:  # a call or callback that raised: the batch's fatal error
             self._fail(exc)
         finally:

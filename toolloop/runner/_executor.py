@@ -12,7 +12,7 @@ bounds tool runs across batches and runs too.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any
 
 import anyio
@@ -20,7 +20,7 @@ import anyio.abc
 
 from .._errors import ToolCallError, ToolTimeoutError
 from ..tools import Tool, ToolRegistry
-from ._batch import ToolBatch
+from ._batch import SplitCall, ToolBatch, call_split
 from ._records import ToolCommand, ToolExecutionRecord
 
 __all__ = [
@@ -68,7 +68,7 @@ def cancelled_record(command: ToolCommand) -> ToolExecutionRecord:
     return ToolExecutionRecord.failed(command, cancelled_error(command.tool_name))
 
 
-class Executor:
+class Executor(SplitCall[ToolCommand, ToolExecutionRecord]):
     """Runs tool commands concurrently under exact limits; one record per command.
 
     Args:
@@ -82,6 +82,13 @@ class Executor:
             included. A callback that raises aborts the round.
 
     An executor holds only configuration: one can serve many rounds and runs, concurrently.
+
+    A command becomes a record through :meth:`call`, which is a :class:`SplitCall` of three
+    parts: :meth:`begin` (check the command, start its tool), then :meth:`succeeded` or
+    :meth:`raised` (the record of what the tool did). A batch runs the parts itself,
+    awaiting the tool with no frame of ours in between. A subclass that overrides
+    :meth:`call` has its own ``call()`` awaited whole for every command of its batches (one
+    coroutine more per call); one that overrides the parts keeps the batch's way.
     """
 
     __slots__ = (
@@ -134,8 +141,10 @@ class Executor:
             task_group: an open task group to start the batch's workers in (see
                 :class:`ToolBatch`).
         """
+        # the base call() is call_split(self, ...): the batch runs its parts itself; a
+        # subclass's own call() is the call, awaited whole
         return ToolBatch(
-            self.call,
+            self if type(self).call is Executor.call else self.call,
             cancelled_record,
             concurrency=self.concurrency if concurrency is None else concurrency,
             on_start=self.on_start if on_start is None else on_start,
@@ -169,37 +178,49 @@ class Executor:
             await batch.run_here(commands)
         return batch.results
 
-    async def call(
+    def call(
         self, command: ToolCommand, on_start: Callable[[], object] | None = None
-    ) -> ToolExecutionRecord:
-        """Run one command and return its record; only cancellation propagates.
+    ) -> Coroutine[Any, Any, ToolExecutionRecord]:
+        """Run one command: ``await executor.call(command)`` for its record; only
+        cancellation propagates.
 
         The command is checked first (unknown tool, arguments that fail the schema: a failed
         record at once, without waiting for the shared limiter); then the tool runs under
-        the shared limiter and the timeout. ``on_start`` is called when the command starts
-        (after the check passes or fails, before any wait for the limiter).
+        the shared limiter and the timeout. ``on_start`` is called when the command starts,
+        before it is checked. The coroutine is ``call_split(self, command, on_start)``:
+        :meth:`begin`, then :meth:`succeeded` or :meth:`raised`.
         """
-        if on_start is not None:
-            on_start()
+        return call_split(self, command, on_start)
+
+    def begin(
+        self, command: ToolCommand
+    ) -> tuple[ToolExecutionRecord, None] | tuple[None, Awaitable[Any]]:
+        """Check ``command`` and start its tool: ``(record, None)`` for a command that
+        cannot run (unknown tool, arguments that fail the schema: the tool does not run),
+        ``(None, work)`` for one that runs: await ``work`` for what the tool returned."""
         name = command.tool_name
         try:
             tool = self.registry.get(name)
             arguments = tool.validate(command.tool_kwargs)
         except ToolCallError as exc:  # unknown tool, bad arguments: the tool did not run
-            return ToolExecutionRecord.failed(command, str(exc))
+            return ToolExecutionRecord.failed(command, str(exc)), None
         except Exception as exc:  # a validator that broke: still a record, never a crash
-            return _raised(command, tool_error_text(name, exc), exc)
+            return _raised(command, tool_error_text(name, exc), exc), None
         if tool.context_parameter is not None:  # decided when the tool was built
             arguments = tool.with_context(arguments, command.purpose)
         try:
-            value = await self.execute(tool, arguments)
-        except Exception as exc:  # the tool raised, ran out of time, or refused its arguments
-            return self._broke(command, exc)
+            return None, self.execute(tool, arguments)
+        except Exception as exc:  # the function refused its arguments before it ran
+            return self.raised(command, exc), None
+
+    def succeeded(self, command: ToolCommand, value: Any) -> ToolExecutionRecord:
+        """The record of a command whose tool returned ``value``."""
         return ToolExecutionRecord.succeeded(command, value)
 
-    @staticmethod
-    def _broke(command: ToolCommand, exc: Exception) -> ToolExecutionRecord:
-        """The record of a call whose tool raised ``exc`` (or ran out of time)."""
+    def raised(self, command: ToolCommand, exc: Exception) -> ToolExecutionRecord:
+        """The record of a command whose tool raised ``exc`` or ran out of time (logged,
+        logger ``toolloop``: a timeout at INFO, anything else at WARNING with its
+        traceback)."""
         if isinstance(exc, ToolTimeoutError):
             _LOG.info("%s", exc)
             return ToolExecutionRecord.failed(command, str(exc))
