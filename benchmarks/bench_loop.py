@@ -41,12 +41,23 @@ is shown against it too). Targets: W1 <= 2.5x, 10,000 concurrent runs >= 0.5x it
 <= 25 KiB per in-flight run, < 120 GC-tracked objects per in-flight run (counted with
 ``gc.get_objects()`` while N runs are parked at a gate inside their first round's tools).
 
+Awaiting tools (the ``A`` rows): W1's tools return at once, without awaiting anything,
+which no real async tool does. The ``A`` rows run the same workload with tools that
+``await anyio.sleep(0)`` before they answer, on all three sides, measured in the same run:
+W1 (runs in a row, ms per run: the median of 25 interleaved passes of 400 runs, 15 with
+``--quick``), N = 10,000 runs at once (runs/s, median of 3 passes, also with ``--quick``)
+and memory and GC-tracked objects per in-flight run (N runs parked at a gate inside their
+first round's tools, as in the ``L`` rows). Each is printed against the anyio task-group
+loop and against the plain loop. Targets, against the anyio loop: W1 <= 1.15x its time,
+runs/s >= 1.0x, KiB per in-flight run <= 1.0x.
+
 Run it with::
 
     .venv/bin/python benchmarks/bench_loop.py                  # asyncio and trio
     .venv/bin/python benchmarks/bench_loop.py --backend trio   # one backend
-    .venv/bin/python benchmarks/bench_loop.py --quick          # N=1,000 only, fewer repetitions
+    .venv/bin/python benchmarks/bench_loop.py --quick          # N=1,000 only (the A rows: 10,000)
     .venv/bin/python benchmarks/bench_loop.py --profile        # + where toolloop's W1 time goes
+    .venv/bin/python benchmarks/bench_loop.py --only A         # only these rows (repeatable)
 """
 
 from __future__ import annotations
@@ -91,14 +102,20 @@ LIMIT_RATE_RATIO = 0.5
 LIMIT_KIB_PER_RUN = 25.0
 LIMIT_GC_OBJECTS = 120.0
 
+AWAIT_W1_RATIO = 1.15  # the A rows: toolloop over the anyio task-group loop
+AWAIT_RATE_RATIO = 1.0
+AWAIT_KIB_RATIO = 1.0
+
 ToolFunction = Callable[..., Awaitable[dict[str, Any]]]
 
 
 # -- the workload ---------------------------------------------------------------------------
 
 
-def make_tools(delay: float) -> list[ToolFunction]:
-    """Four typed async tools that take ``delay`` seconds (0: return at once, no await)."""
+def make_tools(delay: float, *, awaits: bool = False) -> list[ToolFunction]:
+    """Four typed async tools that take ``delay`` seconds (0: return at once, no await;
+    ``awaits``: ``await anyio.sleep(delay)`` even at 0, as every real async tool awaits)."""
+    awaits = awaits or bool(delay)
 
     async def get_weather(city: str, days: int = 3) -> dict[str, Any]:
         """The forecast for a city.
@@ -107,7 +124,7 @@ def make_tools(delay: float) -> list[ToolFunction]:
             city: the city's name.
             days: how many days ahead.
         """
-        if delay:
+        if awaits:
             await anyio.sleep(delay)
         return {"city": city, "days": days, "max_c": 24, "sky": "sunny"}
 
@@ -118,7 +135,7 @@ def make_tools(delay: float) -> list[ToolFunction]:
             origin: where the trip starts.
             destination: where it ends.
         """
-        if delay:
+        if awaits:
             await anyio.sleep(delay)
         return {"from": origin, "to": destination, "eur": 89.0}
 
@@ -130,7 +147,7 @@ def make_tools(delay: float) -> list[ToolFunction]:
             nights: how many nights.
             max_eur: the most to pay per night, in EUR.
         """
-        if delay:
+        if awaits:
             await anyio.sleep(delay)
         return {"city": city, "nights": nights, "hotel": "Casa Azul", "eur": min(max_eur, 95.0)}
 
@@ -141,7 +158,7 @@ def make_tools(delay: float) -> list[ToolFunction]:
             amount: the amount in EUR.
             to: the ISO code of the target currency.
         """
-        if delay:
+        if awaits:
             await anyio.sleep(delay)
         return {"amount": round(amount * 1.08, 2), "currency": to}
 
@@ -190,6 +207,7 @@ class Workload:
     """What one side needs for runs with tools of one delay."""
 
     delay: float
+    awaits: bool = False
     functions: list[ToolFunction] = field(init=False)
     registry: ToolRegistry = field(init=False)
     by_name: dict[str, ToolFunction] = field(init=False)
@@ -197,7 +215,7 @@ class Workload:
     planner: ScriptedPlanner = field(init=False)
 
     def __post_init__(self) -> None:
-        self.functions = make_tools(self.delay)
+        self.functions = make_tools(self.delay, awaits=self.awaits)
         self.registry = ToolRegistry(Tool.from_function(fn) for fn in self.functions)
         self.by_name = {fn.__name__: fn for fn in self.functions}
         self.specs = self.registry.specs()
@@ -424,11 +442,15 @@ class Config:
     w2_reps: int = 5
     w3_sizes: tuple[int, ...] = (1_000, 10_000)
     w3_reps: int = 3
+    awaiting_size: int = 10_000
+    awaiting_reps: int = 3
     profile_runs: int = 200
     profile: bool = False
+    only: tuple[str, ...] = ("W1", "W2", "W3", "L", "A")
 
     @classmethod
     def quick(cls) -> Config:
+        # the A rows keep N = 10,000 and three passes: their targets are about that N
         return cls(w1_reps=3, w2_reps=3, w3_sizes=(1_000,), w3_reps=1)
 
 
@@ -449,9 +471,7 @@ class Row:
 class Report:
     backend: str
     rows: dict[str, list[Row]] = field(default_factory=dict)
-    profile: list[list[str]] = field(default_factory=list)
-    profile_header: str = ""
-    w1_toolloop_ms: float = 0.0
+    profiles: list[tuple[str, list[list[str]]]] = field(default_factory=list)
 
 
 async def bench_w1(cfg: Config, report: Report) -> None:
@@ -468,7 +488,6 @@ async def bench_w1(cfg: Config, report: Report) -> None:
     b = statistics.median(base) * 1e3
     t = statistics.median(loop) * 1e3
     f = statistics.median(funcs) * 1e3
-    report.w1_toolloop_ms = t
     report.rows["W1"] = [
         Row(
             f"W1 0-ms tools, {cfg.w1_runs:,} runs in a row",
@@ -593,10 +612,11 @@ def _short_path(path: str) -> str:
     return path
 
 
-async def profile_w1(cfg: Config, report: Report) -> None:
+async def profile_w1(cfg: Config, report: Report, *, awaits: bool = False) -> None:
     """cProfile toolloop's W1 runs: the top functions by own time, and own time by package."""
-    work = Workload(0.0)
+    work = Workload(0.0, awaits=awaits)
     await in_a_row(checked_toolloop, work, cfg.w1_warmup)
+    plain = await in_a_row(checked_toolloop, work, cfg.w1_runs // 4)
     profiler = cProfile.Profile()
     gc.collect()
     runs = cfg.profile_runs
@@ -613,15 +633,16 @@ async def profile_w1(cfg: Config, report: Report) -> None:
         package = _where(entry.code)[1]
         by_package[package] = by_package.get(package, 0.0) + entry.inlinetime
     shares = sorted(by_package.items(), key=lambda kv: kv[1], reverse=True)
-    report.profile_header = (
-        f"cProfile of {runs} toolloop W1 runs on {report.backend}: "
-        f"{elapsed / runs * 1e3:.3f} ms/run under the profiler (vs "
-        f"{report.w1_toolloop_ms:.3f} without); own time by package: "
+    header = (
+        f"cProfile of {runs} toolloop W1 runs, {'awaiting' if awaits else 'instant'} tools, "
+        f"on {report.backend}: {elapsed / runs * 1e3:.3f} ms/run under the profiler (vs "
+        f"{plain * 1e3:.3f} without); own time by package: "
         + ", ".join(f"{package} {t / total:.0%}" for package, t in shares if t / total >= 0.005)
     )
-    for entry in sorted(entries, key=lambda e: e.inlinetime, reverse=True)[:10]:
+    lines: list[list[str]] = []
+    for entry in sorted(entries, key=lambda e: e.inlinetime, reverse=True)[:12]:
         name, package = _where(entry.code)
-        report.profile.append(
+        lines.append(
             [
                 f"{entry.inlinetime / runs * 1e6:.1f}",
                 f"{entry.inlinetime / total:.1%}",
@@ -631,6 +652,7 @@ async def profile_w1(cfg: Config, report: Report) -> None:
                 name,
             ]
         )
+    report.profiles.append((header, lines))
 
 
 class Gate:
@@ -750,13 +772,63 @@ async def bench_limit(cfg: Config, report: Report) -> None:
     report.rows["L"] = rows
 
 
+async def bench_awaiting(cfg: Config, report: Report) -> None:
+    """The A rows: tools that await (``await anyio.sleep(0)``, as every real async tool
+    does), toolloop against the anyio task-group loop and the plain loop, all three
+    measured here, interleaved."""
+    work = Workload(0.0, awaits=True)
+    sides = (checked_baseline, checked_toolloop, checked_plain)
+    for side in sides:
+        await in_a_row(side, work, cfg.w1_warmup)
+    times: dict[Side, list[float]] = {side: [] for side in sides}
+    for _ in range(cfg.w1_reps * 5):  # short passes, interleaved: a busy spell hits all sides
+        for side in sides:
+            times[side].append(await in_a_row(side, work, cfg.w1_runs // 5))
+    g, t, p = (statistics.median(times[side]) * 1e3 for side in sides)
+    n = cfg.awaiting_size
+    for side in sides:
+        await concurrently(side, work, 200)
+    rates: dict[Side, list[float]] = {side: [] for side in sides}
+    for _ in range(cfg.awaiting_reps):
+        for side in sides:
+            rates[side].append(n / await concurrently(side, work, n))
+    gr, tr, pr = (statistics.median(rates[side]) for side in sides)
+    (go, gm), (to, tm), (po, pm) = [await in_flight(side, n) for side in sides]
+    report.rows["A"] = [
+        Row(
+            "A  W1 awaiting tools, vs the anyio loop", "ms/run", g, t,
+            f"toolloop <= {AWAIT_W1_RATIO:g}x", t <= AWAIT_W1_RATIO * g,
+        ),
+        Row("   (vs the plain loop)", "ms/run", p, t),
+        Row(
+            f"A  {n:,} runs at once, vs the anyio loop", "runs/s", gr, tr,
+            f"toolloop >= {AWAIT_RATE_RATIO:g}x", tr >= AWAIT_RATE_RATIO * gr, 0,
+        ),
+        Row("   (vs the plain loop)", "runs/s", pr, tr, decimals=0),
+        Row(
+            f"A  {n:,} runs in flight, memory, vs the anyio loop", "KiB/run", gm, tm,
+            f"toolloop <= {AWAIT_KIB_RATIO:g}x", tm <= AWAIT_KIB_RATIO * gm, 1,
+        ),
+        Row("   (vs the plain loop)", "KiB/run", pm, tm, decimals=1),
+        Row(f"A  {n:,} runs in flight, GC objects", "obj/run", go, to, decimals=0),
+        Row("   (vs the plain loop)", "obj/run", po, to, decimals=0),
+    ]  # fmt: skip
+
+
 async def bench_backend(cfg: Config, report: Report) -> None:
-    await bench_w1(cfg, report)
-    await bench_w2(cfg, report)
-    await bench_w3(cfg, report)
-    await bench_limit(cfg, report)
+    if "W1" in cfg.only:
+        await bench_w1(cfg, report)
+    if "W2" in cfg.only:
+        await bench_w2(cfg, report)
+    if "W3" in cfg.only:
+        await bench_w3(cfg, report)
+    if "L" in cfg.only:
+        await bench_limit(cfg, report)
+    if "A" in cfg.only:
+        await bench_awaiting(cfg, report)
     if cfg.profile:
         await profile_w1(cfg, report)
+        await profile_w1(cfg, report, awaits=True)
 
 
 # -- printing -------------------------------------------------------------------------------
@@ -792,12 +864,12 @@ def print_report(report: Report) -> None:
             )
     print(f"\n== backend: {report.backend} ==")
     print(table(header, rows, align="llrrrlr"))
-    if report.profile:
-        print(f"\n{report.profile_header}")
+    for title, lines in report.profiles:
+        print(f"\n{title}")
         print(
             table(
                 ["own us/run", "share", "cum us/run", "calls/run", "package", "function"],
-                report.profile,
+                lines,
                 align="rrrrll",
             )
         )
@@ -809,9 +881,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--backend", choices=("asyncio", "trio", "both"), default="both")
     parser.add_argument("--quick", action="store_true", help="N=1,000 only, fewer repetitions")
     parser.add_argument("--profile", action="store_true", help="cProfile toolloop's W1 runs")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=("W1", "W2", "W3", "L", "A"),
+        help="only these groups of rows (repeatable); all by default",
+    )
     args = parser.parse_args(argv)
     cfg = Config.quick() if args.quick else Config()
     cfg.profile = args.profile
+    if args.only:
+        cfg.only = tuple(args.only)
     backends = ("asyncio", "trio") if args.backend == "both" else (args.backend,)
     print(
         f"toolloop vs a hand-written anyio loop: {EXECUTING_ROUNDS} executing rounds of "

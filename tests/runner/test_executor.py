@@ -570,15 +570,13 @@ async def test_a_call_whose_awaitable_cannot_be_awaited_is_a_failed_record() -> 
 async def test_a_subclass_may_override_the_record_of_a_failed_call(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``_broke`` is looked up on the executor when a call fails: an override (a plain
-    method) is used, and so is a patch made after the executor was built."""
+    """``raised`` is looked up on the executor when a call fails: an override is used, and
+    so is a patch made after the executor was built, on both of a batch's paths."""
 
     class Gentle(Executor):
         __slots__ = ()
 
-        def _broke(  # type: ignore[override]  # a plain method in place of the static one
-            self, command: ToolCommand, exc: Exception
-        ) -> ToolExecutionRecord:
+        def raised(self, command: ToolCommand, exc: Exception) -> ToolExecutionRecord:
             return ToolExecutionRecord.failed(command, f"gently: {exc}")
 
     def boom() -> str:
@@ -587,12 +585,15 @@ async def test_a_subclass_may_override_the_record_of_a_failed_call(
 
     records = await Gentle([boom]).run([ToolCommand(purpose="p", tool_name="boom")])
     assert records[0].error == "gently: no"
+    assert (await Gentle([boom]).call(ToolCommand(purpose="p", tool_name="boom"))).error == (
+        "gently: no"
+    )
 
     plain = Executor([boom])
     monkeypatch.setattr(
         Executor,
-        "_broke",
-        staticmethod(lambda command, exc: ToolExecutionRecord.failed(command, f"patched: {exc}")),
+        "raised",
+        lambda self, command, exc: ToolExecutionRecord.failed(command, f"patched: {exc}"),
     )
     records = await plain.run([ToolCommand(purpose="p", tool_name="boom")])
     assert records[0].error == "patched: no"

@@ -324,18 +324,7 @@ class Execution(Generic[S]):
                 self._tg = tg
                 if timeout is not None:
                     tg.cancel_scope.deadline = anyio.current_time() + timeout
-                # _drive's loop, inline: one frame less under every step of the run
-                self._live += 1
-                try:
-                    while not self._done:
-                        nodes, value = await node.run(self, value, trigger)
-                        if not nodes:
-                            break
-                        node, trigger = self._follow(node, nodes, value, trigger)
-                except Exception as exc:
-                    self._broke(node, exc)
-                finally:
-                    self._live -= 1
+                await self._drive(node, value, trigger)
         except BaseException:
             self.status = "cancelled"
             self._close_observers()
@@ -412,25 +401,22 @@ class Execution(Generic[S]):
                 nodes, value = await node.run(self, value, trigger)
                 if not nodes:
                     return
-                node, trigger = self._follow(node, nodes, value, trigger)
+                if not node.passthrough:  # routers pass on the trigger they got
+                    trigger = node.name
+                if len(nodes) > 1:
+                    self._fan_out(nodes[1:], value, trigger)
+                node = nodes[0]  # the first of the next nodes runs in this task
         except Exception as exc:
             self._broke(node, exc)
         finally:
             self._live -= 1
 
-    def _follow(
-        self, node: Node, nodes: Sequence[Node], value: Any, trigger: str
-    ) -> tuple[Node, str]:
-        """The node to run next in this task (the others of a fan-out get tasks of their
-        own) and the trigger it sees."""
-        if not node.passthrough:
-            trigger = node.name
-        if len(nodes) > 1:
-            tg = self._tg
-            assert tg is not None
-            for other in nodes[1:]:
-                tg.start_soon(self._drive, other, value, trigger)
-        return nodes[0], trigger
+    def _fan_out(self, nodes: Sequence[Node], value: Any, trigger: str) -> None:
+        """Start a chain in a task of its own at each of ``nodes``."""
+        tg = self._tg
+        assert tg is not None
+        for node in nodes:
+            tg.start_soon(self._drive, node, value, trigger)
 
     def _broke(self, node: Node, exc: Exception) -> None:
         """A chain of steps raised: the execution fails (never leaks the exception)."""

@@ -153,7 +153,7 @@ def _is_async(fn: Callable[..., Any]) -> bool:
 class StepNode(Node):
     """Calls a user function; traced, timed, observable."""
 
-    __slots__ = ("arity", "emits", "fn", "is_async", "thread", "timeout")
+    __slots__ = ("arity", "awaits", "emits", "fn", "thread", "timeout")
 
     def __init__(self, step: Step) -> None:
         super().__init__(step.name)
@@ -161,43 +161,15 @@ class StepNode(Node):
         self.timeout = step.timeout
         self.emits = step.emits
         self.thread = step.thread
-        self.is_async = _is_async(step.fn)
-        if self.thread and self.is_async:
+        is_async = _is_async(step.fn)
+        if self.thread and is_async:
             raise FlowDefinitionError(
                 f"step {self.name!r} is async; thread=True is only for plain functions"
             )
+        self.awaits = is_async or self.thread  # what _start returns is awaited
         self.arity = _positional_arity(step.fn, self.name)
 
     async def run(self, ex: Execution[Any], value: Any, trigger: str) -> tuple[Sequence[Node], Any]:
-        if self.timeout is not None or self.thread:
-            return self.out, await self.call(ex, value, trigger)
-        # the common step, inline: no frame between the engine and the function
-        started = perf_counter()
-        if ex._observers:
-            ex._publish(
-                StepStarted(execution_id=ex.id, at=ex._at(started), step=self.name, event=trigger)
-            )
-        try:
-            arity = self.arity
-            if arity == 2:
-                result = self.fn(value, Context(ex, self.name))
-            elif arity == 1:
-                result = self.fn(value)
-            else:
-                result = self.fn()
-            if self.is_async:
-                result = await result
-        except ExecutionError:
-            raise
-        except Exception as exc:
-            raise self._raised(ex, started, trigger, exc) from exc
-        except BaseException:  # cancelled: note it in the trace, never swallow it
-            self._cancelled(ex, started, trigger)
-            raise
-        self._succeeded(ex, started, trigger)
-        return self.out, result
-
-    async def call(self, ex: Execution[Any], value: Any, trigger: str) -> Any:
         """Run the function once: trace it, time it, turn failures into execution errors."""
         started = perf_counter()
         if ex._observers:
@@ -206,10 +178,14 @@ class StepNode(Node):
             )
         try:
             if self.timeout is None:
-                result = await self._invoke(ex, value)
+                result = self._start(ex, value)
+                if self.awaits:
+                    result = await result
             else:
                 with anyio.move_on_after(self.timeout) as scope:
-                    result = await self._invoke(ex, value)
+                    result = self._start(ex, value)
+                    if self.awaits:
+                        result = await result
                 # a thread step cannot be interrupted: past its deadline, it still timed out
                 if scope.cancelled_caught or scope.cancel_called:
                     raise _StepTimedOut
@@ -227,11 +203,25 @@ class StepNode(Node):
             self._cancelled(ex, started, trigger)
             raise
         self._succeeded(ex, started, trigger)
-        return result
+        return self.out, result
+
+    def _start(self, ex: Execution[Any], value: Any) -> Any:
+        """Call the function: what it returned, or what to await for it (``awaits``)."""
+        fn = self.fn
+        if self.thread:
+            args = (value, Context(ex, self.name))[: self.arity]
+            return anyio.to_thread.run_sync(functools.partial(fn, *args))
+        arity = self.arity
+        if arity == 2:
+            return fn(value, Context(ex, self.name))
+        if arity == 1:
+            return fn(value)
+        return fn()
 
     def _succeeded(self, ex: Execution[Any], started: float, trigger: str) -> None:
         ended = perf_counter()
-        ex._trace.append((self.name, trigger, ex._at(started), ex._at(ended), "ok", None))
+        t0 = ex._t0
+        ex._trace.append((self.name, trigger, started - t0, ended - t0, "ok", None))
         if ex._observers:
             ex._publish(
                 StepFinished(
@@ -252,22 +242,6 @@ class StepNode(Node):
         ex._trace.append(
             (self.name, trigger, ex._at(started), ex._at(perf_counter()), "cancelled", None)
         )
-
-    async def _invoke(self, ex: Execution[Any], value: Any) -> Any:
-        fn = self.fn
-        if self.thread:
-            args = (value, ex.context_for(self.name))[: self.arity]
-            return await anyio.to_thread.run_sync(functools.partial(fn, *args))
-        arity = self.arity
-        if arity == 2:
-            result = fn(value, ex.context_for(self.name))
-        elif arity == 1:
-            result = fn(value)
-        else:
-            result = fn()
-        if self.is_async:
-            result = await result
-        return result
 
     def _failed(
         self, ex: Execution[Any], started: float, trigger: str, outcome: Any, err: str
@@ -313,9 +287,8 @@ class _RouterNode(Node):
     passthrough = True
 
     def _routed(self, ex: Execution[Any], trigger: str, started: float, route: str) -> None:
-        ex._trace.append(
-            (self.name, trigger, ex._at(started), ex._at(perf_counter()), "routed", route)
-        )
+        t0 = ex._t0
+        ex._trace.append((self.name, trigger, started - t0, perf_counter() - t0, "routed", route))
 
     def _fail(self, ex: Execution[Any], exc: Exception) -> StepFailedError:
         err = StepFailedError(
@@ -435,7 +408,7 @@ class _FanNode(Node):
 
         async def one(i: int, node: StepNode, value: Any) -> None:
             try:
-                results[i] = await node.call(ex, value, trigger)
+                results[i] = (await node.run(ex, value, trigger))[1]
             except ExecutionError as err:
                 if not failure:
                     failure.append(err)

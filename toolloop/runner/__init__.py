@@ -9,7 +9,9 @@ command ends in exactly one :class:`ToolExecutionRecord`, whatever happens to it
 from __future__ import annotations
 
 from ._batch import BatchCall as BatchCall
+from ._batch import SplitCall as SplitCall
 from ._batch import ToolBatch as ToolBatch
+from ._batch import call_split as call_split
 from ._events import CallSource as CallSource
 from ._events import ToolCallEvent as ToolCallEvent
 from ._events import ToolCallFinished as ToolCallFinished
@@ -43,6 +45,7 @@ __all__ = [
     "OnFinish",
     "OnStart",
     "RunResult",
+    "SplitCall",
     "ToolBatch",
     "ToolCallEvent",
     "ToolCallFinished",
@@ -50,6 +53,7 @@ __all__ = [
     "ToolCommand",
     "ToolExecutionRecord",
     "ToolProgress",
+    "call_split",
     "cancelled_error",
     "cancelled_record",
     "construct",

@@ -19,6 +19,10 @@ What a batch costs: :meth:`ToolBatch.run_here` runs the calls in the calling tas
 after another, while each finishes without waiting, and starts workers only when one waits;
 a batch given the ``task_group`` of its run starts them there instead of opening a task
 group of its own. A round of tools that return at once then costs no task and no task group.
+Both paths take and finish calls through the same two methods and come to the same results,
+hooks, errors and cancellation (``tests/runner/test_batch_paths.py`` holds them equal); every
+call goes through the one ``call`` the batch was given (an executor's batch: its
+:meth:`~toolloop.runner.Executor.call`, an override included).
 
 The batch is generic over what a call is and what it comes to: the loop runs
 :class:`~toolloop.runner.ToolCommand` into :class:`~toolloop.runner.ToolExecutionRecord`; the
@@ -31,15 +35,15 @@ from __future__ import annotations
 import contextvars
 import functools
 import types
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable
+from collections.abc import Awaitable, Callable, Generator, Iterable
 from time import perf_counter
-from types import TracebackType
+from types import CoroutineType, TracebackType
 from typing import Any, Generic, TypeVar
 
 import anyio
 import anyio.abc
 
-__all__ = ["BatchCall", "ToolBatch"]
+__all__ = ["BatchCall", "SplitCall", "ToolBatch", "call_split"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -50,12 +54,69 @@ call really starts (e.g. after its arguments were checked), so that start events
 durations are true."""
 
 
+class SplitCall(Generic[T, R]):
+    """A call in three parts, which a batch runs awaiting the work itself.
+
+    A :data:`BatchCall` is a coroutine per call, awaited whole. A split call hands the batch
+    the work to await and makes the result of its outcome, so a running call has no
+    coroutine of its own: one frame less under each of its awaits and one object less per
+    call in flight. :func:`call_split` is the same call as one coroutine, the plain path: a
+    batch given a split call comes to exactly what it comes to given
+    ``lambda item, started: call_split(split, item, started)`` (results, hooks, errors,
+    cancellation; ``tests/runner/test_batch_paths.py`` holds the two equal).
+
+    :class:`~toolloop.runner.Executor` is one: its
+    :meth:`~toolloop.runner.Executor.call` is ``call_split(executor, command, on_start)``.
+    """
+
+    __slots__ = ()
+
+    def begin(self, item: T) -> tuple[R, None] | tuple[None, Awaitable[Any]]:
+        """Check ``item`` and start its work: ``(result, None)`` for an item that cannot
+        run (its result, at once), ``(None, work)`` for one whose ``work`` is awaited.
+
+        It runs in the call's context (a copy of the calling task's, or a worker's), as
+        the rest of the call does. An exception out of it is a fatal error of the batch."""
+        raise NotImplementedError
+
+    def succeeded(self, item: T, value: Any) -> R:
+        """The result of an item whose work returned ``value``."""
+        raise NotImplementedError
+
+    def raised(self, item: T, exc: Exception) -> R:
+        """The result of an item whose work raised ``exc`` (cancellation, which is not an
+        ``Exception``, propagates)."""
+        raise NotImplementedError
+
+
+async def call_split(
+    split: SplitCall[T, R], item: T, started: Callable[[], object] | None = None
+) -> R:
+    """Run ``item`` through ``split`` as one coroutine: a split call's plain path.
+
+    ``started()``, if given, is called first (a batch tells ``on_start`` at that point).
+    """
+    if started is not None:
+        started()
+    result, work = split.begin(item)
+    if work is None:
+        return result  # type: ignore[return-value]  # an item that cannot run
+    try:
+        value = await work
+    except Exception as exc:
+        return split.raised(item, exc)
+    return split.succeeded(item, value)
+
+
 class ToolBatch(Generic[T, R]):
     """One batch of calls, open (``async with``) while items are submitted.
 
     Args:
-        call: runs one item (see :data:`BatchCall`); it returns a result for anything but
-            cancellation (and the run's own fatal errors, which abort the batch).
+        call: runs one item: a :data:`BatchCall`, or a :class:`SplitCall` (which the batch
+            runs in its parts, awaiting the work itself). It comes to a result for anything
+            but cancellation (and the run's own fatal errors, which abort the batch: the
+            first one is raised by the block as it was raised, never in an exception group,
+            on either path).
         cancelled: the result of an item whose call was cut short or never started.
         concurrency: at most this many calls at once (``>= 1``).
         on_start: ``on_start(index, item)`` when a call starts.
@@ -84,10 +145,9 @@ class ToolBatch(Generic[T, R]):
         "_on_finish",
         "_on_start",
         "_outer",
-        "_owner",
-        "_parts",
         "_results",
         "_sink",
+        "_split",
         "_started",
         "_state",
         "_task_group",
@@ -96,7 +156,7 @@ class ToolBatch(Generic[T, R]):
 
     def __init__(
         self,
-        call: BatchCall[T, R],
+        call: BatchCall[T, R] | SplitCall[T, R],
         cancelled: Callable[[T], R],
         *,
         concurrency: int,
@@ -107,7 +167,12 @@ class ToolBatch(Generic[T, R]):
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be an int >= 1, got {concurrency!r}")
-        self._call = call
+        self._split: SplitCall[T, R] | None
+        self._call: BatchCall[T, R] | None
+        if isinstance(call, SplitCall):
+            self._split, self._call = call, None
+        else:
+            self._split, self._call = None, call
         self._cancelled = cancelled
         self._limit = concurrency
         self._on_start = on_start
@@ -125,18 +190,6 @@ class ToolBatch(Generic[T, R]):
         self._handles: list[Any] | None = None  # of the workers started in the outer group
         self._idle: anyio.Event | None = None
         self._error: BaseException | None = None
-        # call() in three parts, for a caller whose call starts the tool and makes the result
-        # of what it gave: the batch awaits the tool itself, one frame less per call.
-        # ``begin(owner, item)``, ``succeeded(item, value)``, ``broke(owner, item, exc)``.
-        self._parts: (
-            tuple[
-                Callable[[Any, T], tuple[R | None, Awaitable[Any] | None]],
-                Callable[[T, Any], R],
-                Callable[[Any, T, Exception], R],
-            ]
-            | None
-        ) = None
-        self._owner: Any = None
 
     @property
     def items(self) -> list[T]:
@@ -181,18 +234,20 @@ class ToolBatch(Generic[T, R]):
             return await self._exit_outer(exc)
         assert self._task_group is not None
         try:
-            return bool(await self._task_group.__aexit__(exc_type, exc, tb))
+            suppressed = bool(await self._task_group.__aexit__(exc_type, exc, tb))
         except BaseException as error:
-            # The workers never raise for a call, so a group holding only the block's own
-            # exception is noise: let that exception through as it was raised.
+            # The workers never raise, so a group holding only the block's own exception
+            # is noise: let that exception through as it was raised.
             inner = getattr(error, "exceptions", None)
             if exc is None or inner is None or len(inner) != 1 or inner[0] is not exc:
-                if inner is not None and len(inner) == 1 and exc is None:
-                    raise inner[0] from error.__cause__  # one worker's fatal error, as is
                 raise
+            suppressed = False
         finally:
             self._close()
-        raise exc
+        if self._error is not None and (exc is None or suppressed):
+            # a worker's fatal error (the cancellation of the block was the group's own)
+            raise self._error from self._error.__cause__
+        return suppressed
 
     async def _exit_outer(self, exc: BaseException | None) -> bool:
         """The end of a batch whose workers run in an outer task group: wait for them
@@ -214,7 +269,7 @@ class ToolBatch(Generic[T, R]):
         finally:
             self._close()
         if exc is None and self._error is not None:
-            raise self._error
+            raise self._error from self._error.__cause__
         return False
 
     async def _until_idle(self) -> None:
@@ -222,6 +277,19 @@ class ToolBatch(Generic[T, R]):
             if self._idle is None or self._idle.is_set():
                 self._idle = anyio.Event()
             await self._idle.wait()
+
+    def _fail(self, exc: Exception) -> None:
+        """A worker's call or callback raised: no more calls start, the running ones are
+        cancelled (with the batch's own task group, the block too), and the first such
+        error is raised when the block exits (unless the block raises one of its own)."""
+        if self._error is None:
+            self._error = exc
+        if self._outer is None:
+            assert self._task_group is not None
+            self._next = len(self._items)  # nothing more is taken
+            self._task_group.cancel_scope.cancel()
+        else:
+            self._cancel_workers()
 
     def _cancel_workers(self) -> None:
         self._next = len(self._items)  # nothing more is taken
@@ -257,8 +325,10 @@ class ToolBatch(Generic[T, R]):
         Raises:
             RuntimeError: the batch is not open (outside its ``async with`` block).
         """
-        for item in items:
-            self._add(item)
+        if self._state != 1:
+            raise RuntimeError("run_here() works only inside 'async with <batch>:'")
+        self._items.extend(items)
+        self._results.extend([None] * (len(self._items) - len(self._results)))
         return self._here()  # takes a slot when it starts, if one is free
 
     def submit_here(self, item: T) -> Awaitable[None]:
@@ -284,7 +354,7 @@ class ToolBatch(Generic[T, R]):
 
     def _start_worker(self) -> None:
         assert self._task_group is not None
-        handle = self._task_group.start_soon(self._work, name=_WORKER)
+        handle = self._task_group.create_task(self._work(), name=_WORKER)
         if self._outer is not None:  # cancelled with the batch, not with the outer group
             if self._handles is None:
                 self._handles = []
@@ -296,66 +366,82 @@ class ToolBatch(Generic[T, R]):
         if self._on_start is not None:
             self._on_start(index, self._items[index])
 
-    def _start_call(self, index: int, item: T) -> tuple[Any, Any]:
-        """Start the call of ``items[index]``: ``(None, awaitable)`` of a plain ``call``;
-        with the three parts, ``(record, None)`` for a call that cannot run or ``(None,
-        awaitable)`` for one that runs (the tool's own)."""
-        parts = self._parts
-        if parts is None:
-            if self._on_start is None and self._on_finish is None:
-                return None, self._call(item, _nothing)
-            return None, self._call(item, functools.partial(self._mark_started, index))
-        if self._on_start is not None or self._on_finish is not None:
-            self._mark_started(index)
-        return parts[0](self._owner, item)
+    def _take(self, context: contextvars.Context | None = None) -> tuple[int, T, Any, Any]:
+        """Take the next waiting item (there is one) and start its call, in ``context`` if
+        given: ``(index, item, result, work)``, where ``work`` is what to await (``None``:
+        ``result`` is ready). Every call starts here, in either driver (the calling task's
+        :meth:`_here`, a worker's :meth:`_work`), each of which then makes the result of
+        the work's outcome with :meth:`_of_error` or, inline, ``split.succeeded`` (a plain
+        call's value is its result)."""
+        index = self._next
+        self._next = index + 1
+        item = self._items[index]
+        told = self._on_start is not None or self._on_finish is not None
+        split = self._split
+        if split is None:
+            started = functools.partial(self._mark_started, index) if told else _nothing
+            return index, item, None, self._call(item, started)  # type: ignore[misc]
+        if told:
+            self._mark_started(index)  # where call_split calls started()
+        if context is None:
+            result, work = split.begin(item)
+        else:
+            result, work = context.run(split.begin, item)
+        return index, item, result, work
+
+    def _of_error(self, item: T, exc: Exception) -> R:
+        """The result of a call whose work raised ``exc``: a split call makes one; a plain
+        call's error is the batch's fatal error (raised again)."""
+        split = self._split
+        if split is None:
+            raise exc
+        return split.raised(item, exc)
+
+    def _finished(self, index: int, result: R) -> None:
+        """``items[index]`` has its result: keep it, and tell ``on_finish``."""
+        self._results[index] = result
+        on_finish = self._on_finish
+        if on_finish is not None:
+            start = self._started.get(index, 0.0)  # type: ignore[union-attr]
+            on_finish(index, result, perf_counter() - start if start else 0.0)
 
     @types.coroutine
     def _here(self) -> Generator[Any, Any, None]:
         """The batch's owner works on the waiting calls, if a slot is free.
 
-        It runs each call in a copy of its context (as a task of its own would) and starts
-        workers for the calls still waiting when one of its own waits. A generator-based
-        coroutine that drives the call itself (``yield from`` with a context and a hook):
-        whatever the call yields goes to the event loop unchanged (asyncio futures, trio's
-        traps), and what the loop sends or throws goes back to it, so the call runs in
-        this task as if it were awaited directly, with one frame of ours above it.
+        The same work as a worker's (:meth:`_work`): take the next call, await its work,
+        keep its result. It runs each call in a copy of its context (as a task of its own
+        would) and starts workers for the calls still waiting when one of its own waits. A
+        generator-based coroutine that drives the work itself: whatever the work yields
+        goes to the event loop unchanged (asyncio futures, trio's traps), and what the loop
+        sends or throws goes back to it, so the work runs in this task as if it were
+        awaited directly, with one frame of ours above it.
         """
         if self._workers >= self._limit or self._error is not None:
             return  # no slot for the calling task: the workers take the calls
         self._workers += 1
         items = self._items
-        results = self._results
-        on_finish = self._on_finish
-        parts = self._parts
+        split = self._split
         try:
             while self._next < len(items):
-                index = self._next
-                self._next += 1
-                item = items[index]
-                early, pending = self._start_call(index, item)
-                result: Any
-                if parts is not None and pending is None:
-                    result = early  # a call that cannot run
-                else:
-                    # the call, driven here in a copy of the context
-                    context: Any = contextvars.copy_context()
+                context: Any = contextvars.copy_context()
+                index, item, result, work = self._take(context)
+                if work is not None:
                     coro: Any = None
                     failure: Exception | None = None
                     value: Any = None
                     try:
-                        coro = pending if isinstance(pending, Coroutine) else pending.__await__()
-                        pending = None
+                        coro = work if isinstance(work, CoroutineType) else work.__await__()
+                        work = None
                         signal = context.run(coro.send, None)
                     except StopIteration as done:
                         value = done.value
                         coro = None
                     except Exception as exc:
-                        if parts is None:
-                            raise  # a call that does not make a result of errors aborts
                         failure = exc
                         coro = None
                     if coro is not None:
-                        if self._next < len(items):  # others wait: workers take them
+                        if self._next < len(self._items):  # others wait: workers take them
                             try:
                                 self._spill()
                             except BaseException:
@@ -369,8 +455,12 @@ class ToolBatch(Generic[T, R]):
                                 context.run(coro.close)
                                 raise
                             except BaseException as exc:  # cancellation, whatever is thrown
-                                error = exc
-                            # thrown in outside the handler, so the call does not see
+                                # thrown on into the work as if it were awaited directly:
+                                # without the frame of ours it passed through
+                                tb = exc.__traceback__
+                                error = exc.with_traceback(tb.tb_next if tb else None)
+                                tb = None
+                            # thrown in outside the handler, so the work does not see
                             # ``error`` as the exception being handled
                             try:
                                 if error is None:
@@ -381,27 +471,23 @@ class ToolBatch(Generic[T, R]):
                                 value = done.value
                                 break
                             except Exception as exc:
-                                if parts is None:
-                                    raise  # a call that does not make a result of errors
                                 failure = exc
                                 break
                             finally:
                                 error = None
                         # nothing of this call stays referenced while the next one runs
                         coro = signal = reply = None
-                    context = None
-                    if parts is None:
-                        result = value
-                    elif failure is None:
-                        result = parts[1](item, value)
-                    else:
-                        result = parts[2](self._owner, item, failure)
-                        failure = None
-                    value = None
-                results[index] = result
-                if on_finish is not None:
-                    start = self._started.get(index, 0.0)  # type: ignore[union-attr]
-                    on_finish(index, result, perf_counter() - start if start else 0.0)
+                    try:
+                        if failure is not None:
+                            result = self._of_error(item, failure)
+                        elif split is None:
+                            result = value
+                        else:
+                            result = split.succeeded(item, value)
+                    finally:
+                        failure = value = None
+                context = None
+                self._finished(index, result)
         finally:
             self._workers -= 1
             if not self._workers and self._idle is not None:
@@ -410,38 +496,21 @@ class ToolBatch(Generic[T, R]):
     async def _work(self) -> None:
         """A worker: take waiting calls, first come first served, until none is left."""
         items = self._items
-        results = self._results
-        on_finish = self._on_finish
+        split = self._split
         try:
             while self._next < len(items):
-                index = self._next
-                self._next += 1
-                item = items[index]
-                early, pending = self._start_call(index, item)
-                parts = self._parts
-                if parts is None:
-                    result = await pending
-                else:
-                    if pending is None:
-                        result = early  # a call that cannot run
+                index, item, result, work = self._take()
+                if work is not None:
+                    try:
+                        value = await work
+                    except Exception as exc:
+                        result = self._of_error(item, exc)
                     else:
-                        try:
-                            value = await pending
-                        except Exception as exc:
-                            result = parts[2](self._owner, item, exc)
-                        else:
-                            result = parts[1](item, value)
-                results[index] = result
-                if on_finish is not None:
-                    start = self._started.get(index, 0.0)  # type: ignore[union-attr]
-                    on_finish(index, result, perf_counter() - start if start else 0.0)
-        except Exception as exc:
-            if self._outer is None:
-                raise  # a worker in the batch's own group: aborts the batch
-            # a worker in the outer group: its fatal error is the batch's, not the group's
-            if self._error is None:
-                self._error = exc
-            self._cancel_workers()
+                        result = value if split is None else split.succeeded(item, value)
+                    work = value = None
+                self._finished(index, result)
+        except Exception as exc:  # a call or callback that raised: the batch's fatal error
+            self._fail(exc)
         finally:
             self._workers -= 1
             if not self._workers and self._idle is not None:

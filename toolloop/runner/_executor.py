@@ -12,7 +12,7 @@ bounds tool runs across batches and runs too.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any
 
 import anyio
@@ -20,7 +20,7 @@ import anyio.abc
 
 from .._errors import ToolCallError, ToolTimeoutError
 from ..tools import Tool, ToolRegistry
-from ._batch import ToolBatch
+from ._batch import SplitCall, ToolBatch, call_split
 from ._records import ToolCommand, ToolExecutionRecord
 
 __all__ = [
@@ -68,7 +68,7 @@ def cancelled_record(command: ToolCommand) -> ToolExecutionRecord:
     return ToolExecutionRecord.failed(command, cancelled_error(command.tool_name))
 
 
-class Executor:
+class Executor(SplitCall[ToolCommand, ToolExecutionRecord]):
     """Runs tool commands concurrently under exact limits; one record per command.
 
     Args:
@@ -82,10 +82,16 @@ class Executor:
             included. A callback that raises aborts the round.
 
     An executor holds only configuration: one can serve many rounds and runs, concurrently.
+
+    A command becomes a record through :meth:`call`, which is a :class:`SplitCall` of three
+    parts: :meth:`begin` (check the command, start its tool), then :meth:`succeeded` or
+    :meth:`raised` (the record of what the tool did). A batch runs the parts itself,
+    awaiting the tool with no frame of ours in between. A subclass that overrides
+    :meth:`call` has its own ``call()`` awaited whole for every command of its batches (one
+    coroutine more per call); one that overrides the parts keeps the batch's way.
     """
 
     __slots__ = (
-        "_parts",
         "concurrency",
         "limiter",
         "on_finish",
@@ -114,8 +120,6 @@ class Executor:
         self.tool_timeout = tool_timeout
         self.on_start = on_start
         self.on_finish = on_finish
-        # the batch awaits the tool itself, unless a subclass's own call() must run whole
-        self._parts = _PARTS if type(self).call is Executor.call else None
 
     def batch(
         self,
@@ -137,8 +141,10 @@ class Executor:
             task_group: an open task group to start the batch's workers in (see
                 :class:`ToolBatch`).
         """
-        batch = ToolBatch(
-            self.call,
+        # the base call() is call_split(self, ...): the batch runs its parts itself; a
+        # subclass's own call() is the call, awaited whole
+        return ToolBatch(
+            self if type(self).call is Executor.call else self.call,
             cancelled_record,
             concurrency=self.concurrency if concurrency is None else concurrency,
             on_start=self.on_start if on_start is None else on_start,
@@ -146,10 +152,6 @@ class Executor:
             results=results,
             task_group=task_group,
         )
-        if self._parts is not None:
-            batch._parts = self._parts
-            batch._owner = self
-        return batch
 
     async def run(
         self,
@@ -176,36 +178,26 @@ class Executor:
             await batch.run_here(commands)
         return batch.results
 
-    async def call(
+    def call(
         self, command: ToolCommand, on_start: Callable[[], object] | None = None
-    ) -> ToolExecutionRecord:
-        """Run one command and return its record; only cancellation propagates.
+    ) -> Coroutine[Any, Any, ToolExecutionRecord]:
+        """Run one command: ``await executor.call(command)`` for its record; only
+        cancellation propagates.
 
         The command is checked first (unknown tool, arguments that fail the schema: a failed
         record at once, without waiting for the shared limiter); then the tool runs under
-        the shared limiter and the timeout. ``on_start`` is called when the command starts
-        (after the check passes or fails, before any wait for the limiter).
+        the shared limiter and the timeout. ``on_start`` is called when the command starts,
+        before it is checked. The coroutine is ``call_split(self, command, on_start)``:
+        :meth:`begin`, then :meth:`succeeded` or :meth:`raised`.
         """
-        if on_start is not None:
-            on_start()
-        record, pending = self._begin(command)
-        if pending is None:
-            return record  # type: ignore[return-value]  # the record of a call that cannot run
-        try:
-            value = await pending
-        except Exception as exc:
-            return self._broke(command, exc)
-        return ToolExecutionRecord.succeeded(command, value)
+        return call_split(self, command, on_start)
 
-    # The three parts of call(), for the runner's batch, which awaits the tool itself (one
-    # frame less under every tool call); the batch reaches them through _PARTS, functions
-    # of the executor, not bound methods kept on it (a cycle only the collector frees).
-
-    def _begin(
+    def begin(
         self, command: ToolCommand
-    ) -> tuple[ToolExecutionRecord | None, Awaitable[Any] | None]:
+    ) -> tuple[ToolExecutionRecord, None] | tuple[None, Awaitable[Any]]:
         """Check ``command`` and start its tool: ``(record, None)`` for a command that
-        cannot run, ``(None, awaitable)`` for one that runs."""
+        cannot run (unknown tool, arguments that fail the schema: the tool does not run),
+        ``(None, work)`` for one that runs: await ``work`` for what the tool returned."""
         name = command.tool_name
         try:
             tool = self.registry.get(name)
@@ -219,11 +211,16 @@ class Executor:
         try:
             return None, self.execute(tool, arguments)
         except Exception as exc:  # the function refused its arguments before it ran
-            return self._broke(command, exc), None
+            return self.raised(command, exc), None
 
-    @staticmethod
-    def _broke(command: ToolCommand, exc: Exception) -> ToolExecutionRecord:
-        """The record of a call whose tool raised ``exc`` (or ran out of time)."""
+    def succeeded(self, command: ToolCommand, value: Any) -> ToolExecutionRecord:
+        """The record of a command whose tool returned ``value``."""
+        return ToolExecutionRecord.succeeded(command, value)
+
+    def raised(self, command: ToolCommand, exc: Exception) -> ToolExecutionRecord:
+        """The record of a command whose tool raised ``exc`` or ran out of time (logged,
+        logger ``toolloop``: a timeout at INFO, anything else at WARNING with its
+        traceback)."""
         if isinstance(exc, ToolTimeoutError):
             _LOG.info("%s", exc)
             return ToolExecutionRecord.failed(command, str(exc))
@@ -251,22 +248,3 @@ class Executor:
             return await tool.execute(arguments, timeout=self.tool_timeout)
         finally:
             limiter.release_on_behalf_of(borrower)
-
-
-def _begin_part(executor: Executor, command: ToolCommand) -> Any:
-    return executor._begin(command)
-
-
-def _broke_part(executor: Executor, command: ToolCommand, exc: Exception) -> ToolExecutionRecord:
-    return executor._broke(command, exc)
-
-
-def _succeeded_part(command: ToolCommand, value: Any) -> ToolExecutionRecord:
-    return ToolExecutionRecord.succeeded(command, value)
-
-
-_PARTS = (_begin_part, _succeeded_part, _broke_part)
-"""``call()`` in three parts, for the batch of an executor whose ``call()`` is the base
-one: ``begin(executor, command)``, ``succeeded(command, value)``,
-``broke(executor, command, exc)``; each looks the executor's own methods up when called
-(overrides and patches included), and no executor holds a reference to itself."""

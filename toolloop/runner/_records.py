@@ -162,9 +162,13 @@ class ToolExecutionRecord(BaseModel):
     @classmethod
     def raised(cls, command: ToolCommand, error: str, exc: BaseException) -> ToolExecutionRecord:
         """The record of a command whose tool raised ``exc``: the error, the exception's
-        type and its traceback (the last 8,000 characters)."""
+        type and its traceback (the last 8,000 characters), from the frame under the one
+        that caught it: the same whichever task ran the call, however it was awaited."""
         record = cls.failed(command, error)
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        tb = exc.__traceback__
+        if tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next  # the catching frame (a batch's, the executor's) says nothing
+        text = "".join(traceback.format_exception(type(exc), exc, tb))
         if len(text) > _MAX_TRACEBACK_CHARS:
             text = "…" + text[-_MAX_TRACEBACK_CHARS:]
         record.__dict__["error_type"] = type(exc).__name__
