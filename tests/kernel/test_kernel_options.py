@@ -181,3 +181,30 @@ def test_an_agent_s_constructor_takes_the_run_options_as_its_runs_defaults() -> 
         StatusAgent(model=ScriptedChatModel(), max_rounds=3)  # type: ignore[call-arg]
     with pytest.raises(ValueError, match="concurrency must be at least 1"):
         create_agent(ScriptedChatModel(), concurrency=0)
+
+
+@pytest.mark.anyio
+async def test_a_call_s_observer_is_told_after_the_default_and_none_means_none() -> None:
+    from toolloop.agents import create_agent
+    from toolloop.flow import FlowEvent
+    from toolloop.kernel import RunFinished
+    from toolloop.testing import ScriptedChatModel, ScriptedChatReply
+
+    told: list[tuple[str, str]] = []
+
+    def observer(name: str) -> Any:
+        def on_event(event: FlowEvent) -> None:
+            if isinstance(event, RunFinished):
+                told.append((name, event.stop_reason))
+
+        return on_event
+
+    agent = create_agent(
+        ScriptedChatModel([ScriptedChatReply("hi"), ScriptedChatReply("again")]),
+        on_event=observer("default"),
+    )
+    await agent.run("hello", on_event=observer("call"))
+    assert told == [("default", "answered"), ("call", "answered")]
+    told.clear()
+    await agent.run("hello", on_event=None)  # an explicit None: no observer for this call
+    assert told == []

@@ -447,6 +447,28 @@ async def test_a_tool_that_needs_approval_pauses_the_run_until_a_human_decides()
 
 
 @pytest.mark.anyio
+async def test_a_resume_with_a_bad_approval_spec_leaves_the_run_paused() -> None:
+    from toolloop.checkpoints import Approve
+
+    store = MemoryCheckpointStore()
+    mail, effects = Mail(), Effects()
+    tools = [mail.send, effects.effect]
+    await paused_run(store, tools)
+    planner = ScriptedPlanner(MAIL_SCRIPT)
+    with pytest.raises(ValueError, match=r"needs_approval names \['sned'\], which are no"):
+        await async_resume_plan_and_execute(
+            "m", Approve(), store=store, tools=tools, planner=planner, needs_approval=["sned"]
+        )
+    stored = await store.get("m")
+    assert stored is not None and stored.status == "paused"  # not claimed, nothing ran
+    assert mail.sent == [] and effects.done == [] and planner.calls == []
+    done = await async_resume_plan_and_execute(
+        "m", Approve(), store=store, tools=tools, planner=planner, needs_approval=["send"]
+    )
+    assert done.stop_reason == "answered" and mail.sent == ["ada"]
+
+
+@pytest.mark.anyio
 async def test_a_rejected_call_never_runs_and_an_edited_one_runs_as_edited() -> None:
     from toolloop.checkpoints import DecisionError, Edit, HumanRequest, Reject
 

@@ -251,7 +251,7 @@ class Agent(SyncTwins[AgentResult]):
     async def resume(
         self,
         paused: Snapshot,
-        decision: Any = None,
+        decision: Any,
         /,
         **options: Unpack[RunOverrides],
     ) -> AgentResult:

@@ -211,10 +211,6 @@ class RunOptions:
         options = _DEFAULTS.merged(**given)
         return options if options.max_turns is not None else options.merged(max_turns=max_turns)
 
-    def as_dict(self) -> Mapping[str, Any]:
-        """The options by name (what a resume is given again: they are configuration)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-
 
 _DEFAULTS = RunOptions()
 _NAMES = frozenset(f.name for f in dataclasses.fields(RunOptions))

@@ -67,7 +67,7 @@ class SyncTwins(Generic[R]):
     def resume_sync(
         self,
         run: Any,
-        decision: Any = None,
+        decision: Any,
         /,
         *,
         backend: Backend = "asyncio",
