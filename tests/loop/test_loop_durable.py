@@ -124,8 +124,10 @@ async def test_a_durable_run_gives_what_a_plain_run_gives_and_keeps_its_journal(
 
 @pytest.mark.anyio
 async def test_durable_needs_a_store_and_a_run_of_the_loop() -> None:
+    named = await async_plan_and_execute("go", planner=ScriptedPlanner([]), run_id="r")
+    assert named.run_id == "r"  # without a store, run_id only names the run
     with pytest.raises(ValueError, match="needs store="):
-        await async_plan_and_execute("go", planner=ScriptedPlanner([]), run_id="r")
+        await async_plan_and_execute("go", planner=ScriptedPlanner([]), needs_approval=["x"])
     store = MemoryCheckpointStore()
     with pytest.raises(RunNotFoundError, match="no run 'nope'"):
         await async_recover_plan_and_execute("nope", store=store, planner=ScriptedPlanner([]))

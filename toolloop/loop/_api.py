@@ -338,9 +338,10 @@ async def async_plan_and_execute(
     """
     opts, own = _split(options, "async_plan_and_execute")
     store, run_id = opts.store, opts.run_id
-    if store is None and (run_id is not None or opts.needs_approval):
-        what = f"run_id={run_id!r} names" if run_id is not None else "needs_approval= pauses"
-        raise ValueError(f"{what} a durable run, which needs store= (a CheckpointStore)")
+    if store is None and opts.needs_approval:
+        raise ValueError(
+            "needs_approval= pauses a durable run, which needs store= (a CheckpointStore)"
+        )
     if store is not None and run_id is None:
         run_id = uuid.uuid4().hex
     execution = _prepare(
