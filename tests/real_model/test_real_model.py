@@ -736,7 +736,7 @@ def test_the_cli_finishes_a_run_with_max_tokens_and_a_required_tool(
             "required",
             "--max-tokens",
             "64",
-            "--max-rounds",
+            "--max-turns",
             "1",
             "--timeout",
             str(RUN_TIMEOUT),
@@ -749,7 +749,7 @@ def test_the_cli_finishes_a_run_with_max_tokens_and_a_required_tool(
     text = out.getvalue()
     print(text, err.getvalue(), f"({perf_counter() - started:.1f} s)")
     assert code == 0, err.getvalue()
-    assert "stop: max_rounds · 1 round" in text
+    assert "stop: max_turns · 1 round" in text
     assert "ok    #0 add" in text or "FAIL  #0 add" in text  # the forced call became a record
     assert "\nanswer:\n" in text
     cut = "note: the answer was cut off by the token limit (64 tokens)" in text
