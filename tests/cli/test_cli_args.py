@@ -64,7 +64,7 @@ def tools_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
-        ([], "a command is needed: demo, run, graph, trace"),
+        ([], "a command is needed: demo, run, resume, recover, graph, trace"),
         (["fly"], "invalid choice: 'fly'"),
         (["run"], "required: REQUEST, --model"),
         (["run", "hi"], "required: --model"),
