@@ -686,16 +686,21 @@ def _decision(args: argparse.Namespace) -> HumanAnswer:
             call_id, sep, text = spec.partition("=")
             if not sep or not call_id:
                 raise CLIError(
-                    f'--edit takes CALL_ID=JSON (e.g. 0.0=\'{{"city": "Porto"}}\'), got {spec!r}',
+                    f'--edit takes CALL_ID=JSON (e.g. 0.0=\'{{"city": "Porto"}}\'), got {spec!r} '
+                    "(see toolloop resume --help)",
                     code=2,
                 )
             try:
                 value = json.loads(text)
             except ValueError as exc:
-                raise CLIError(f"--edit {call_id}: not JSON: {exc}", code=2) from exc
+                raise CLIError(
+                    f"--edit {call_id}: not JSON: {exc} (see toolloop resume --help)", code=2
+                ) from exc
             if not isinstance(value, dict):
                 raise CLIError(
-                    f"--edit {call_id}: the arguments are a JSON object, got {text!r}", code=2
+                    f"--edit {call_id}: the arguments are a JSON object, got {text!r} (see "
+                    "toolloop resume --help)",
+                    code=2,
                 )
             arguments[call_id] = value
         return Edit(arguments=arguments)

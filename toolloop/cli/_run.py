@@ -309,6 +309,7 @@ async def async_recover(
 
 def _check(options: RunOptions, verb: Verb) -> None:
     """Refuse what does not fit the product, or the verb, before anything runs."""
+    see = f" (see toolloop {verb} --help)"
     if options.agent != "loop":
         for given, flag in (
             (options.planner != "structured", "--planner"),
@@ -316,12 +317,9 @@ def _check(options: RunOptions, verb: Verb) -> None:
             (options.answer, "--answer"),
         ):
             if given:
+                how = "answers by itself" if flag == "--answer" else "calls the model its own way"
                 raise CLIError(
-                    f"{flag} is the loop's; the {options.agent} agent "
-                    + (
-                        "answers by itself" if flag == "--answer" else "calls the model its own way"
-                    ),
-                    code=2,
+                    f"{flag} is the loop's; the {options.agent} agent {how}{see}", code=2
                 )
     if options.agent == "status":
         for given, flag in (
@@ -329,17 +327,19 @@ def _check(options: RunOptions, verb: Verb) -> None:
             (options.seed is not None, "--seed"),
         ):
             if given:
-                raise CLIError(f"{flag} does not fit the status agent's steps", code=2)
+                raise CLIError(f"{flag} does not fit the status agent's steps{see}", code=2)
     if options.store is None:
         if verb != "run":
-            raise CLIError(f"{verb} needs --store: the store that keeps the run", code=2)
+            raise CLIError(f"{verb} needs --store: the store that keeps the run{see}", code=2)
         for wanted, flag in (
             (bool(options.needs_approval), "--needs-approval"),
             (options.unknown_outcome != "fail", "--unknown-outcome"),
             (bool(options.idempotent_tools), "--idempotent-tool"),
         ):
             if wanted:
-                raise CLIError(f"{flag} needs --store: a paused run is resumed from it", code=2)
+                raise CLIError(
+                    f"{flag} needs --store: a paused run is resumed from it{see}", code=2
+                )
     if verb != "run" and options.run_id is not None:
         raise CLIError(f"--run-id is for run; {verb} takes the run's id (RUN_ID)", code=2)
 
