@@ -64,7 +64,7 @@ def tools_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
-        ([], "a command is needed: demo, run, graph, trace"),
+        ([], "a command is needed: demo, run, resume, recover, graph, trace"),
         (["fly"], "invalid choice: 'fly'"),
         (["run"], "required: REQUEST, --model"),
         (["run", "hi"], "required: --model"),
@@ -77,6 +77,25 @@ def tools_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
         (["trace"], "required: ACTION"),
         (["trace", "show"], "required: FILE.jsonl"),
         (["graph", "a", "b"], "unrecognized arguments: b"),
+        (["run", "hi", "--model", "m", "--agent", "robot"], "invalid choice: 'robot'"),
+        (["run", "hi", "--model", "m", "--usage-limit", "tokens=5"], "expected NAME=N[,NAME=N]"),
+        (["run", "hi", "--model", "m", "--usage-limit", "requests=-1"], "expected 0 or more"),
+        (["run", "hi", "--model", "m", "--usage-limit", "requests=x"], "a whole number"),
+        (["run", "hi", "--model", "m", "--needs-approval", "t"], "--needs-approval needs --store"),
+        (["run", "hi", "--model", "m", "--agent", "status", "--answer"], "--answer is the loop's"),
+        (
+            ["run", "hi", "--model", "m", "--agent", "middleware", "--planner", "tool-calling"],
+            "--planner is the loop's",
+        ),
+        (["resume", "r1", "--model", "m", "--store", "x.db"], "one of the arguments --approve"),
+        (["resume", "r1", "--model", "m", "--approve"], "resume needs --store"),
+        (["recover", "r1", "--model", "m"], "recover needs --store"),
+        (["resume", "r1", "--model", "m", "--approve", "--reject"], "not allowed with argument"),
+        (
+            ["resume", "r1", "--model", "m", "--store", "x.db", "--edit", "0.0=[1]"],
+            "--edit 0.0: the arguments are a JSON object",
+        ),
+        (["resume", "r1", "--model", "m", "--store", "x.db", "--edit", "0.0"], "CALL_ID=JSON"),
     ],
 )
 def test_bad_arguments(argv: list[str], words: str) -> None:

@@ -137,7 +137,7 @@ async def test_tool_choice_required_reaches_the_tool_calling_planner(tools_modul
         choices = [r.body["tool_choice"] for r in server.requests]
     assert choices == ["required", "required"]
     assert result.stop_reason == "max_turns"  # required forces a call every round
-    assert [r.success for r in result.done_plans] == [True, True]
+    assert [r.success for r in result.records] == [True, True]
 
 
 async def test_tool_choice_names_a_tool(tools_module: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from toolloop import ModelCallError, PlannerError
+from toolloop import LoopResult, ModelCallError, PlannerError
 from toolloop.cli import PlainDisplay, RunOptions, async_run, describe_error
 from toolloop.runner import ToolCallFinished
 from toolloop.testing import FakeOpenAIServer
@@ -105,9 +105,10 @@ async def test_run_in_process_plain(tools_module: Path) -> None:
         )
         result = await async_run(options, out=out)
         requests = list(server.requests)
+    assert isinstance(result, LoopResult)  # the loop's, with its rounds
     assert result.stop_reason == "answered"
     assert result.rounds == 1
-    assert [r.success for r in result.done_plans] == [True, False]
+    assert [r.success for r in result.records] == [True, False]
     text = out.getvalue()
     assert "sk-test-0123456789abcdefghijkl" not in text
     lines = text.splitlines()
@@ -177,7 +178,7 @@ async def test_run_with_the_tool_calling_planner(tools_module: Path) -> None:
             ),
             out=out,
         )
-    assert [r.tool_name for r in result.done_plans] == ["get_weather"]
+    assert [r.tool_name for r in result.records] == ["get_weather"]
     assert "tool-calling planner" in out.getvalue()
     assert "finished: answered after 1 round, 1 record" in out.getvalue()
 
@@ -305,7 +306,7 @@ async def test_a_run_that_times_out_keeps_its_results(tools_module: Path) -> Non
             out=out,
         )
     assert result.stop_reason == "timeout"
-    assert [(r.purpose, r.success) for r in result.done_plans] == [
+    assert [(r.purpose, r.success) for r in result.records] == [
         ("Lisbon", False),
         ("Porto", True),
     ]

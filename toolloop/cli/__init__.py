@@ -1,11 +1,14 @@
-"""The ``toolloop`` command line: ``demo``, ``run``, ``graph``, ``trace``, ``view``.
+"""The ``toolloop`` command line: ``demo``, ``run``, ``resume``, ``recover``, ``graph``,
+``trace``, ``view``.
 
 ``toolloop run "request" --tools myapp.tools:TOOLS --base-url URL --model NAME`` runs the
-loop against any OpenAI-compatible server with live progress on a terminal (one line per
-event otherwise); ``--trace``/``--timeline`` keep the run as JSON lines and as an SVG
-picture; ``toolloop view`` serves the live run viewer (:mod:`toolloop.viewer`).
-:func:`main` is the entry point; :func:`async_run` is the core of ``run``, for
-calling from async code (tests, notebooks).
+loop (``--agent middleware|status``: either agent) against any OpenAI-compatible server with
+live progress on a terminal (one line per event otherwise); ``--store`` keeps the run, to
+answer its pause with ``toolloop resume`` or continue it with ``toolloop recover``;
+``--trace``/``--timeline`` keep the run as JSON lines and as an SVG picture; ``toolloop
+view`` serves the live run viewer (:mod:`toolloop.viewer`). :func:`main` is the entry
+point; :func:`async_run`, :func:`async_resume` and :func:`async_recover` are the core of
+``run``, ``resume`` and ``recover``, for calling from async code (tests, notebooks).
 """
 
 from __future__ import annotations
@@ -21,7 +24,10 @@ from ._load import load_tools as load_tools
 from ._plain import PlainDisplay as PlainDisplay
 from ._progress import LiveDisplay as LiveDisplay
 from ._run import RunOptions as RunOptions
+from ._run import async_recover as async_recover
+from ._run import async_resume as async_resume
 from ._run import async_run as async_run
+from ._run import continue_command as continue_command
 
 __all__ = [
     "CLIError",
@@ -30,8 +36,11 @@ __all__ = [
     "PlainDisplay",
     "RunOptions",
     "async_demo",
+    "async_recover",
+    "async_resume",
     "async_run",
     "build_parser",
+    "continue_command",
     "describe_error",
     "load_object",
     "load_tools",

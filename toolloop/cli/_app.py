@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar
 
 import anyio
 
@@ -23,12 +23,18 @@ from .._errors import (
     ToolloopError,
 )
 from .._secrets import register_secret, scrub
+from ..models import UsageLimits
 from ._load import CLIError, load_object
+from ._products import AGENTS
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-__all__ = ["build_parser", "describe_error", "main"]
+    from ..checkpoints import HumanAnswer
+    from ..kernel import RunResult
+    from ._run import RunOptions
+
+__all__ = ["EXIT_STATUSES", "build_parser", "describe_error", "main"]
 
 _N = TypeVar("_N", int, float)
 _O = TypeVar("_O", bound="DataclassInstance")
@@ -39,18 +45,43 @@ DESCRIPTION = (
     "An async plan/execute tool loop: plan, run the tools of a round concurrently, plan again."
 )
 
-EPILOG = """\
+EXIT_STATUSES = """\
+Exit status: 0 the run completed; 1 it failed, or --timeout or --usage-limit ended it (what
+it had is shown); 2 bad arguments; 3 it is paused for a human (the output shows what it asks
+and the `toolloop resume` command to answer); 130 interrupted.
+"""
+
+EPILOG = (
+    """\
 examples:
   toolloop demo --timeline demo.svg
   toolloop run "Weather in Lisbon?" --tools myapp.tools:TOOLS \\
       --base-url http://127.0.0.1:8000/v1 --model qwen2.5-7b-instruct --answer
+  toolloop run "Book a table" --agent middleware --tools myapp.tools:TOOLS --model m \\
+      --store runs.db --needs-approval book_table --usage-limit requests=20
+  toolloop resume RUN_ID --agent middleware --tools myapp.tools:TOOLS --model m \\
+      --store runs.db --approve
+  toolloop recover RUN_ID --tools myapp.tools:TOOLS --model m --store runs.db
   toolloop graph > loop.mmd
   toolloop trace timeline run.jsonl -o run.svg
   toolloop view run.jsonl --follow --open
 
 Progress is live on a terminal, one line per event otherwise (or with --plain).
-Exit status: 0 done, 1 the run failed, 2 bad arguments, 130 interrupted.
 """
+    + EXIT_STATUSES
+)
+
+RUN_EPILOG = (
+    """\
+Every product takes the same run options. A run with --store is kept there: when it
+pauses (--needs-approval) it prints the `toolloop resume` command that answers it; when
+it fails or its process dies, `toolloop recover RUN_ID` continues it without running a
+finished tool call again. Resume and recover rebuild the product: give the same --agent,
+--tools and model flags.
+
+"""
+    + EXIT_STATUSES
+)
 
 _FLOWS = {
     "loop": "toolloop.loop:loop_flow",
@@ -98,6 +129,33 @@ _temperature = _number(
 _seed = _number(int, "a whole number")
 
 
+def _usage_limits(text: str) -> UsageLimits:
+    """``--usage-limit requests=10,total_tokens=20000``."""
+    from ._run import LIMIT_NAMES
+
+    given: dict[str, int] = {}
+    for part in text.split(","):
+        name, sep, value = part.strip().partition("=")
+        name = name.strip().replace("-", "_")
+        if name.startswith("max_"):
+            name = name[4:]
+        if not sep or name not in LIMIT_NAMES:
+            raise argparse.ArgumentTypeError(
+                f"expected NAME=N[,NAME=N] with NAME one of {', '.join(LIMIT_NAMES)}; got "
+                f"{part.strip()!r}"
+            )
+        try:
+            number = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected a whole number for {name}, got {value.strip()!r}"
+            ) from None
+        if number < 0:
+            raise argparse.ArgumentTypeError(f"expected 0 or more for {name}, got {number}")
+        given[f"max_{name}"] = number
+    return UsageLimits(**given)
+
+
 def _add_outputs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--trace", type=Path, metavar="FILE.jsonl", help="write the run's events as JSON lines"
@@ -119,6 +177,181 @@ def _add_outputs(parser: argparse.ArgumentParser) -> None:
         choices=("asyncio", "trio"),
         default="asyncio",
         help="the event loop to run on (default: %(default)s)",
+    )
+
+
+def _add_product(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``run``, ``resume`` and ``recover``: the product, its tools and model,
+    the run options, the store (a run is resumed with the product rebuilt the same way)."""
+    parser.add_argument(
+        "--agent",
+        choices=AGENTS,
+        default="loop",
+        help="the product: the plan/execute loop, the middleware agent, the status-routed "
+        "agent (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--tools",
+        action="append",
+        default=[],
+        metavar="MODULE:ATTR",
+        help="a list of tools (functions or Tool objects), a ToolRegistry, or one tool; "
+        "MODULE may be a dotted module or a path/to/file.py (repeatable)",
+    )
+    parser.add_argument(
+        "--mcp",
+        action="append",
+        default=[],
+        metavar='"COMMAND ARGS"',
+        help="an MCP server to start over stdio (one quoted command line); its tools join "
+        "the run (repeatable; needs the mcp extra)",
+    )
+    parser.add_argument(
+        "--mcp-url",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="an MCP server over Streamable HTTP, e.g. http://127.0.0.1:8000/mcp; its "
+        "tools join the run (repeatable; needs the mcp extra)",
+    )
+    parser.add_argument(
+        "--model", required=True, metavar="NAME", help="the model's name on the server"
+    )
+    parser.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="the server, e.g. http://127.0.0.1:8000/v1 (default: $OPENAI_BASE_URL, else "
+        "OpenAI's API)",
+    )
+    parser.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help="the API key (default: $OPENAI_API_KEY; local servers need none); never "
+        "printed nor written to a trace",
+    )
+    parser.add_argument(
+        "--planner",
+        choices=("structured", "tool-calling"),
+        default="structured",
+        help="the loop's planner: structured output read as it streams (short-circuits), "
+        "or the model's native tool calls (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--structured-output",
+        choices=("auto", "json_schema", "json_object_schema", "json_object"),
+        default="auto",
+        help="how the server is asked for JSON; auto tries each in turn (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=_positive_int,
+        metavar="N",
+        help="the model's token limit for each plan and for the answer (default: 1024 a "
+        "plan, the server's for the answer); a reply it cuts off is said so",
+    )
+    parser.add_argument(
+        "--tool-choice",
+        metavar="CHOICE",
+        help="the loop with --planner tool-calling, or the middleware agent: auto, required "
+        "(a tool call every turn, until --max-turns), none, or a tool's name (default: auto; "
+        "some servers, e.g. llama.cpp's, call tools only when required)",
+    )
+    parser.add_argument(
+        "--temperature", type=_temperature, metavar="T", help="0 to 2 (default: 0 to plan)"
+    )
+    parser.add_argument("--seed", type=_seed, metavar="N", help="for servers that sample with one")
+    parser.add_argument(
+        "--max-turns",
+        type=_count,
+        metavar="N",
+        help="turns a run may take: the loop's rounds that run tools (default 5; a resumed "
+        "run: its own), the middleware agent's model calls (100), the status agent's steps "
+        "(50)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=_positive_int,
+        default=4,
+        metavar="N",
+        help="tool calls at once (default: %(default)s)",
+    )
+    for flag, what in (
+        ("--timeout", "for the whole run (default: none)"),
+        ("--tool-timeout", "for each tool call"),
+        (
+            "--model-timeout",
+            "for each model call (each planner call, the answer; each "
+            "agent's model call, each status step)",
+        ),
+    ):
+        parser.add_argument(flag, type=_seconds, metavar="SECONDS", help=what)
+    parser.add_argument(
+        "--max-retries",
+        type=_count,
+        metavar="N",
+        help="the client's retries of failed requests (default: the openai client's, 2)",
+    )
+    parser.add_argument(
+        "--streaming-dispatch",
+        action="store_true",
+        help="the loop: start each tool as soon as its command is complete in the streamed plan",
+    )
+    parser.add_argument(
+        "--requirement",
+        metavar="TEXT",
+        help="more instructions: the loop's planner's (a resumed run keeps its own), the "
+        "middleware agent's system prompt, added to the status agent's",
+    )
+    parser.add_argument(
+        "--answer",
+        action="store_true",
+        help="the loop: stream the final answer after the run (the agents answer by themselves)",
+    )
+    durable = parser.add_argument_group("durable runs, approvals and budgets (every product alike)")
+    durable.add_argument(
+        "--store",
+        metavar="PATH|URL",
+        help="keep the run in this store, to resume or recover it from any process: a SQLite "
+        "file (made if missing) or a postgresql:// URL (the postgres extra)",
+    )
+    durable.add_argument(
+        "--needs-approval",
+        action="append",
+        default=[],
+        metavar="TOOL",
+        help="calls of TOOL wait for a human: the run pauses (exit status 3) and says how "
+        "to answer with `toolloop resume` (repeatable; * for every tool; needs --store)",
+    )
+    durable.add_argument(
+        "--usage-limit",
+        dest="usage_limits",
+        type=_usage_limits,
+        metavar="NAME=N[,NAME=N]",
+        help="the run's budget, across its pauses and resumes: requests, input_tokens, "
+        "output_tokens, total_tokens (e.g. requests=10,total_tokens=20000); at it the run "
+        "ends with what it has (stop: usage_limit, exit status 1)",
+    )
+    durable.add_argument(
+        "--unknown-outcome",
+        choices=("fail", "retry", "ask"),
+        default="fail",
+        help="a resumed or recovered run's call that started without a recorded outcome: a "
+        "failed record, run again (--idempotent-tool only), or ask a human (default: "
+        "%(default)s)",
+    )
+    durable.add_argument(
+        "--idempotent-tool",
+        dest="idempotent_tools",
+        action="append",
+        default=[],
+        metavar="TOOL",
+        help="a tool safe to run twice, for --unknown-outcome retry (repeatable)",
+    )
+    parser.add_argument(
+        "--otel",
+        action="store_true",
+        help="send OpenTelemetry spans (run, rounds, plans, tool calls) to the tracer "
+        "provider set up by the environment (needs the otel extra)",
     )
 
 
@@ -152,121 +385,80 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser(
         "run",
-        help="run a request against any OpenAI-compatible server, with your tools",
-        description="Plan and execute tools for REQUEST with a model behind any "
-        "OpenAI-compatible server (OpenAI, vLLM, llama.cpp, Ollama, ...).",
+        help="run a request with any product against any OpenAI-compatible server, with your tools",
+        description="Run REQUEST with the plan/execute loop (or --agent middleware|status), a "
+        "model behind any OpenAI-compatible server (OpenAI, vLLM, llama.cpp, Ollama, ...) "
+        "and your tools.",
+        epilog=RUN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument("request", metavar="REQUEST", help="the user's request")
     run.add_argument(
-        "--tools",
-        action="append",
-        default=[],
-        metavar="MODULE:ATTR",
-        help="a list of tools (functions or Tool objects), a ToolRegistry, or one tool; "
-        "MODULE may be a dotted module or a path/to/file.py (repeatable)",
+        "--run-id", metavar="ID", help="the run's id (in --store: a new one); default: a new one"
     )
-    run.add_argument(
-        "--mcp",
-        action="append",
-        default=[],
-        metavar='"COMMAND ARGS"',
-        help="an MCP server to start over stdio (one quoted command line); its tools join "
-        "the run (repeatable; needs the mcp extra)",
-    )
-    run.add_argument(
-        "--mcp-url",
-        action="append",
-        default=[],
-        metavar="URL",
-        help="an MCP server over Streamable HTTP, e.g. http://127.0.0.1:8000/mcp; its "
-        "tools join the run (repeatable; needs the mcp extra)",
-    )
-    run.add_argument(
-        "--model", required=True, metavar="NAME", help="the model's name on the server"
-    )
-    run.add_argument(
-        "--base-url",
-        metavar="URL",
-        help="the server, e.g. http://127.0.0.1:8000/v1 (default: $OPENAI_BASE_URL, else "
-        "OpenAI's API)",
-    )
-    run.add_argument(
-        "--api-key",
-        metavar="KEY",
-        help="the API key (default: $OPENAI_API_KEY; local servers need none); never "
-        "printed nor written to a trace",
-    )
-    run.add_argument(
-        "--planner",
-        choices=("structured", "tool-calling"),
-        default="structured",
-        help="structured output read as it streams (short-circuits), or the model's "
-        "native tool calls (default: %(default)s)",
-    )
-    run.add_argument(
-        "--structured-output",
-        choices=("auto", "json_schema", "json_object_schema", "json_object"),
-        default="auto",
-        help="how the server is asked for JSON; auto tries each in turn (default: %(default)s)",
-    )
-    run.add_argument(
-        "--max-tokens",
-        type=_positive_int,
-        metavar="N",
-        help="the model's token limit for each plan and for the answer (default: 1024 a "
-        "plan, the server's for the answer); a reply it cuts off is said so",
-    )
-    run.add_argument(
-        "--tool-choice",
-        metavar="CHOICE",
-        help="with --planner tool-calling: auto, required (a tool call every round, until "
-        "--max-turns), none, or a tool's name (default: auto; some servers, e.g. "
-        "llama.cpp's, call tools only when required)",
-    )
-    run.add_argument(
-        "--temperature", type=_temperature, metavar="T", help="0 to 2 (default: 0 to plan)"
-    )
-    run.add_argument("--seed", type=_seed, metavar="N", help="for servers that sample with one")
-    run.add_argument(
-        "--max-turns",
-        type=_count,
-        default=5,
-        metavar="N",
-        help="rounds that may run tools (default: %(default)s)",
-    )
-    run.add_argument(
-        "--concurrency",
-        type=_positive_int,
-        default=4,
-        metavar="N",
-        help="tool calls at once (default: %(default)s)",
-    )
-    for flag, what in (
-        ("--timeout", "for the whole run (default: none)"),
-        ("--tool-timeout", "for each tool call"),
-        ("--model-timeout", "for each model call (each planner call, the answer)"),
-    ):
-        run.add_argument(flag, type=_seconds, metavar="SECONDS", help=what)
-    run.add_argument(
-        "--max-retries",
-        type=_count,
-        metavar="N",
-        help="the client's retries of failed requests (default: the openai client's, 2)",
-    )
-    run.add_argument(
-        "--streaming-dispatch",
-        action="store_true",
-        help="start each tool as soon as its command is complete in the streamed plan",
-    )
-    run.add_argument("--requirement", metavar="TEXT", help="more instructions for the planner")
-    run.add_argument("--answer", action="store_true", help="stream the final answer after the loop")
-    run.add_argument(
-        "--otel",
-        action="store_true",
-        help="send OpenTelemetry spans (run, rounds, plans, tool calls) to the tracer "
-        "provider set up by the environment (needs the otel extra)",
-    )
+    _add_product(run)
     _add_outputs(run)
+
+    resume = commands.add_parser(
+        "resume",
+        help="answer a run paused for a human, and continue it",
+        description="Continue RUN_ID, paused for a human in --store, with a decision. Give the "
+        "product, tools and model flags of the run again (the paused run prints the whole "
+        "command).",
+        epilog=RUN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    resume.add_argument("paused_run", metavar="RUN_ID", help="the paused run's id")
+    decision = resume.add_argument_group(
+        "the decision (one; it answers every call the run asks about)"
+    ).add_mutually_exclusive_group(required=True)
+    decision.add_argument("--approve", action="store_true", help="run the calls as they are")
+    decision.add_argument(
+        "--reject",
+        nargs="?",
+        const="",
+        metavar="MESSAGE",
+        help="do not run them; MESSAGE tells the model why",
+    )
+    decision.add_argument(
+        "--edit",
+        action="append",
+        metavar="CALL_ID=JSON",
+        help="run them, call CALL_ID with these arguments (a JSON object; repeatable; the "
+        "others as they are)",
+    )
+    decision.add_argument(
+        "--replan", nargs="?", const="", metavar="MESSAGE", help="drop the calls, plan again"
+    )
+    decision.add_argument(
+        "--continue",
+        dest="continue_",
+        action="store_true",
+        help="go on (after a review, when no call waits)",
+    )
+    decision.add_argument(
+        "--stop", nargs="?", const="", metavar="MESSAGE", help="end the run (MESSAGE: its answer)"
+    )
+    _add_product(resume)
+    _add_outputs(resume)
+
+    recover = commands.add_parser(
+        "recover",
+        help="continue a run that failed, or whose process died, from its last checkpoint",
+        description="Continue RUN_ID of --store, which failed or whose process died, from its "
+        "last checkpoint: a tool call with a recorded outcome is not run again; one that "
+        "started without one follows --unknown-outcome. A completed run shows its result.",
+        epilog=RUN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    recover.add_argument("stored_run", metavar="RUN_ID", help="the run's id")
+    recover.add_argument(
+        "--force",
+        action="store_true",
+        help="take the run over even if its owner may still be running it",
+    )
+    _add_product(recover)
+    _add_outputs(recover)
 
     graph = commands.add_parser(
         "graph",
@@ -438,20 +630,102 @@ def _trace(args: argparse.Namespace, out: TextIO) -> int:
 def _options(cls: type[_O], args: argparse.Namespace, **renamed: str) -> _O:
     """A command's options (the dataclass ``cls``): each field is the argument of its name,
     or of the name ``renamed`` gives it."""
-    fields = dataclasses.fields(cls)
-    return cls(**{f.name: getattr(args, renamed.get(f.name, f.name)) for f in fields})
+    given = {}
+    for f in dataclasses.fields(cls):
+        name = renamed.get(f.name, f.name)
+        if hasattr(args, name):  # else the field's default (resume has no REQUEST)
+            given[f.name] = getattr(args, name)
+    if "request" not in given and "request" in {f.name for f in dataclasses.fields(cls)}:
+        given["request"] = ""
+    return cls(**given)
 
 
-def _run(args: argparse.Namespace, out: TextIO) -> int:
-    from ._run import RunOptions, async_run
-
-    options = _options(RunOptions, args, mcp_urls="mcp_url")
-    result = anyio.run(functools.partial(async_run, options, out=out), backend=args.backend)
+def _status(result: RunResult, options: RunOptions) -> int:
+    """The exit status of a run that returned (see ``EXIT_STATUSES``)."""
+    if result.paused:
+        return 3
     if result.stop_reason == "timeout":
         raise CLIError(
             f"the run did not finish within {options.timeout} s; the results so far are above"
         )
+    if result.stop_reason == "usage_limit":
+        from ._run import limits_text
+
+        limits = limits_text(options.usage_limits) if options.usage_limits else ""
+        raise CLIError(f"the run reached its usage limit ({limits}); the results so far are above")
     return 0
+
+
+def _run_options(args: argparse.Namespace) -> RunOptions:
+    from ._run import RunOptions
+
+    options = _options(RunOptions, args, mcp_urls="mcp_url")
+    register_secret(options.api_key)
+    return options
+
+
+def _run(args: argparse.Namespace, out: TextIO) -> int:
+    from ._run import async_run
+
+    options = _run_options(args)
+    result = anyio.run(functools.partial(async_run, options, out=out), backend=args.backend)
+    return _status(result, options)
+
+
+def _decision(args: argparse.Namespace) -> HumanAnswer:
+    """The decision the flags of ``resume`` give."""
+    from ..checkpoints import Approve, Continue, Edit, Reject, Replan, Stop
+
+    if args.approve:
+        return Approve()
+    if args.continue_:
+        return Continue()
+    if args.edit:
+        arguments: dict[str, dict[str, Any]] = {}
+        for spec in args.edit:
+            call_id, sep, text = spec.partition("=")
+            if not sep or not call_id:
+                raise CLIError(
+                    f'--edit takes CALL_ID=JSON (e.g. 0.0=\'{{"city": "Porto"}}\'), got {spec!r} '
+                    "(see toolloop resume --help)",
+                    code=2,
+                )
+            try:
+                value = json.loads(text)
+            except ValueError as exc:
+                raise CLIError(
+                    f"--edit {call_id}: not JSON: {exc} (see toolloop resume --help)", code=2
+                ) from exc
+            if not isinstance(value, dict):
+                raise CLIError(
+                    f"--edit {call_id}: the arguments are a JSON object, got {text!r} (see "
+                    "toolloop resume --help)",
+                    code=2,
+                )
+            arguments[call_id] = value
+        return Edit(arguments=arguments)
+    for flag, kind in (("reject", Reject), ("replan", Replan), ("stop", Stop)):
+        message = getattr(args, flag)
+        if message is not None:
+            return kind(message=message or None)
+    raise CLIError("resume needs a decision (see toolloop resume --help)", code=2)
+
+
+def _resume(args: argparse.Namespace, out: TextIO) -> int:
+    from ._run import async_resume
+
+    options = _run_options(args)
+    decision = _decision(args)
+    call = functools.partial(async_resume, options, args.paused_run, decision, out=out)
+    return _status(anyio.run(call, backend=args.backend), options)
+
+
+def _recover(args: argparse.Namespace, out: TextIO) -> int:
+    from ._run import async_recover
+
+    options = _run_options(args)
+    call = functools.partial(async_recover, options, args.stored_run, force=args.force, out=out)
+    return _status(anyio.run(call, backend=args.backend), options)
 
 
 def _view(args: argparse.Namespace, out: TextIO) -> int:
@@ -471,6 +745,8 @@ def _demo(args: argparse.Namespace, out: TextIO) -> int:
 _COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO], int]] = {
     "demo": _demo,
     "run": _run,
+    "resume": _resume,
+    "recover": _recover,
     "graph": _graph,
     "trace": _trace,
     "view": _view,
@@ -485,8 +761,9 @@ def main(
 ) -> int:
     """Run the ``toolloop`` command line; return its exit status.
 
-    Errors are told in one line on ``stderr`` (no traceback): 1 when the run failed, 2 when
-    the command line was wrong, 130 when interrupted.
+    Errors are told in one line on ``stderr`` (no traceback): 1 when the run failed (or its
+    ``--timeout`` or ``--usage-limit`` ended it), 2 when the command line was wrong, 130 when
+    interrupted; 3 when the run paused for a human (what it asks is on ``stdout``).
     """
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr

@@ -20,7 +20,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from ..flow import ExecutionFailed, FlowEvent
+from ..flow import ExecutionFailed, ExecutionPaused, FlowEvent
 from ..kernel import RunFinished
 from ..loop import (
     PlanDecided,
@@ -111,10 +111,13 @@ def round_took(event: RoundFinished, started: float | None) -> str:
     return tools if started is None else f"round {ms(event.at - started)}, {tools}"
 
 
-def describe(event: FlowEvent, round_started: Mapping[int, float] | None = None) -> str | None:
+def describe(
+    event: FlowEvent, round_started: Mapping[int, float] | None = None, turn: str = "round"
+) -> str | None:
     """The words of a plain line for ``event`` (without its time); ``None`` for events that
     are not shown (the flow engine's steps). ``round_started`` has when each round started
-    (``RoundStarted.at``), for the time a round took in all."""
+    (``RoundStarted.at``), for the time a round took in all; ``turn`` names the product's
+    turn (the loop's round, the middleware agent's model call, the status agent's step)."""
     if isinstance(event, RoundStarted):
         return f"round {event.round_index}  planning"
     if isinstance(event, PlanDecided):
@@ -150,17 +153,21 @@ def describe(event: FlowEvent, round_started: Mapping[int, float] | None = None)
         )
     if isinstance(event, RunFinished):
         return (
-            f"finished: {event.stop_reason} after {event.turns} round"
+            f"finished: {event.stop_reason} after {event.turns} {turn}"
             f"{'s' * (event.turns != 1)}, {event.records} record{'s' * (event.records != 1)}"
         )
     if isinstance(event, ExecutionFailed):
         return f"failed: {_one_line(event.error)}"
+    if isinstance(event, ExecutionPaused):
+        return "paused: the run waits for a human"
     return None
 
 
-def line(event: FlowEvent, round_started: Mapping[int, float] | None = None) -> str | None:
+def line(
+    event: FlowEvent, round_started: Mapping[int, float] | None = None, turn: str = "round"
+) -> str | None:
     """The whole plain line of ``event``, with its time."""
-    words = describe(event, round_started)
+    words = describe(event, round_started, turn)
     return None if words is None else f"{event.at:8.3f}s  {words}"
 
 
@@ -169,14 +176,16 @@ class PlainDisplay:
 
     live = False
 
-    def __init__(self, out: TextIO) -> None:
+    def __init__(self, out: TextIO, *, turn: str = "round") -> None:
         self.out = out
+        self.turn = turn
+        """What a turn of the run is called (the loop's round)."""
         self._round_started: dict[int, float] = {}
 
     def __call__(self, event: FlowEvent) -> None:
         if isinstance(event, RoundStarted):
             self._round_started[event.round_index] = event.at
-        text = line(event, self._round_started)
+        text = line(event, self._round_started, self.turn)
         if text is not None:
             self.out.write(text + "\n")
             self.out.flush()

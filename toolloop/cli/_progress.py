@@ -18,7 +18,7 @@ from typing import TextIO
 
 import anyio
 
-from ..flow import ExecutionFailed, FlowEvent
+from ..flow import ExecutionFailed, ExecutionPaused, FlowEvent
 from ..kernel import RunFinished
 from ..loop import (
     PlanDecided,
@@ -95,8 +95,16 @@ class LiveDisplay:
 
     live = True
 
-    def __init__(self, out: TextIO, *, color: bool | None = None, width: int | None = None):
+    def __init__(
+        self,
+        out: TextIO,
+        *,
+        color: bool | None = None,
+        width: int | None = None,
+        turn: str = "round",
+    ):
         self.out = out
+        self.turn = turn
         self.style = _Style(("NO_COLOR" not in os.environ) if color is None else color)
         self._width = width
         encoding = (getattr(out, "encoding", None) or "").lower().replace("-", "")
@@ -222,13 +230,16 @@ class LiveDisplay:
             self._planning = None
             permanent.append(
                 f"{t}  {s.bold('finished')}: {event.stop_reason} after {event.turns} "
-                f"round{'s' * (event.turns != 1)}, {event.records} "
+                f"{self.turn}{'s' * (event.turns != 1)}, {event.records} "
                 f"record{'s' * (event.records != 1)}"
             )
         elif isinstance(event, ExecutionFailed):
             self._planning = None
             self._running.clear()
             permanent.append(f"{t}  {s.red('failed')}: {' '.join(event.error.split())}")
+        elif isinstance(event, ExecutionPaused):
+            self._planning = None
+            permanent.append(f"{t}  {s.yellow('paused')}: the run waits for a human")
         else:
             return
         self._render(permanent)

@@ -1,9 +1,12 @@
-"""``toolloop run``: the loop against any OpenAI-compatible server, watched live."""
+"""``toolloop run``, ``resume`` and ``recover``: any product against any OpenAI-compatible
+server, watched live."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import sys
+import uuid
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,19 +14,42 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from .._errors import ToolloopError
-from ..loop import LoopResult, async_plan_and_execute
-from ..models import ModelSettings
+from ..checkpoints import CheckpointStore, HumanAnswer
+from ..kernel import RunResult
+from ..loop import LoopResult
+from ..models import ModelSettings, UsageLimits
 from ..planners import StructuredPlanner, ToolCallingPlanner
 from ..tools import ToolRegistry
 from ..tracing import otel_available, redact_text
 from ._load import CLIError, load_tools
 from ._mcp import open_mcp_tools
-from ._session import Display, make_display, observe, print_result, stream_answer
+from ._products import AgentKind, Product, make_product
+from ._session import (
+    Display,
+    make_display,
+    observe,
+    print_paused,
+    print_result,
+    print_run_result,
+    stream_answer,
+)
 
 if TYPE_CHECKING:
     from ..models import OpenAIChatModel
 
-__all__ = ["RunOptions", "async_run"]
+__all__ = [
+    "LIMIT_NAMES",
+    "RunOptions",
+    "async_recover",
+    "async_resume",
+    "async_run",
+    "continue_command",
+    "limits_text",
+    "open_store",
+]
+
+LIMIT_NAMES = ("requests", "input_tokens", "output_tokens", "total_tokens")
+"""What ``--usage-limit`` bounds: ``NAME=N`` is ``UsageLimits(max_NAME=N)``."""
 
 PlannerKind = Literal["structured", "tool-calling"]
 
@@ -33,7 +59,10 @@ class RunOptions:
     """The options of ``toolloop run`` (see ``toolloop run --help``)."""
 
     request: str
+    """The user's request (``run``; a resumed or recovered run has its own)."""
     model: str
+    agent: AgentKind = "loop"
+    """The product: the plan/execute loop, the middleware agent or the status agent."""
     tools: list[str] = field(default_factory=list)
     mcp: list[str] = field(default_factory=list)
     """Command lines of MCP servers to start over stdio (``--mcp``)."""
@@ -51,7 +80,9 @@ class RunOptions:
     """For the tool-calling planner: auto, required, none or a tool's name."""
     temperature: float | None = None
     seed: int | None = None
-    max_turns: int = 5
+    max_turns: int | None = None
+    """``None``: the product's (the loop: 5 rounds; the middleware agent: 100 model calls;
+    the status agent: 50 steps; a resumed loop: the run's own)."""
     concurrency: int = 4
     timeout: float | None = None
     tool_timeout: float | None = None
@@ -59,7 +90,21 @@ class RunOptions:
     max_retries: int | None = None
     streaming_dispatch: bool = False
     requirement: str | None = None
+    """The loop's ``user_extra_requirement``; the agents' system prompt (the status agent:
+    added to its own)."""
     answer: bool = False
+    store: str | None = None
+    """A SQLite file, or a ``postgresql://`` URL: the run is durable, to resume or
+    recover."""
+    run_id: str | None = None
+    """The run's id (``run``); a new one by default."""
+    usage_limits: UsageLimits | None = None
+    """The run's budget; at it, the run finishes with what it has (stop reason
+    ``usage_limit``)."""
+    needs_approval: list[str] = field(default_factory=list)
+    """Tools whose calls wait for a human (``*``: every tool); needs ``store``."""
+    unknown_outcome: Literal["fail", "retry", "ask"] = "fail"
+    idempotent_tools: list[str] = field(default_factory=list)
     trace: Path | None = None
     timeline: Path | None = None
     otel: bool = False
@@ -69,17 +114,17 @@ class RunOptions:
 
 def _meta(options: RunOptions, tools: list[str], base_url: str) -> dict[str, Any]:
     return {
-        "request": options.request,
-        "planner": options.planner,
+        **({"request": options.request} if options.request else {}),
+        "agent": options.agent,
+        **({"planner": options.planner} if options.agent == "loop" else {}),
         "model": options.model,
         "base_url": redact_text(base_url),
         "tools": tools,
-        "max_turns": options.max_turns,
         "concurrency": options.concurrency,
-        "streaming_dispatch": options.streaming_dispatch,
         **{
             key: value
             for key, value in (
+                ("max_turns", options.max_turns),
                 ("max_tokens", options.max_tokens),
                 ("tool_choice", options.tool_choice),
                 ("temperature", options.temperature),
@@ -87,7 +132,92 @@ def _meta(options: RunOptions, tools: list[str], base_url: str) -> dict[str, Any
             )
             if value is not None
         },
+        **({"streaming_dispatch": True} if options.streaming_dispatch else {}),
     }
+
+
+def limits_text(limits: UsageLimits) -> str:
+    """``requests=3,total_tokens=2000``: what ``--usage-limit`` takes for ``limits``."""
+    return ",".join(
+        f"{name}={getattr(limits, 'max_' + name)}"
+        for name in LIMIT_NAMES
+        if getattr(limits, "max_" + name) is not None
+    )
+
+
+def continue_command(
+    options: RunOptions, run_id: str, verb: Literal["resume", "recover"] = "resume"
+) -> list[str]:
+    """The ``toolloop resume RUN_ID ...`` (or ``recover``) command that rebuilds the product
+    of ``options`` to continue run ``run_id``, without its decision (nor ``--api-key``: a key
+    is never printed; nor where the output goes)."""
+    words = ["toolloop", verb, run_id]
+    if options.agent != "loop":
+        words += ["--agent", options.agent]
+    assert options.store is not None
+    words += ["--store", redact_text(options.store)]
+    for spec in options.tools:
+        words += ["--tools", spec]
+    for command in options.mcp:
+        words += ["--mcp", command]
+    for url in options.mcp_urls:
+        words += ["--mcp-url", url]
+    words += ["--model", options.model]
+    defaults = RunOptions(request="", model="")
+    for name, flag in (
+        ("base_url", "--base-url"),
+        ("planner", "--planner"),
+        ("structured_output", "--structured-output"),
+        ("max_tokens", "--max-tokens"),
+        ("tool_choice", "--tool-choice"),
+        ("temperature", "--temperature"),
+        ("seed", "--seed"),
+        ("max_retries", "--max-retries"),
+        ("max_turns", "--max-turns"),
+        ("concurrency", "--concurrency"),
+        ("timeout", "--timeout"),
+        ("tool_timeout", "--tool-timeout"),
+        ("model_timeout", "--model-timeout"),
+        ("requirement", "--requirement"),
+        ("unknown_outcome", "--unknown-outcome"),
+    ):
+        value = getattr(options, name)
+        if value is not None and value != getattr(defaults, name):
+            words += [flag, redact_text(str(value))]
+    for name, flag in (("streaming_dispatch", "--streaming-dispatch"), ("answer", "--answer")):
+        if getattr(options, name):
+            words.append(flag)
+    if options.usage_limits is not None and limits_text(options.usage_limits):
+        words += ["--usage-limit", limits_text(options.usage_limits)]
+    for tool in options.needs_approval:
+        words += ["--needs-approval", tool]
+    for tool in options.idempotent_tools:
+        words += ["--idempotent-tool", tool]
+    return words
+
+
+def open_store(spec: str) -> CheckpointStore:
+    """The store ``--store`` names: a ``postgresql://`` URL, else a SQLite file.
+
+    Raises:
+        CLIError: PostgreSQL without the postgres extra (exit status 2).
+    """
+    if spec.startswith(("postgresql://", "postgres://")):
+        try:
+            from ..checkpoints import PostgresCheckpointStore
+        except ImportError as exc:  # pragma: no cover - the dev extra has psycopg
+            raise CLIError(
+                f"--store {redact_text(spec)}: PostgreSQL needs the postgres extra: "
+                "pip install 'toolloop[postgres]'",
+                code=2,
+            ) from exc
+        return PostgresCheckpointStore(spec)
+    from ..checkpoints import SQLiteCheckpointStore
+
+    path = Path(spec)
+    if path.is_dir():
+        raise CLIError(f"--store {spec}: is a directory; give a SQLite file", code=2)
+    return SQLiteCheckpointStore(path)
 
 
 def _planner(
@@ -119,31 +249,203 @@ def _planner(
     return ToolCallingPlanner(model, tool_choice=choice, **common)
 
 
+Verb = Literal["run", "resume", "recover"]
+
+
 async def async_run(
     options: RunOptions, *, out: TextIO | None = None, display: Display | None = None
-) -> LoopResult:
-    """Run the loop as ``toolloop run`` does, writing its progress and result to ``out``.
+) -> RunResult:
+    """Run ``options.agent`` (the loop by default) on ``options.request`` as ``toolloop run``
+    does, writing its progress and result to ``out``; return its result (the loop's: a
+    :class:`~toolloop.LoopResult`), completed or paused.
 
     The MCP servers of ``options.mcp`` and ``options.mcp_urls`` are open for the whole run
-    (their tools join the others) and closed after it.
+    (their tools join the others) and closed after it; so is the store.
 
     Raises:
-        CLIError: the tools cannot be loaded (and what the run raises: ``PlannerError``,
-            ``ModelCallError``, ``MCPConnectionError``, ...; :func:`toolloop.cli.main`
-            tells them in one line).
+        CLIError: the tools cannot be loaded, an option does not fit (exit status 2), or
+            the run failed with a store (the message says how to recover it); and what the
+            run raises (``PlannerError``, ``ModelCallError``, ``MCPConnectionError``, ...;
+            :func:`toolloop.cli.main` tells them in one line).
     """
-    async with AsyncExitStack() as servers:
-        mcp_tools = await open_mcp_tools(servers, options.mcp, options.mcp_urls)
-        return await _async_run(options, out=out, display=display, mcp_tools=mcp_tools)
+    return await _session(options, "run", None, None, False, out=out, display=display)
 
 
-async def _async_run(
+async def async_resume(
     options: RunOptions,
+    run_id: str,
+    decision: HumanAnswer,
+    *,
+    out: TextIO | None = None,
+    display: Display | None = None,
+) -> RunResult:
+    """Continue run ``run_id`` of ``options.store``, paused for a human, with ``decision``
+    (``toolloop resume``); the product is rebuilt from ``options`` (the same tools).
+
+    Raises:
+        CLIError: as :func:`async_run`, and no ``store``; and what the resume raises
+            (``RunNotFoundError``, ``RunNotResumableError``, ``DecisionError``, ...).
+    """
+    return await _session(options, "resume", run_id, decision, False, out=out, display=display)
+
+
+async def async_recover(
+    options: RunOptions,
+    run_id: str,
+    *,
+    force: bool = False,
+    out: TextIO | None = None,
+    display: Display | None = None,
+) -> RunResult:
+    """Continue run ``run_id`` of ``options.store``, which failed or whose process died,
+    from its last checkpoint, without running a finished tool call again
+    (``toolloop recover``).
+
+    Raises:
+        CLIError: as :func:`async_resume`.
+    """
+    return await _session(options, "recover", run_id, None, force, out=out, display=display)
+
+
+def _check(options: RunOptions, verb: Verb) -> None:
+    """Refuse what does not fit the product, or the verb, before anything runs."""
+    see = f" (see toolloop {verb} --help)"
+    if options.agent != "loop":
+        for given, flag in (
+            (options.planner != "structured", "--planner"),
+            (options.streaming_dispatch, "--streaming-dispatch"),
+            (options.answer, "--answer"),
+        ):
+            if given:
+                how = "answers by itself" if flag == "--answer" else "calls the model its own way"
+                raise CLIError(
+                    f"{flag} is the loop's; the {options.agent} agent {how}{see}", code=2
+                )
+    if options.agent == "status":
+        for given, flag in (
+            (options.tool_choice is not None, "--tool-choice"),
+            (options.seed is not None, "--seed"),
+        ):
+            if given:
+                raise CLIError(f"{flag} does not fit the status agent's steps{see}", code=2)
+    if options.store is None:
+        if verb != "run":
+            raise CLIError(f"{verb} needs --store: the store that keeps the run{see}", code=2)
+        for wanted, flag in (
+            (bool(options.needs_approval), "--needs-approval"),
+            (options.unknown_outcome != "fail", "--unknown-outcome"),
+            (bool(options.idempotent_tools), "--idempotent-tool"),
+        ):
+            if wanted:
+                raise CLIError(
+                    f"{flag} needs --store: a paused run is resumed from it{see}", code=2
+                )
+    if verb != "run" and options.run_id is not None:
+        raise CLIError(f"--run-id is for run; {verb} takes the run's id (RUN_ID)", code=2)
+
+
+def _run_options(
+    options: RunOptions, names: list[str], on_event: Any, run_id: str | None, verb: Verb
+) -> dict[str, Any]:
+    given: dict[str, Any] = {
+        "concurrency": options.concurrency,
+        "timeout": options.timeout,
+        "tool_timeout": options.tool_timeout,
+        "model_timeout": options.model_timeout,
+        "on_timeout": "finish",
+        "on_usage_limit": "finish",
+        "on_event": on_event,
+        "unknown_outcome": options.unknown_outcome,
+    }
+    if options.max_turns is not None:
+        given["max_turns"] = options.max_turns
+    if options.usage_limits is not None:
+        given["usage_limits"] = options.usage_limits
+    if options.idempotent_tools:
+        given["idempotent_tools"] = list(options.idempotent_tools)
+    if options.needs_approval:
+        approval = options.needs_approval
+        if "*" in approval:
+            given["needs_approval"] = True
+        else:
+            unknown = [name for name in approval if name not in names]
+            if unknown:
+                raise CLIError(
+                    f"--needs-approval {unknown[0]}: no such tool "
+                    f"({', '.join(names) or 'no tools loaded'}; * for every tool)",
+                    code=2,
+                )
+            given["needs_approval"] = list(dict.fromkeys(approval))
+    if verb == "run" and run_id is not None:
+        given["run_id"] = run_id
+    return given
+
+
+def _what(verb: Verb, options: RunOptions, run_id: str | None, decision: Any) -> str:
+    if verb == "run":
+        return f"request: {options.request}"
+    if verb == "recover":
+        return f"recover run {run_id}"
+    return f"resume run {run_id}: {_decision_words(decision)}"
+
+
+def _decision_words(decision: Any) -> str:
+    if isinstance(decision, dict):
+        return ", ".join(f"{key}: {value.kind}" for key, value in decision.items())
+    text = str(decision.kind)
+    if getattr(decision, "arguments", None):
+        text += " " + ", ".join(decision.arguments)
+    if decision.message:
+        text += f" ({decision.message})"
+    return text
+
+
+async def _session(
+    options: RunOptions,
+    verb: Verb,
+    run_id: str | None,
+    decision: HumanAnswer | None,
+    force: bool,
+    *,
+    out: TextIO | None,
+    display: Display | None,
+) -> RunResult:
+    _check(options, verb)
+    async with AsyncExitStack() as stack:
+        store: CheckpointStore | None = None
+        if options.store is not None:
+            store = open_store(options.store)
+            stack.push_async_callback(store.aclose)
+            if verb == "run":
+                run_id = options.run_id or uuid.uuid4().hex
+        elif verb == "run":
+            run_id = options.run_id
+        mcp_tools = await open_mcp_tools(stack, options.mcp, options.mcp_urls)
+        return await _observed(
+            options,
+            verb,
+            run_id,
+            decision,
+            force,
+            store,
+            out=out,
+            display=display,
+            mcp_tools=mcp_tools,
+        )
+
+
+async def _observed(
+    options: RunOptions,
+    verb: Verb,
+    run_id: str | None,
+    decision: HumanAnswer | None,
+    force: bool,
+    store: CheckpointStore | None,
     *,
     out: TextIO | None,
     display: Display | None,
     mcp_tools: list[Any],
-) -> LoopResult:
+) -> RunResult:
     from ..models import OpenAIChatModel  # imports openai: only when running
 
     out = out if out is not None else sys.stdout
@@ -165,45 +467,60 @@ async def _async_run(
         max_retries=options.max_retries,
     )
     names = registry.names
-    planner = _planner(options, model, names)
-    display = display if display is not None else make_display(out, plain=options.plain)
+    product = _product(options, model, registry)
+    turn = {"loop": "round", "middleware": "model call", "status": "step"}[options.agent]
+    display = display if display is not None else make_display(out, plain=options.plain, turn=turn)
     base_url = redact_text(model.base_url)
-    display.message(f"request: {options.request}")
+    display.message(_what(verb, options, run_id, decision))
+    kind = f"{options.planner} planner" if options.agent == "loop" else f"{options.agent} agent"
     display.message(
-        f"model {options.model} at {base_url} · {options.planner} planner · "
+        f"model {options.model} at {base_url} · {kind} · "
         f"{len(names)} tool{'s' * (len(names) != 1)}: {', '.join(names) or '-'}"
     )
+    if store is not None:
+        display.message(f"run {run_id} in {redact_text(options.store or '')}")
     display.message()
+    meta = _meta(options, names, base_url)
+    if run_id is not None:
+        meta["run_id"] = run_id
     started = perf_counter()
     async with model:
 
-        async def start(on_event: Any) -> LoopResult:
-            return await async_plan_and_execute(
-                options.request,
-                tools=registry,
-                planner=planner,
-                max_turns=options.max_turns,
-                concurrency=options.concurrency,
-                timeout=options.timeout,
-                tool_timeout=options.tool_timeout,
-                model_timeout=options.model_timeout,
-                user_extra_requirement=options.requirement,
-                streaming_dispatch=options.streaming_dispatch,
-                on_timeout="finish",
-                on_event=on_event,
-            )
+        async def start(on_event: Any) -> RunResult:
+            given = _run_options(options, names, on_event, run_id, verb)
+            if store is not None:
+                given["store"] = store
+            if verb == "run":
+                return await product.run(options.request, given)
+            assert run_id is not None
+            if verb == "resume":
+                assert decision is not None
+                return await product.resume(run_id, decision, given)
+            return await product.recover(run_id, force, given)
 
-        result, written = await observe(
-            start,
-            display=display,
-            meta=_meta(options, names, base_url),
-            trace=options.trace,
-            timeline=options.timeline,
-            otel=options.otel,
-            view=options.view,
-        )
-        print_result(out, result, elapsed=perf_counter() - started, written=written)
-        if options.answer:
+        try:
+            result, written = await observe(
+                start,
+                display=display,
+                meta=meta,
+                trace=options.trace,
+                timeline=options.timeline,
+                otel=options.otel,
+                view=options.view,
+            )
+        except Exception as exc:
+            if store is not None and run_id is not None:
+                await _tell_recover(exc, options, store, run_id)
+            raise
+        elapsed = perf_counter() - started
+        if result.paused:
+            command = continue_command(options, result.run_id or run_id or "", "resume")
+            print_paused(out, result, command, elapsed=elapsed, written=written)
+        elif isinstance(result, LoopResult):
+            print_result(out, result, elapsed=elapsed, written=written)
+        else:
+            print_run_result(out, result, elapsed=elapsed, written=written)
+        if options.answer and not result.paused and isinstance(result, LoopResult):
             settings: ModelSettings = {}
             if options.seed is not None:
                 settings["seed"] = options.seed
@@ -217,3 +534,66 @@ async def _async_run(
                 timeout=options.model_timeout,
             )
     return result
+
+
+async def _tell_recover(
+    exc: Exception, options: RunOptions, store: CheckpointStore, run_id: str
+) -> None:
+    """When the run failed and its store keeps it to be recovered, say how (a
+    :class:`CLIError` saying what went wrong and the ``toolloop recover`` command)."""
+    from ._app import describe_error
+
+    try:
+        kept = await store.get(run_id)
+    except Exception:  # the store's own trouble: the run's error is the one to tell
+        return
+    if kept is None or kept.status not in ("failed", "running"):
+        return
+    command = shlex.join(continue_command(options, run_id, "recover"))
+    raise CLIError(
+        f"{describe_error(exc)}; the run is kept in its store: continue it with `{command}`"
+    ) from exc
+
+
+def _product(options: RunOptions, model: OpenAIChatModel, registry: ToolRegistry) -> Product:
+    settings: dict[str, Any] = {}
+    if options.seed is not None:
+        settings["seed"] = options.seed
+    if options.agent == "loop":
+        return make_product(
+            "loop",
+            model=model,
+            registry=registry,
+            planner=_planner(options, model, registry.names),
+            loop_options={  # a resumed run keeps its own requirement unless given again
+                **(
+                    {"user_extra_requirement": options.requirement}
+                    if options.requirement is not None
+                    else {}
+                ),
+                "streaming_dispatch": options.streaming_dispatch,
+            },
+        )
+    return make_product(
+        options.agent,
+        model=model,
+        registry=registry,
+        system_prompt=options.requirement,
+        tool_choice=_agent_tool_choice(options, registry.names),
+        max_tokens=options.max_tokens,
+        temperature=options.temperature,
+        settings=settings,
+    )
+
+
+def _agent_tool_choice(options: RunOptions, names: list[str]) -> str | None:
+    choice = options.tool_choice
+    if choice is None or choice in ("auto", "required", "none"):
+        return choice
+    if choice not in names:
+        raise CLIError(
+            f"--tool-choice {choice!r} is neither auto, required, none nor a tool's name "
+            f"({', '.join(names) or 'no tools loaded'})",
+            code=2,
+        )
+    return choice

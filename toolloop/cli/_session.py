@@ -1,22 +1,25 @@
-"""What ``run`` and ``demo`` share: watch a loop (display, trace, spans), show its result,
-stream the final answer."""
+"""What ``run`` and ``demo`` share: watch a run (display, trace, spans), show its result (or
+what a paused run waits for), stream the loop's final answer."""
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import shutil
 import urllib.request
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 import anyio
 
 from .._errors import AnswerError
 from ..flow import FlowEvent
+from ..kernel import RunResult
 from ..loop import LoopResult, stream_final_answer
 from ..models import ChatModel, ModelSettings, Usage
-from ..tracing import OpenTelemetrySpans, TraceRecorder, TraceWriter, write_timeline
+from ..tracing import OpenTelemetrySpans, TraceRecorder, TraceWriter, redact, write_timeline
 from ._load import CLIError
 from ._plain import PlainDisplay, ms, preview, usage_summary
 from ._progress import LiveDisplay
@@ -26,7 +29,9 @@ __all__ = [
     "OnEvent",
     "make_display",
     "observe",
+    "print_paused",
     "print_result",
+    "print_run_result",
     "stream_answer",
     "terminal_width",
 ]
@@ -37,13 +42,15 @@ if TYPE_CHECKING:
 Display = PlainDisplay | LiveDisplay
 _VIEWER_PROBE = 5.0  # seconds to wait for the viewer's page
 OnEvent = Callable[[FlowEvent], None]
+R = TypeVar("R", bound=RunResult)
 
 
-def make_display(out: TextIO, *, plain: bool = False) -> Display:
-    """Live progress on a terminal; one line per event otherwise (or with ``plain``)."""
+def make_display(out: TextIO, *, plain: bool = False, turn: str = "round") -> Display:
+    """Live progress on a terminal; one line per event otherwise (or with ``plain``);
+    ``turn`` names the run's turns (the loop's rounds)."""
     isatty = getattr(out, "isatty", None)
     terminal = bool(isatty and isatty()) and os.environ.get("TERM") != "dumb"
-    return LiveDisplay(out) if terminal and not plain else PlainDisplay(out)
+    return LiveDisplay(out, turn=turn) if terminal and not plain else PlainDisplay(out, turn=turn)
 
 
 def _fan_out(callbacks: list[OnEvent]) -> OnEvent:
@@ -58,7 +65,7 @@ def _fan_out(callbacks: list[OnEvent]) -> OnEvent:
 
 
 async def observe(
-    start: Callable[[OnEvent], Awaitable[LoopResult]],
+    start: Callable[[OnEvent], Awaitable[R]],
     *,
     display: Display,
     meta: Mapping[str, Any],
@@ -66,7 +73,7 @@ async def observe(
     timeline: Path | None = None,
     otel: bool = False,
     view: int | None = None,
-) -> tuple[LoopResult, list[str]]:
+) -> tuple[R, list[str]]:
     """Run ``start(on_event)`` with the display refreshing beside it (and the live viewer on
     port ``view`` of 127.0.0.1, when given); write the trace and the timeline afterwards
     (also when the run failed: they show how far it got).
@@ -107,7 +114,7 @@ async def observe(
         raise
     on_event = _fan_out(callbacks)
     failure: BaseException | None = None
-    result: LoopResult | None = None
+    result: R | None = None
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(display.refresh_forever)
@@ -221,6 +228,99 @@ def print_result(
             out.write((text if len(text) <= width else text[: width - 3] + "...") + "\n")
     for note in result.notes:
         out.write(f"note: {note}\n")
+    if written:
+        out.write("\n" + "\n".join(written) + "\n")
+    out.flush()
+
+
+def _summary(result: RunResult, elapsed: float | None) -> list[str]:
+    records = result.records
+    failed = sum(1 for r in records if not r.success)
+    n = len(records)
+    parts = [
+        f"stop: {result.stop_reason}",
+        f"{n} record{'s' * (n != 1)}" + (f" ({failed} failed)" if failed else ""),
+    ]
+    used = usage_summary(result.usage)
+    if used:
+        parts.append(used)
+    if elapsed is not None:
+        parts.append(ms(elapsed))
+    return parts
+
+
+def print_run_result(
+    out: TextIO,
+    result: RunResult,
+    *,
+    elapsed: float | None = None,
+    written: Sequence[str] = (),
+) -> None:
+    """An agent's result: the stop reason, its tool calls one line each, its answer."""
+    out.write("\n" + " · ".join(_summary(result, elapsed)) + "\n")
+    width = max(terminal_width(out) - 1, 40)
+    for record in result.records:
+        if record.success:
+            text = f"  ok   {record.tool_name}: {preview(record.result, width * 2)}"
+        else:
+            text = f"  FAIL {record.tool_name}: {' '.join(str(record.error or '').split())}"
+        out.write((text if len(text) <= width else text[: width - 3] + "...") + "\n")
+    if result.text is not None:
+        out.write(f"\nanswer:\n{result.text}\n")
+    if written:
+        out.write("\n" + "\n".join(written) + "\n")
+    out.flush()
+
+
+_DECISION_FLAGS = {
+    "approve": "--approve",
+    "edit": "--edit CALL_ID=JSON",
+    "reject": "--reject [MESSAGE]",
+    "replan": "--replan [MESSAGE]",
+    "continue": "--continue",
+    "stop": "--stop [MESSAGE]",
+}
+
+
+def print_paused(
+    out: TextIO,
+    result: RunResult,
+    command: Sequence[str],
+    *,
+    elapsed: float | None = None,
+    written: Sequence[str] = (),
+) -> None:
+    """What a paused run waits for: its request (each call with its id and arguments), and
+    the ``toolloop resume`` command (``command``, without the decision) that answers it."""
+    request = result.request
+    records = len(result.records)
+    parts = [f"paused: run {result.run_id} waits for a human"]
+    parts.append(f"{records} record{'s' * (records != 1)} so far")
+    used = usage_summary(result.usage)
+    if used:
+        parts.append(used)
+    if elapsed is not None:
+        parts.append(ms(elapsed))
+    out.write("\n" + " · ".join(parts) + "\n")
+    allowed: list[str] = ["approve", "reject"]
+    if request is not None:
+        allowed = list(request.allowed)
+        out.write(f"{request.kind}: {' '.join(request.reason.split())}\n")
+        for call in request.tool_calls:
+            arguments = json.dumps(redact(call.arguments), ensure_ascii=False, default=str)
+            why = f" ({' '.join(call.why.split())})" if call.why else ""
+            out.write(f"  call {call.call_id}: {call.tool_name} {arguments}{why}\n")
+        out.write("allowed: " + ", ".join(allowed) + "\n")
+    first = allowed[0] if allowed else "approve"
+    decision = _DECISION_FLAGS.get(first, f"--{first}")
+    if first == "edit" and request is not None and request.tool_calls:
+        call = request.tool_calls[0]
+        arguments = json.dumps(redact(call.arguments), ensure_ascii=False, default=str)
+        decision = shlex.join(["--edit", f"{call.call_id}={arguments}"])
+    out.write(f"to continue: {shlex.join(command)} {decision}\n")
+    others = [_DECISION_FLAGS.get(kind, f"--{kind}") for kind in allowed[1:]]
+    if others:
+        out.write(f"  (or, instead of {decision.split()[0]}: {', '.join(others)})\n")
     if written:
         out.write("\n" + "\n".join(written) + "\n")
     out.flush()
