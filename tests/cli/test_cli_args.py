@@ -77,6 +77,7 @@ def tools_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
         (["trace"], "required: ACTION"),
         (["trace", "show"], "required: FILE.jsonl"),
         (["graph", "a", "b"], "unrecognized arguments: b"),
+        (["run", "hi", "--model", "m", "--max-rounds", "3"], "--max-rounds is now --max-turns"),
         (["run", "hi", "--model", "m", "--agent", "robot"], "invalid choice: 'robot'"),
         (["run", "hi", "--model", "m", "--usage-limit", "tokens=5"], "expected NAME=N[,NAME=N]"),
         (["run", "hi", "--model", "m", "--usage-limit", "requests=-1"], "expected 0 or more"),

@@ -95,7 +95,22 @@ class _Parser(argparse.ArgumentParser):
     """argparse, with an error told in one line (and a hint) instead of the usage block."""
 
     def error(self, message: str) -> NoReturn:
+        if message.startswith("unrecognized arguments:"):
+            message += _renamed_flags(message.split(":", 1)[1].split())
         raise CLIError(f"{self.prog}: {message} (see {self.prog} --help)", code=2)
+
+
+def _renamed_flags(given: list[str]) -> str:
+    """What the flags of earlier releases among ``given`` are called now ("" when none)."""
+    from ..kernel import RENAMED_OPTIONS
+
+    said = []
+    for arg in given:
+        old = arg.split("=", 1)[0]
+        new = RENAMED_OPTIONS.get(old.removeprefix("--").replace("-", "_"))
+        if old.startswith("--") and new is not None:
+            said.append(f"{old} is now --{new.replace('_', '-')}")
+    return f"; {', '.join(said)}" if said else ""
 
 
 def _number(
