@@ -27,8 +27,9 @@ Definition mistakes (how something was built) are kept apart from failures while
 
 Subpackages add their own, under these: the agents' (``toolloop.agents``:
 ``AgentDefinitionError`` under ``DefinitionError``; ``AgentModelError``,
-``ModelCallLimitError``, ``ToolCallLimitError`` under ``ExecutionError``), the checkpoints' (``toolloop.checkpoints``: ``CheckpointError`` and
-its ``CheckpointConflictError``, ``CorruptCheckpointError`` under ``RunError``;
+``ModelCallLimitError``, ``ToolCallLimitError`` under ``ExecutionError``), the
+checkpoints' (``toolloop.checkpoints``: ``CheckpointError`` and its
+``CheckpointConflictError``, ``CorruptCheckpointError`` under ``RunError``;
 ``RunNotFoundError``, ``RunNotResumableError``, ``DecisionError`` under ``ResumeError``),
 ``toolloop.tracing.TraceError`` for an unreadable trace file, and MCP tools'
 (``toolloop.mcp``: ``MCPToolError`` under ``ToolCallError``, ``MCPConnectionError`` under
