@@ -5,7 +5,8 @@ Definition mistakes (how something was built) are kept apart from failures while
     ToolloopError
     ├── DefinitionError                 something was built wrong; fix the code
     │   ├── FlowDefinitionError         a flow that cannot run as defined
-    │   └── ToolDefinitionError         a tool whose schema or function is unusable
+    │   ├── ToolDefinitionError         a tool whose schema or function is unusable
+    │   └── ResponseFormatError         a response_format that is no usable schema
     └── RunError                        something went wrong while running
         ├── ExecutionError              a flow execution ended badly (carries trace and state)
         │   ├── StepFailedError         a step raised; the cause is chained
@@ -13,6 +14,7 @@ Definition mistakes (how something was built) are kept apart from failures while
         │   ├── ExecutionStalledError   nothing left to run, but no end was reached
         │   ├── PlannerError            the planner raised or timed out (keeps done_plans)
         │   ├── AnswerError             the final answer (answer_with=) failed (keeps done_plans)
+        │   ├── StructuredOutputError   a structured answer failed its schema after every retry
         │   └── UsageLimitError         a run's usage passed its UsageLimits (keeps done_plans)
         ├── ResumeError                 a snapshot or an event that does not fit a paused run
         ├── ToolCallError               one tool call failed (becomes a record's error)
@@ -25,9 +27,9 @@ Definition mistakes (how something was built) are kept apart from failures while
 
 Subpackages add their own, under these: the agents' (``toolloop.agents``:
 ``AgentDefinitionError`` under ``DefinitionError``; ``AgentModelError``,
-``StructuredOutputError``, ``ModelCallLimitError``, ``ToolCallLimitError`` under
-``ExecutionError``), the checkpoints' (``toolloop.checkpoints``: ``CheckpointError`` and
-its ``CheckpointConflictError``, ``CorruptCheckpointError`` under ``RunError``;
+``ModelCallLimitError``, ``ToolCallLimitError`` under ``ExecutionError``), the
+checkpoints' (``toolloop.checkpoints``: ``CheckpointError`` and its
+``CheckpointConflictError``, ``CorruptCheckpointError`` under ``RunError``;
 ``RunNotFoundError``, ``RunNotResumableError``, ``DecisionError`` under ``ResumeError``),
 ``toolloop.tracing.TraceError`` for an unreadable trace file, and MCP tools'
 (``toolloop.mcp``: ``MCPToolError`` under ``ToolCallError``, ``MCPConnectionError`` under
@@ -55,9 +57,11 @@ __all__ = [
     "ModelOutputError",
     "ModelRefusalError",
     "PlannerError",
+    "ResponseFormatError",
     "ResumeError",
     "RunError",
     "StepFailedError",
+    "StructuredOutputError",
     "ToolArgumentsError",
     "ToolCallError",
     "ToolDefinitionError",
@@ -82,6 +86,11 @@ class FlowDefinitionError(DefinitionError):
 
 class ToolDefinitionError(DefinitionError):
     """A tool whose function or schema cannot be used."""
+
+
+class ResponseFormatError(DefinitionError):
+    """A ``response_format`` that cannot be used: no pydantic model class nor JSON schema, a
+    JSON schema that is not valid, or (for ``ToolStrategy``) the schema of no object."""
 
 
 class RunError(ToolloopError):
@@ -254,3 +263,20 @@ class ModelRefusalError(ModelOutputError):
     def __init__(self, message: str, *, refusal: str) -> None:
         super().__init__(message)
         self.refusal = refusal
+
+
+class StructuredOutputError(ExecutionError, ModelOutputError):
+    """A structured answer (``response_format=``) still failed its schema after every retry:
+    the message says what was expected and what came the last time. ``state`` is the run's
+    (its records, its usage); the loop also keeps its records in ``done_plans``."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        done_plans: Sequence[Any] = (),
+        trace: Sequence[TraceEntry] = (),
+        state: Any = None,
+    ) -> None:
+        super().__init__(message, trace=trace, state=state)
+        self.done_plans: list[Any] = list(done_plans)

@@ -18,6 +18,8 @@ from typing import Any, Literal
 
 import anyio
 import pytest
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
 
 from toolloop import ExecutionTimeoutError
 from toolloop.agents import AgentModelError, create_agent
@@ -41,6 +43,7 @@ from toolloop.kernel import (
     CheckpointSaved,
     ModelCallFinished,
     ModelCallStarted,
+    ResponseFormat,
     RunFinished,
     RunResult,
     cut_off_error,
@@ -48,6 +51,7 @@ from toolloop.kernel import (
     rejected_error,
 )
 from toolloop.loop import (
+    AnswerWith,
     async_plan_and_execute,
     async_recover_plan_and_execute,
     async_resume_plan_and_execute,
@@ -88,9 +92,19 @@ class Product:
     reviews_failed_calls = False
     """Whether a failed tool call goes to a human's review (the status agent's route for
     any failed call) rather than straight back to the model."""
+    answers_before_structured = True
+    """Whether the run answers (ends its turns) before its structured answer is asked for
+    (the loop's final answer, the status agent's conversation); the middleware agent's
+    structured answer is its last turn."""
 
     def __init__(self) -> None:
         self.model = ScriptedChatModel()
+        self.response_format: ResponseFormat | None = None
+        """The runs' ``response_format`` (each product's own way to take it)."""
+
+    def script_structured(self, name: str, **arguments: Any) -> None:
+        """The next model call answers by calling the structured-output tool ``name``."""
+        self.model.add_reply(tool_calls=[{"name": name, "arguments": json.dumps(arguments)}])
 
     def script_tool_call(self, tool: str, **arguments: Any) -> None:
         """The next model call asks for one call of ``tool``."""
@@ -146,6 +160,13 @@ class Loop(Product):
     def planner(self) -> StructuredPlanner:
         return StructuredPlanner(self.model, short_circuit=False)
 
+    def answering(self, options: dict[str, Any]) -> dict[str, Any]:
+        if self.response_format is None:
+            return options
+        return {"answer_with": AnswerWith(self.model, response_format=self.response_format)} | (
+            options
+        )
+
     def script_tool_call(self, tool: str, **arguments: Any) -> None:
         command = {"purpose": f"call {tool}", "tool_name": tool, "tool_kwargs": arguments}
         plan = {"next_action": "execute", "execution_commands": [command]}
@@ -155,7 +176,9 @@ class Loop(Product):
         self.model.add_reply(json.dumps({"content": text, "next_action": "response"}))
 
     async def run(self, tools: Tools, **options: Any) -> RunResult:
-        return await async_plan_and_execute(REQUEST, planner=self.planner(), tools=tools, **options)
+        return await async_plan_and_execute(
+            REQUEST, planner=self.planner(), tools=tools, **self.answering(options)
+        )
 
     async def resume(
         self, run_id: str, decision: object, tools: Tools, **options: Any
@@ -166,7 +189,7 @@ class Loop(Product):
 
     async def recover(self, run_id: str, tools: Tools, **options: Any) -> RunResult:
         return await async_recover_plan_and_execute(
-            run_id, planner=self.planner(), tools=tools, **options
+            run_id, planner=self.planner(), tools=tools, **self.answering(options)
         )
 
     def run_sync(self, tools: Tools, *, backend: Backend, **options: Any) -> RunResult:
@@ -210,9 +233,11 @@ class Agent(ToolCalling):
 
     name = "agent"
     model_error = AgentModelError
+    answers_before_structured = False
 
     async def run(self, tools: Tools, **options: Any) -> RunResult:
-        return await create_agent(self.model, tools).run(REQUEST, **options)
+        agent = create_agent(self.model, tools, response_format=self.response_format)
+        return await agent.run(REQUEST, **options)
 
     async def resume(
         self, run_id: str, decision: object, tools: Tools, **options: Any
@@ -220,7 +245,8 @@ class Agent(ToolCalling):
         return await create_agent(self.model, tools).resume(run_id, decision, **options)
 
     async def recover(self, run_id: str, tools: Tools, **options: Any) -> RunResult:
-        return await create_agent(self.model, tools).recover(run_id, **options)
+        agent = create_agent(self.model, tools, response_format=self.response_format)
+        return await agent.recover(run_id, **options)
 
     def run_sync(self, tools: Tools, *, backend: Backend, **options: Any) -> RunResult:
         return create_agent(self.model, tools).run_sync(REQUEST, backend=backend, **options)
@@ -277,7 +303,11 @@ class Status(ToolCalling):
             plan=lambda view: ["send the mail"],
             decide=self.decide,
             reflect=self.reflect,
-            converse=lambda view: "nothing to say",
+            **(
+                {"converse": lambda view: "nothing to say"}
+                if self.response_format is None
+                else {"model": self.model, "response_format": self.response_format}
+            ),
             store=self.store,
         )
         self.store = agent.store
@@ -811,6 +841,34 @@ async def test_the_result_is_the_kernel_s_run_result(make: type[Product]) -> Non
         "sent to ada",
     )
     assert result.text == "Ada has her mail."
+
+
+class Receipt(BaseModel):
+    """Who has their mail."""
+
+    to: str
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_structured_answer_is_retried_counted_and_kept(make: type[Product]) -> None:
+    product, mailer, store = make(), Mailer(), MemoryCheckpointStore()
+    product.response_format = Receipt
+    product.script_tool_call("send", to="ada")
+    if product.answers_before_structured:
+        product.script_answer("Ada has her mail.")
+    product.script_structured("Receipt", to=["ada"])  # fails the schema: sent back
+    product.script_structured("Receipt", to="ada")
+    done: Any = await product.run(mailer.tools, store=store)
+    assert (done.status, mailer.sent) == ("completed", ["ada"])
+    assert done.structured_response == Receipt(to="ada")
+    assert done.usage.requests == len(product.model.requests)  # every try counted
+    told = product.model.requests[-1].messages
+    assert any(m["role"] == "tool" and "does not fit Receipt" in str(m["content"]) for m in told), (
+        told
+    )
+    again: Any = await product.recover(done.run_id, mailer.tools, store=store)
+    assert to_jsonable_python(again.structured_response) == {"to": "ada"}
+    assert again.usage == done.usage and mailer.sent == ["ada"]
 
 
 # -- the sync twins -----------------------------------------------------------------------------

@@ -29,6 +29,7 @@ EXPECTED_ROUTES = {
     ("reflection", "needs_human"): "human_intervention",
     ("reflection", "replan"): "planning",
     ("reflection", "continue"): "decision",
+    ("reflection", "conversation_ready"): "conversation",  # a structured answer to write
     ("reflection", "reflection_completed"): "finish",
     ("human_intervention", "waiting_for_human"): "await_human",
     ("human_intervention", "replan"): "planning",

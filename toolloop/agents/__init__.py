@@ -13,6 +13,11 @@ its model calls with the kernel's :class:`~toolloop.kernel.ModelCallStarted` /
 
 from __future__ import annotations
 
+# structured output is every product's (the kernel's): its names stay here too
+from .._errors import StructuredOutputError as StructuredOutputError
+from ..kernel import ProviderStrategy as ProviderStrategy
+from ..kernel import ResponseFormat as ResponseFormat
+from ..kernel import ToolStrategy as ToolStrategy
 from ._agent import Agent as Agent
 from ._agent import create_agent as create_agent
 from ._decorators import after_agent as after_agent
@@ -24,7 +29,6 @@ from ._decorators import wrap_tool_call as wrap_tool_call
 from ._errors import AgentDefinitionError as AgentDefinitionError
 from ._errors import AgentModelError as AgentModelError
 from ._errors import ModelCallLimitError as ModelCallLimitError
-from ._errors import StructuredOutputError as StructuredOutputError
 from ._errors import ToolCallLimitError as ToolCallLimitError
 from ._flow import agent_flow as agent_flow
 from ._messages import AssistantMessage as AssistantMessage
@@ -52,9 +56,6 @@ from ._state import Command as Command
 from ._state import JumpTo as JumpTo
 from ._state import Todo as Todo
 from ._state import TodoStatus as TodoStatus
-from ._structured import ProviderStrategy as ProviderStrategy
-from ._structured import ResponseFormat as ResponseFormat
-from ._structured import ToolStrategy as ToolStrategy
 
 __all__ = [
     "Agent",

@@ -18,6 +18,7 @@ from ..checkpoints import CheckpointedRun, CheckpointStore, HumanRequest, usage_
 from ..flow import Execution, Flow, FlowResult, FlowSnapshot
 from ..kernel import (
     Backend,
+    ResponseFormat,
     RunDefaults,
     RunOptions,
     RunOverrides,
@@ -43,7 +44,6 @@ from ._persist import (
 from ._result import AgentResult, result_of
 from ._spec import AgentSpec, build_spec
 from ._state import AgentState
-from ._structured import ResponseFormat
 from .middleware import HumanApprovalMiddleware
 
 __all__ = ["Agent", "create_agent"]

@@ -6,24 +6,23 @@
     └── RunError
         └── ExecutionError              (carries trace and state)
             ├── AgentModelError         the model raised or timed out (cause chained)
-            ├── StructuredOutputError   the answer failed its schema after every retry
             ├── ModelCallLimitError     a model-call limit was reached (exit_behavior="error")
             └── ToolCallLimitError      a tool-call limit was reached (exit_behavior="error")
 
 Run failures are :class:`~toolloop.errors.ExecutionError` subclasses, so they leave the flow engine
 as they were raised, with the run's trace and state (``.state.messages`` keeps the
-conversation so far).
+conversation so far). A structured answer that still fails its schema after every retry
+raises :class:`~toolloop.errors.StructuredOutputError`, every product's (re-exported here).
 """
 
 from __future__ import annotations
 
-from .._errors import DefinitionError, ExecutionError, ModelOutputError
+from .._errors import DefinitionError, ExecutionError
 
 __all__ = [
     "AgentDefinitionError",
     "AgentModelError",
     "ModelCallLimitError",
-    "StructuredOutputError",
     "ToolCallLimitError",
 ]
 
@@ -36,10 +35,6 @@ class AgentDefinitionError(DefinitionError):
 class AgentModelError(ExecutionError):
     """The model call raised or timed out (after the ``wrap_model_call`` middleware had their
     say); the original exception is the ``__cause__``."""
-
-
-class StructuredOutputError(ExecutionError, ModelOutputError):
-    """The model's final answer still failed its schema after every retry."""
 
 
 class ModelCallLimitError(ExecutionError):

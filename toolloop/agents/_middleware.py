@@ -40,7 +40,7 @@ from ._messages import AssistantMessage, Message, ToolCall, ToolMessage
 from ._state import AgentState, Command, JumpTo, check_jump
 
 if TYPE_CHECKING:
-    from ._structured import ProviderStrategy, ToolStrategy
+    from ..kernel import ProviderStrategy, ToolStrategy
 
 __all__ = [
     "AgentMiddleware",

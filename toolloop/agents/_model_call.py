@@ -14,19 +14,17 @@ from typing import Any
 import anyio
 
 from .._errors import ModelOutputError
-from ..kernel import arguments_problem, model_timeout_error
+from ..kernel import ProviderStrategy, arguments_problem, model_timeout_error
 from ..models import (
     ChatRequest,
     ReplyReader,
     ReplyToolCall,
-    StructuredOutput,
     parse_tool_arguments,
     stream_chat,
 )
 from ..tools import Tool
 from ._messages import AssistantMessage, ToolCall, new_id, to_openai
 from ._middleware import ModelRequest, ModelResponse
-from ._structured import ProviderStrategy
 
 __all__ = ["chat_request", "stream_model"]
 
@@ -53,8 +51,7 @@ def chat_request(
     structured = None
     strategy = request.response_format
     if isinstance(strategy, ProviderStrategy):
-        output = strategy.output
-        structured = StructuredOutput(output.schema, name=output.name, strict=strategy.strict)
+        structured = strategy.structured_output()
     settings = request.settings
     tools = _openai_tools(request.tools, cache or {})
     return ChatRequest(

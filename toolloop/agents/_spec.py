@@ -14,8 +14,16 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._errors import ResponseFormatError
 from ..checkpoints import RequestedCall
-from ..kernel import RunOptions, approval_rule
+from ..kernel import (
+    ProviderStrategy,
+    ResponseFormat,
+    RunOptions,
+    ToolStrategy,
+    approval_rule,
+    output_schema,
+)
 from ..models import ChatModel
 from ..runner import Executor
 from ..tools import Tool, ToolRegistry
@@ -33,7 +41,6 @@ from ._middleware import (
 )
 from ._model_call import stream_model
 from ._state import Command
-from ._structured import ProviderStrategy, ResponseFormat, ToolStrategy, output_schema
 from ._tool_call import execute_tool
 from .middleware import HumanApprovalMiddleware
 
@@ -227,7 +234,10 @@ def build_spec(
     for mw in middleware:
         if isinstance(mw, HumanApprovalMiddleware):
             mw.check_tools(names)
-    strategy = output_schema(response_format)
+    try:
+        strategy = output_schema(response_format)
+    except ResponseFormatError as exc:  # the agent's own words for an agent built wrong
+        raise AgentDefinitionError(str(exc)) from exc
     offered = list(registry)
     structured: frozenset[str] = frozenset()
     if isinstance(strategy, ToolStrategy):

@@ -7,17 +7,17 @@ model back to try again. With :class:`ProviderStrategy`, a reply without tool ca
 answer: its text must be JSON that fits. A reply that gives no answer at all is sent back
 with a user message saying what is expected; a refusal is not (the run ends with the stop
 reason ``refusal``). After ``retries`` failures in a run,
-:class:`StructuredOutputError` is raised.
+:class:`~toolloop.errors.StructuredOutputError` is raised. What an answer that failed is
+told, and the error, are the strategies' own (:mod:`toolloop.kernel`), as in every product.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._errors import StructuredOutputError
+from ..kernel import ProviderStrategy, ToolStrategy
 from ._messages import AssistantMessage, ToolMessage, UserMessage, content_text
 from ._state import AgentState, JumpTo
-from ._structured import ProviderStrategy, ToolStrategy
 from ._tool_call import error_message
 
 if TYPE_CHECKING:
@@ -29,12 +29,9 @@ __all__ = ["structured_answer"]
 def _failed(strategy: ToolStrategy | ProviderStrategy, state: AgentState, error: str) -> None:
     state.structured_failures += 1
     if state.structured_failures > strategy.retries:
-        raise StructuredOutputError(
-            f"the model's final answer failed to fit {strategy.output.name!r} "
-            f"{state.structured_failures} times (retries={strategy.retries}); the last time: "
-            f"{error}",
-            state=state,
-        )
+        failed = strategy.gave_up(state.structured_failures, error)
+        failed.state = state
+        raise failed
 
 
 def _send_back(
@@ -66,13 +63,10 @@ def structured_answer(
                 strategy,
                 state,
                 f"the model answered without calling {name!r}",
-                f"Give your final answer by calling the {name!r} tool.",
+                strategy.ask_for_the_call(),
             )
         if len(calls) > 1:
-            error = (
-                f"{name!r} was called {len(calls)} times in one reply; call it once, with "
-                "your one final answer"
-            )
+            error = strategy.called_too_often(len(calls))
             state.messages.extend(error_message(call, error) for call in calls)
             _failed(strategy, state, error)
             return None
@@ -82,9 +76,7 @@ def structured_answer(
                 raise ValueError(call.error)
             value = strategy.output.parse(call.args)
         except ValueError as exc:
-            state.messages.append(
-                error_message(call, f"{exc}. Fix the arguments and call {name!r} again.")
-            )
+            state.messages.append(error_message(call, strategy.fix_the_call(str(exc))))
             _failed(strategy, state, str(exc))
             return None
         state.structured_response = value
@@ -106,8 +98,7 @@ def structured_answer(
             strategy,
             state,
             str(exc),
-            f"{exc}. Answer again with only the JSON value, fitting the schema "
-            f"{strategy.output.name!r}.",
+            strategy.answer_again(str(exc)),
         )
     state.structured_response = value
     return None

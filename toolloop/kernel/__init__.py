@@ -3,8 +3,8 @@
 The loop, the middleware agent and the status agent are their turn logic on top of it:
 the same options (limits, timeouts, budget, store, approvals, deps), the same vocabulary
 (stop reasons, one tool-call shape, one wording per failure), the same events, the same
-journal of tool calls, the same human decisions, the same result and the same verbs to
-resume and recover a run.
+journal of tool calls, the same human decisions, the same structured output of an answer,
+the same result and the same verbs to resume and recover a run.
 """
 
 from __future__ import annotations
@@ -47,6 +47,13 @@ from ._options import UnknownOutcome as UnknownOutcome
 from ._options import option_hint as option_hint
 from ._result import RunResult as RunResult
 from ._result import RunStatus as RunStatus
+from ._structured import OutputSchema as OutputSchema
+from ._structured import ProviderStrategy as ProviderStrategy
+from ._structured import ResponseFormat as ResponseFormat
+from ._structured import StructuredAnswer as StructuredAnswer
+from ._structured import ToolStrategy as ToolStrategy
+from ._structured import ask_structured as ask_structured
+from ._structured import output_schema as output_schema
 from ._sync import Backend as Backend
 from ._sync import SyncTwins as SyncTwins
 from ._sync import run_sync as run_sync
@@ -73,6 +80,9 @@ __all__ = [
     "ModelCallStarted",
     "OnEvent",
     "OnLimit",
+    "OutputSchema",
+    "ProviderStrategy",
+    "ResponseFormat",
     "Run",
     "RunDefaults",
     "RunEvent",
@@ -83,12 +93,15 @@ __all__ = [
     "RunStatus",
     "Skip",
     "StopReason",
+    "StructuredAnswer",
     "SyncTwins",
+    "ToolStrategy",
     "TurnLogic",
     "UnknownOutcome",
     "Verdict",
     "approval_rule",
     "arguments_problem",
+    "ask_structured",
     "cut_off_error",
     "cut_off_record",
     "decide",
@@ -98,6 +111,7 @@ __all__ = [
     "journaled_call",
     "model_timeout_error",
     "option_hint",
+    "output_schema",
     "record_interrupted",
     "rejected_error",
     "run_sync",

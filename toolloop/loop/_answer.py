@@ -5,16 +5,24 @@ data, not instructions) and the user message the user's input followed by the
 ``action_results``; with no record the request carries the user's input alone (and the
 caller's system prompt, if any). Nothing is planned here: after a planner that answered
 ``response`` this is the one request left.
+
+With ``response_format=`` (a pydantic model, a JSON schema, or the kernel's
+:class:`~toolloop.kernel.ToolStrategy` / :class:`~toolloop.kernel.ProviderStrategy`, as the
+middleware agent takes them), :func:`final_answer` asks for an answer that fits, sends one
+that fails back with its errors (``retries`` times) and gives the value as
+``structured_response``. A structured answer is not streamed: it is only an answer once the
+whole of it fits.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
 from typing import Any
 
 from .._errors import ModelOutputError
+from ..kernel import ResponseFormat, ask_structured, output_schema
 from ..models import (
     ChatDelta,
     ChatModel,
@@ -155,12 +163,18 @@ class FinalAnswer(str):
     """The final answer's text (a ``str``), with how it ended: ``finish_reason`` (``"length"``:
     cut off by ``max_tokens``, see ``cut_off``), the call's ``usage`` when reported, the
     ``reasoning`` of a thinking model (``""`` when none was sent), and ``run_usage``: the
-    run's usage with this answer's call added (what the run cost in all)."""
+    run's usage with this answer's call added (what the run cost in all).
+
+    With a ``response_format``: ``structured_response`` is the validated answer (a model
+    instance for a pydantic schema), the text is its JSON as the model wrote it, and
+    ``usage`` sums every try (``tries`` of them)."""
 
     finish_reason: str | None
     usage: Usage | None
     reasoning: str
     run_usage: Usage | None
+    structured_response: Any
+    tries: int
 
     def __new__(
         cls,
@@ -170,18 +184,31 @@ class FinalAnswer(str):
         usage: Usage | None = None,
         reasoning: str = "",
         run_usage: Usage | None = None,
+        structured_response: Any = None,
+        tries: int = 1,
     ) -> FinalAnswer:
         self = super().__new__(cls, text)
         self.finish_reason = finish_reason
         self.usage = usage
         self.reasoning = reasoning
         self.run_usage = run_usage
+        self.structured_response = structured_response
+        self.tries = tries
         return self
 
     @property
     def cut_off(self) -> bool:
         """The token limit ended the answer (``finish_reason == "length"``)."""
         return self.finish_reason == "length"
+
+
+def _metered(result: LoopResult, usage_limits: UsageLimits | None) -> AbstractContextManager[Any]:
+    """The run's budget over the answer's calls: ``result.usage`` counts against it."""
+    if usage_limits is None:
+        return nullcontext()
+    meter = UsageMeter(usage_limits)
+    meter.usage = result.usage  # the run's model calls so far count
+    return meter
 
 
 @asynccontextmanager
@@ -195,6 +222,7 @@ async def stream_final_answer(
     max_result_chars: int = FINAL_ANSWER_RESULT_CHARS,
     settings: ModelSettings | None = None,
     usage_limits: UsageLimits | None = None,
+    response_format: None = None,
 ) -> AsyncIterator[AnswerStream]:
     """Stream the final answer to the user's request, with the loop's results::
 
@@ -215,6 +243,8 @@ async def stream_final_answer(
             ``result.usage`` counts against it (a call past it is refused, a reply that
             passes a token budget is closed: :class:`~toolloop.errors.UsageLimitError`).
             A run given ``answer_with=`` makes its answer under its own budget.
+        response_format: not taken here: a structured answer is not streamed (it is one
+            only once the whole of it fits); ask :func:`final_answer` for it.
 
     Yields:
         The answer's text, delta by delta (an :class:`AnswerStream`: once read, its
@@ -225,7 +255,15 @@ async def stream_final_answer(
         ModelCallError: the model could not be reached or answered an error.
         ModelOutputError: the reply had no text (raised as the iteration ends; a
             :class:`~toolloop.errors.ModelRefusalError` when the model refused).
+        TypeError: a ``response_format`` was given.
     """
+    if response_format is not None:
+        raise TypeError(
+            "stream_final_answer streams text; a structured answer is not streamed (it is "
+            "one only once the whole of it fits its schema): use "
+            "final_answer(model, result, response_format=...), whose structured_response "
+            "is the validated value"
+        )
     request = ChatRequest(
         messages=final_answer_messages(
             result, system_prompt=system_prompt, max_result_chars=max_result_chars
@@ -234,13 +272,7 @@ async def stream_final_answer(
         temperature=temperature,
         settings=settings,
     )
-    if usage_limits is None:
-        async with stream_chat(model, request) as deltas:
-            yield AnswerStream(deltas)
-        return
-    meter = UsageMeter(usage_limits)
-    meter.usage = result.usage  # the run's model calls so far count
-    with meter:
+    with _metered(result, usage_limits):
         async with stream_chat(model, request) as deltas:
             yield AnswerStream(deltas)
 
@@ -255,17 +287,52 @@ async def final_answer(
     max_result_chars: int = FINAL_ANSWER_RESULT_CHARS,
     settings: ModelSettings | None = None,
     usage_limits: UsageLimits | None = None,
+    response_format: ResponseFormat | None = None,
 ) -> FinalAnswer:
     """The whole final answer (see :func:`stream_final_answer`): its text, a ``str``, with
     its ``finish_reason`` (``cut_off`` when ``max_tokens`` ended it), ``usage`` and
     ``reasoning``.
+
+    ``response_format``: a pydantic model class, a JSON schema, or a
+    :class:`~toolloop.kernel.ToolStrategy` (the default for a bare schema: the model
+    answers by calling a tool of that schema) or :class:`~toolloop.kernel.ProviderStrategy`
+    (the provider's ``json_schema`` response format). An answer that fails the schema is
+    sent back with its errors, ``retries`` times; the answer's ``structured_response`` is
+    the validated value, and every try is a model call of the run (counted, and held to
+    ``usage_limits``).
 
     Raises:
         ModelCallError: the model could not be reached or answered an error.
         ModelOutputError: the reply had no text: an empty stream, or one the token limit cut
             off while the model was reasoning (a :class:`~toolloop.errors.ModelRefusalError`
             when the model refused: its words are the error's ``refusal``).
+        StructuredOutputError: with ``response_format``, every try failed its schema.
+        ResponseFormatError: ``response_format`` is no usable schema.
     """
+    strategy = output_schema(response_format)
+    if strategy is not None:
+        messages = final_answer_messages(
+            result, system_prompt=system_prompt, max_result_chars=max_result_chars
+        )
+        with _metered(result, usage_limits):
+            answer = await ask_structured(
+                model,
+                messages,
+                strategy,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                settings=settings,
+            )
+        reply = answer.reply
+        return FinalAnswer(
+            answer.text,
+            finish_reason=reply.finish_reason,
+            usage=answer.usage,
+            reasoning=reply.reasoning.text if reply.reasoning is not None else "",
+            run_usage=result.usage + answer.usage,
+            structured_response=answer.value,
+            tries=answer.tries,
+        )
     async with stream_final_answer(
         model,
         result,

@@ -176,6 +176,7 @@ def _result(execution: Execution[RoundState], ended: Ended[RoundState]) -> LoopR
         usage=state.usage,
         text=state.answer,
         status=ended.status,
+        structured_response=state.structured_response,
     )
 
 
@@ -409,7 +410,13 @@ async def _continued(
                 f"run {run_id!r} has completed, not paused: a decision has nothing to answer "
                 "(was it answered already?); recover it without one for its result"
             )
-        return LoopResult.model_validate(checkpoint.result)
+        stored = LoopResult.model_validate(checkpoint.result)
+        spec = _answer_spec(own.get("answer_with"))
+        strategy = spec.strategy if spec is not None else None
+        if strategy is None or stored.structured_response is None:
+            return stored
+        value = strategy.output.restore(stored.structured_response)
+        return stored.model_copy(update={"structured_response": value})
     paused = checkpoint.status == "paused"
     if paused != (decision is not None):
         raise RunNotResumableError(

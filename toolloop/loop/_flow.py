@@ -27,10 +27,19 @@ from typing import Any, Protocol
 import anyio
 from pydantic import BaseModel, Field
 
-from .._errors import AnswerError, PlannerError, UsageLimitError
+from .._errors import AnswerError, PlannerError, StructuredOutputError, UsageLimitError
 from ..checkpoints import HumanRequest
 from ..flow import Context, Flow
-from ..kernel import model_timeout_error, tell, tell_call_finished, tell_call_started
+from ..kernel import (
+    ProviderStrategy,
+    ResponseFormat,
+    ToolStrategy,
+    model_timeout_error,
+    output_schema,
+    tell,
+    tell_call_finished,
+    tell_call_started,
+)
 from ..models import ChatModel, ModelSettings, Usage, UsageLimits, UsageMeter, current_meter
 from ..planners import (
     PlannerContext,
@@ -80,13 +89,28 @@ class PauseForHuman(Exception):
 @dataclass(frozen=True, slots=True)
 class AnswerWith:
     """The final answer a run makes once its loop stops (``answer_with=``): the model, and
-    its settings for that call."""
+    its settings for that call.
+
+    ``response_format``: the answer is structured (see :func:`~toolloop.loop.final_answer`):
+    a pydantic model class, a JSON schema, or a :class:`~toolloop.kernel.ToolStrategy` /
+    :class:`~toolloop.kernel.ProviderStrategy`; checked when built
+    (:class:`~toolloop.errors.ResponseFormatError`), held as its strategy.
+    """
 
     model: ChatModel
     system_prompt: str | None = None
     max_tokens: int | None = None
     temperature: float | None = None
     settings: ModelSettings | None = None
+    response_format: ResponseFormat | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "response_format", output_schema(self.response_format))
+
+    @property
+    def strategy(self) -> ToolStrategy | ProviderStrategy | None:
+        """The structured answer's strategy (``None``: the answer is text)."""
+        return output_schema(self.response_format)
 
 
 class RoundState(BaseModel):
@@ -112,6 +136,10 @@ class RoundState(BaseModel):
     message (the tool-calling planner's): sent back as it was in the next rounds."""
     answer: str | None = None
     """The final answer, when the run made one (``answer_with=``)."""
+    structured_response: Any = None
+    """The structured final answer, when the run made one (``answer_with=`` with a
+    ``response_format``): a model instance for a pydantic schema (its JSON data in a
+    snapshot)."""
 
 
 class DurableHooks(Protocol):
@@ -567,9 +595,14 @@ async def _answer(state: RoundState, deps: LoopDeps, answer: AnswerWith, run_id:
                 max_tokens=answer.max_tokens,
                 temperature=answer.temperature,
                 settings=answer.settings,
+                response_format=answer.strategy,
             )
     except UsageLimitError:
         raise  # the run ends as its caller chose (raise, or finish with what it has)
+    except StructuredOutputError as exc:  # its own words: what was expected, what came
+        exc.done_plans = list(state.done_plans)
+        exc.state = state
+        raise
     except Exception as exc:
         what, cause = _failed(exc, "the final answer's model call", deps.model_timeout)
         error = AnswerError(
@@ -580,6 +613,7 @@ async def _answer(state: RoundState, deps: LoopDeps, answer: AnswerWith, run_id:
         )
         raise error from cause
     state.answer = str(text)
+    state.structured_response = text.structured_response
     if text.cut_off:
         state.notes.append("the final answer was cut off by its token limit; raise max_tokens")
 

@@ -73,6 +73,11 @@ class LoopResult(RunResult):
     """Text the planner's model wrote beside its last plan, e.g. the answer of a
     tool-calling model that called no tool, or its refusal (``None`` when there was
     none)."""
+    structured_response: Any = None
+    """The structured final answer, when the run made one (``answer_with=`` an
+    :class:`~toolloop.loop.AnswerWith` with a ``response_format``): a model instance for a
+    pydantic schema; ``text`` is its JSON. Read back from a store, its JSON data (a model
+    instance again when the call that reads it gives the same ``response_format``)."""
 
     @computed_field  # type: ignore[prop-decorator]
     @cached_property
@@ -133,6 +138,7 @@ class LoopResult(RunResult):
         usage: Usage | None = None,
         text: str | None = None,
         status: Literal["completed", "paused"] | None = None,
+        structured_response: Any = None,
     ) -> LoopResult:
         """Fold the records in (when read); with none, nothing is injected. ``text`` is the
         final answer when the run made one, else the planner's text."""
@@ -149,4 +155,5 @@ class LoopResult(RunResult):
             request=request,
             usage=usage if usage is not None else NO_USAGE,
             text=text if text is not None else planner_text,
+            structured_response=structured_response,
         )

@@ -52,16 +52,21 @@ from ..flow import Execution, FlowResult
 from ..kernel import (
     Backend,
     Ended,
+    ProviderStrategy,
+    ResponseFormat,
     RunDefaults,
     RunOptions,
     RunOverrides,
     RunResult,
     StopReason,
+    StructuredAnswer,
     SyncTwins,
+    ToolStrategy,
     approval_rule,
     cut_off_record,
     decide,
     drive,
+    output_schema,
     run_sync,
 )
 from ..models import ChatModel, Usage
@@ -72,7 +77,7 @@ from ._human import HUMAN_EVENT
 from ._llm import LLMStatusSteps
 from ._nodes import FLOW_NAME, RECOVER_EVENT, StatusDeps, recover_snapshot
 from ._state import StatusAgentState
-from ._steps import StatusSteps, StepFunction
+from ._steps import StatusSteps, StatusView, StepFunction
 
 __all__ = ["StatusAgent", "StatusAgentResult"]
 
@@ -91,9 +96,18 @@ class StatusAgentResult(RunResult):
     ``stopped`` (a human's ``Stop``), ``max_turns``, ``guard`` (the loop guard: the run
     went in circles; ``state.stop_detail`` says how), ``timeout`` and ``usage_limit`` (with
     ``on_timeout`` / ``on_usage_limit`` set to ``"finish"``).
+
+    With a ``response_format``, an answered run's :attr:`structured_response` is its
+    answer (and ``text`` that answer's JSON).
     """
 
     state: StatusAgentState
+
+    @property
+    def structured_response(self) -> Any:
+        """The validated answer, with a ``response_format`` (a model instance for a
+        pydantic schema); ``None`` otherwise, or when the run did not answer."""
+        return self.state.structured_response
 
     @property
     def records(self) -> list[ToolExecutionRecord]:
@@ -135,6 +149,15 @@ class StatusAgent(SyncTwins[StatusAgentResult]):
         decide: the decision step.
         reflect: the reflection step.
         converse: the conversation step.
+        response_format: the answer is structured: a pydantic model class, a JSON schema,
+            or a :class:`~toolloop.kernel.ToolStrategy` (the default for a bare schema: the
+            model answers by calling a tool of that schema) /
+            :class:`~toolloop.kernel.ProviderStrategy` (the provider's ``json_schema``).
+            The conversation step writes it, with ``model``, once the run has its results
+            (a reflection's ``finish`` goes there too); one that fails is sent back with
+            its errors, ``retries`` times, each try a model call of the run, before
+            :class:`~toolloop.errors.StructuredOutputError`. The result's
+            ``structured_response`` is the validated value.
         max_idle_visits: a run ends (stop reason ``guard``) when a node is reached this many
             times with no progress.
         **options: the run options, the defaults of its runs (every one but ``run_id``):
@@ -169,7 +192,9 @@ class StatusAgent(SyncTwins[StatusAgentResult]):
 
     Raises:
         ValueError, TypeError: an option no run can take (the message says which), a step
-            missing without a model, ``needs_approval`` naming no tool of the agent.
+            missing without a model, ``needs_approval`` naming no tool of the agent, a
+            ``response_format`` without a model or with a ``converse`` step of its own.
+        ResponseFormatError: a ``response_format`` that is no usable schema.
     """
 
     flow = status_agent_flow
@@ -184,6 +209,7 @@ class StatusAgent(SyncTwins[StatusAgentResult]):
         decide: StepFunction | None = None,
         reflect: StepFunction | None = None,
         converse: StepFunction | None = None,
+        response_format: ResponseFormat | None = None,
         max_idle_visits: int = 3,
         **options: Unpack[RunDefaults],
     ) -> None:
@@ -200,6 +226,16 @@ class StatusAgent(SyncTwins[StatusAgentResult]):
                 f"StatusAgent needs model= for its default steps, or functions for {missing}"
             )
         llm = LLMStatusSteps(model) if model is not None else None
+        self.response_format: ToolStrategy | ProviderStrategy | None = output_schema(
+            response_format
+        )
+        """The structured answer's strategy (``None``: the answer is text)."""
+        if self.response_format is not None and (llm is None or converse is not None):
+            raise ValueError(
+                "response_format= is answered by the model's conversation step: give "
+                "model=, and no converse= of your own"
+            )
+        self._llm = llm
         self.steps = StatusSteps(
             **{name: fn if fn is not None else getattr(llm, name) for name, fn in given.items()}
         )
@@ -330,7 +366,7 @@ class StatusAgent(SyncTwins[StatusAgentResult]):
         store = self._store(chosen)
         checkpoint = await CheckpointedRun.load(store, run_id)
         if checkpoint.status == "completed" and checkpoint.flow == FLOW_NAME:
-            return StatusAgentResult.model_validate(checkpoint.result)
+            return self._typed(StatusAgentResult.model_validate(checkpoint.result))
         expect_status(checkpoint, INTERRUPTED)
         deps = self._deps(chosen, run_id)
         execution = self._restore(checkpoint, deps)
@@ -426,7 +462,24 @@ class StatusAgent(SyncTwins[StatusAgentResult]):
             approval=approval_rule(options.needs_approval, self.registry.names),
             max_turns=options.turns(MAX_TURNS),
             max_idle_visits=self.max_idle_visits,
+            answer=self._answer_writer(),
         )
+
+    def _typed(self, result: StatusAgentResult) -> StatusAgentResult:
+        """``result`` with its structured answer as the schema gives it (a model instance
+        again, once read back from a checkpoint)."""
+        if self.response_format is not None:
+            state = result.state
+            state.structured_response = self.response_format.output.restore(
+                state.structured_response
+            )
+        return result
+
+    def _answer_writer(self) -> Callable[[StatusView], Awaitable[StructuredAnswer]] | None:
+        strategy, llm = self.response_format, self._llm
+        if strategy is None or llm is None:
+            return None
+        return functools.partial(llm.structured, strategy=strategy)
 
     def _restore(self, checkpoint: Checkpoint, deps: StatusDeps) -> Execution[StatusAgentState]:
         if checkpoint.flow != FLOW_NAME:
@@ -454,7 +507,7 @@ class StatusAgent(SyncTwins[StatusAgentResult]):
             options,
             _LOGIC,
             scope=deps.scope,
-            result_of=lambda ended: _result(execution.id, ended),
+            result_of=lambda ended: self._typed(_result(execution.id, ended)),
             run=deps.run,
             settle=_settle,
         )

@@ -13,6 +13,7 @@
     reflection ─┬─ needs_human (errors, repeated calls) ─▶ human_intervention
                 ├─ replan ─▶ planning
                 ├─ continue ─▶ decision
+                ├─ conversation_ready (a structured answer to write) ─▶ conversation
                 └─ otherwise ─▶ finish
     human_intervention ─┬─ waiting_for_human ─▶ await_human (pauses the run)
                         ├─ replan ─▶ planning
@@ -88,7 +89,12 @@ ROUTES: dict[NodeName, Route] = {
     ),
     "reflection": (
         _status,
-        {"needs_human": human_intervention, "replan": planning, "continue": decision},
+        {
+            "needs_human": human_intervention,
+            "replan": planning,
+            "continue": decision,
+            "conversation_ready": conversation,
+        },
         finish_step,
     ),
     "human_intervention": (

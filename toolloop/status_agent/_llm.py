@@ -2,7 +2,8 @@
 
 Through the :class:`~toolloop.models.ChatModel` seam, so any model adapter (the OpenAI one,
 a scripted double) serves. ``plan``, ``decide`` and ``reflect`` ask for JSON that fits a
-schema; ``analyze`` and ``converse`` ask for text. Tool results go to the model as quoted
+schema; ``analyze`` and ``converse`` ask for text; with a ``response_format``, the answer
+is structured (:meth:`LLMStatusSteps.structured`). Tool results go to the model as quoted
 data (see :data:`~toolloop.loop.EXTRA_INSTRUCTION`).
 """
 
@@ -14,6 +15,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from .._errors import ModelOutputError, ModelRefusalError
+from ..kernel import ProviderStrategy, StructuredAnswer, ToolStrategy, ask_structured
 from ..models import ChatModel, ChatReply, ChatRequest, ReplyReader, StructuredOutput, stream_chat
 from ..runner import EXTRA_INSTRUCTION, json_safe
 from ._steps import StatusDecision, StatusPlan, StatusReflection, StatusView, as_output
@@ -51,6 +53,10 @@ _TASKS = {
         "'note'."
     ),
     "converse": "Answer the user's request directly, in plain text.",
+    "answer": (
+        "Give the final answer to the user's request, from the results (and the answer so "
+        "far, if any), in the form asked for: fitting its schema exactly."
+    ),
 }
 
 _PLAN_SCHEMA: dict[str, Any] = {
@@ -206,6 +212,21 @@ class LLMStatusSteps:
                 f"{self.max_tokens}) after {len(reply.text)} characters; raise max_tokens"
             )
         return reply.text
+
+    async def structured(
+        self, view: StatusView, strategy: ToolStrategy | ProviderStrategy
+    ) -> StructuredAnswer:
+        """The run's answer in the form of ``strategy`` (the conversation step's, with a
+        ``response_format``): one that fails is sent back with its errors, ``retries`` times
+        (:func:`~toolloop.kernel.ask_structured`)."""
+        request = self.request("answer", view)
+        return await ask_structured(
+            self.model,
+            request.messages,
+            strategy,
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+        )
 
     async def _reply(self, request: ChatRequest, step: str) -> ChatReply:
         """The whole reply; a refusal or a reply with nothing in it is an error."""

@@ -36,6 +36,7 @@ from ..kernel import (
     CheckpointSaved,
     RunOptions,
     StopReason,
+    StructuredAnswer,
     arguments_problem,
     journaled_call,
     tell,
@@ -127,6 +128,9 @@ class StatusDeps:
     run: CheckpointedRun | None = None
     scope: RunScope | None = None
     """What the tools that take a run context are told (``None``: no tool takes one)."""
+    answer: Callable[[StatusView], Awaitable[StructuredAnswer]] | None = None
+    """The structured answer's writer, with a ``response_format`` (``None``: the answer is
+    the conversation step's text)."""
 
     @property
     def checkpoint(self) -> CheckpointedRun:
@@ -222,8 +226,20 @@ async def planning(value: Any, state: State, deps: StatusDeps, ctx: Context[Stat
 @node("conversation")
 async def conversation(value: Any, state: State, deps: StatusDeps, ctx: Context[State]) -> None:
     try:
-        answer = as_text(await deps.step("converse", state), "converse")
-    except ExecutionError:  # the run's own end (its budget): not the answer's failure
+        if deps.answer is not None:  # the answer is structured
+            view = StatusView.of(state, deps.tools)
+            timeout = deps.options.model_timeout
+            structured = await call_step(deps.answer, view, name="converse", timeout=timeout)
+            state.structured_response = structured.value
+            answer: str | None = structured.text
+        else:
+            answer = as_text(await deps.step("converse", state), "converse")
+    except ExecutionError as exc:  # the run's own end (its budget), or no answer fits
+        if exc.state is None:
+            meter = current_meter()
+            if meter is not None:
+                state.usage = meter.usage  # every try of the answer
+            exc.state = state
         raise
     except Exception as exc:
         state.error = f"{type(exc).__name__}: {exc}"
@@ -433,7 +449,8 @@ async def reflection(value: Any, state: State, deps: StatusDeps, ctx: Context[St
         state.question = review_request(verdict.note or "the reflection step asks for a human")
         state.status = "needs_human"
     elif verdict.verdict == "finish":
-        state.status = "reflection_completed"
+        # a structured answer is the conversation's to write
+        state.status = "reflection_completed" if deps.answer is None else "conversation_ready"
     else:
         state.status = verdict.verdict
 

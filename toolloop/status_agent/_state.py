@@ -60,7 +60,8 @@ AgentStatus = Literal[
   ``decision_completed`` (nothing to run);
 - tool execution: ``tools_completed`` | ``tool_execution_failed``;
 - reflection: ``needs_human`` (errors or repeated calls detected, or the step asks) |
-  ``replan`` | ``continue`` | ``reflection_completed``;
+  ``replan`` | ``continue`` | ``reflection_completed`` | ``conversation_ready`` (finished,
+  with a ``response_format``: the conversation writes the structured answer);
 - human intervention: ``waiting_for_human`` (no decision yet) | ``ready_for_execution``
   (approved) | ``plan_modified`` (edited or rejected) | ``continue`` | ``replan`` |
   ``human_stopped``.
@@ -157,7 +158,11 @@ class StatusAgentState(BaseModel):
     decisions: list[HumanAnswer] = Field(default_factory=list)
     """The human's answers, in order (a decision, or one per call)."""
     answer: str | None = None
-    """The run's answer so far (the result's ``text``)."""
+    """The run's answer so far (the result's ``text``; with a ``response_format``, the
+    structured answer's JSON)."""
+    structured_response: Any = None
+    """The structured answer (with a ``response_format``): a model instance for a pydantic
+    schema (its JSON data once read back from a checkpoint)."""
     error: str | None = None
     """The last error a step reported (e.g. the conversation's)."""
     stop_reason: StopReason | None = None
