@@ -60,8 +60,8 @@ from toolloop.planners import StructuredPlanner
 from toolloop.runner import (
     ToolCallFinished,
     ToolCallStarted,
-    ToolProgress,
     ToolExecutionRecord,
+    ToolProgress,
     cancelled_error,
 )
 from toolloop.status_agent import StatusAgent, StatusView
