@@ -98,7 +98,8 @@ class _RunSpans:
         self.rounds: dict[int, Span] = {}
         self.plans: dict[int, Span] = {}
         self.calls: dict[tuple[int, int], Span] = {}
-        self.purposes: dict[tuple[int, int], str] = {}
+        self.asked: dict[tuple[int, int], tuple[str, str, str]] = {}
+        """Each open call's tool, purpose and call id (a tool's report names one)."""
         self.chats: dict[int, Span] = {}
         self.usage: Usage | None = None
         """The usage of the model calls seen (a paused run tells no total)."""
@@ -253,7 +254,11 @@ class OpenTelemetrySpans:
             span.set_attribute("gen_ai.tool.name", _text(command.tool_name))
             span.set_attribute("gen_ai.tool.call.id", _text(event.call_id))
             spans.calls[(event.round_index, event.index)] = span
-            spans.purposes[(event.round_index, event.index)] = command.purpose
+            spans.asked[(event.round_index, event.index)] = (
+                command.tool_name,
+                command.purpose,
+                event.call_id,
+            )
         elif isinstance(event, ToolCallFinished):
             self._command_finished(event, spans, key)
         elif isinstance(event, ToolProgress):
@@ -386,9 +391,14 @@ class OpenTelemetrySpans:
 
     def _progress(self, event: ToolProgress, spans: _RunSpans, key: str) -> None:
         """A tool's report, as an event of its call's span (the first open call of that
-        tool and purpose in the round)."""
+        tool in the round whose purpose or call id the report names)."""
         for found, span in spans.calls.items():
-            if found[0] == event.round_index and spans.purposes.get(found) == event.purpose:
+            tool, purpose, call_id = spans.asked.get(found, ("", "", ""))
+            if (
+                found[0] == event.round_index
+                and tool == event.tool_name
+                and event.purpose in (purpose, call_id)
+            ):
                 span.add_event(
                     "progress",
                     timestamp=self._ns(event.at, key),
