@@ -30,7 +30,7 @@ MODEL_CALLS = {"loop": 2, "agent": 2, "status": 4}
 OnEvent = Callable[[FlowEvent], None]
 
 
-async def send(ctx: RunContext, to: str) -> str:
+async def send(ctx: RunContext[None], to: str) -> str:
     """Send a mail.
 
     Args:

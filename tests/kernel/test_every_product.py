@@ -790,7 +790,7 @@ async def test_the_pause_event_carries_what_the_run_asks(make: type[Product]) ->
 
 @pytest.mark.parametrize("make", EACH)
 async def test_a_tool_s_report_is_a_progress_event_of_its_call(make: type[Product]) -> None:
-    async def send(ctx: RunContext, to: str) -> str:
+    async def send(ctx: RunContext[None], to: str) -> str:
         """Send a mail.
 
         Args:
