@@ -113,7 +113,7 @@ async def test_pending_calls_go_to_tools_then_back_to_the_model() -> None:
     ]
     tool_messages = [m for m in result.messages if isinstance(m, ToolMessage)]
     assert [m.content for m in tool_messages] == ["a", "b"]  # in call order
-    assert [m.tool_call_id for m in tool_messages] == ["call_0", "call_1"]
+    assert [m.tool_call_id for m in tool_messages] == ["call_0_0", "call_0_1"]  # turn, place
     # the model saw the answers
     sent = model.requests[1].messages
     assert [m["role"] for m in sent] == ["user", "assistant", "tool", "tool"]

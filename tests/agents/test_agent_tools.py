@@ -42,7 +42,7 @@ async def test_a_tool_returns_a_state_update_with_its_result() -> None:
         extra = UserMessage(content=f"(note: {text})")
         return Command(
             update={
-                "messages": [ToolMessage(tool_call_id="call_1", content="noted"), extra],
+                "messages": [ToolMessage(tool_call_id="call_0_1", content="noted"), extra],
                 "todos": [{"content": text}],
             }
         )
@@ -59,8 +59,8 @@ async def test_a_tool_returns_a_state_update_with_its_result() -> None:
     assert result.state.values == {"city": "Lisbon"}
     assert [t.content for t in result.todos] == ["x"]
     assert [(m.tool_call_id, m.content) for m in answers(result.state)] == [
-        ("call_0", "remembered city"),
-        ("call_1", "noted"),  # the tool's own message for its call
+        ("call_0_0", "remembered city"),
+        ("call_0_1", "noted"),  # the tool's own message for its call
     ]
     # tool messages first (right after the assistant message), then the updates' messages
     assert [m.role for m in result.messages] == [

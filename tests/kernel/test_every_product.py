@@ -65,6 +65,7 @@ from toolloop.runner import (
     ToolCallFinished,
     ToolCallStarted,
     ToolExecutionRecord,
+    ToolProgress,
     cancelled_error,
 )
 from toolloop.status_agent import StatusAgent, StatusView
@@ -815,6 +816,39 @@ async def test_the_pause_event_carries_what_the_run_asks(make: type[Product]) ->
     assert paused.request is not None
     (pause,) = of(events, ExecutionPaused)
     assert pause.requests == [paused.request.model_dump(mode="json")]
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_tool_s_report_is_a_progress_event_of_its_call(make: type[Product]) -> None:
+    async def send(ctx: RunContext[None], to: str) -> str:
+        """Send a mail.
+
+        Args:
+            to: who gets it.
+        """
+        ctx.report("sending", to=to)
+        return f"sent to {to}"
+
+    product = make()
+    product.script_tool_call("send", to="ada")
+    product.script_answer("sent")
+    events: list[FlowEvent] = []
+    result = await product.run([send], on_event=events.append)
+    assert result.stop_reason == "answered"
+    (progress,) = of(events, ToolProgress)
+    (started,) = of(events, ToolCallStarted)
+    assert (progress.message, progress.data, progress.tool_name) == (
+        "sending",
+        {"to": "ada"},
+        "send",
+    )
+    assert progress.execution_id == result.run_id
+    assert progress.round_index == started.round_index  # the turn of the call it reports on
+    assert (
+        events.index(started)
+        < events.index(progress)
+        < events.index(of(events, ToolCallFinished)[0])
+    )
 
 
 @pytest.mark.parametrize("make", EACH)

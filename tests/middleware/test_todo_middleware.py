@@ -70,12 +70,12 @@ async def test_its_prompt_is_added_before_every_model_call_and_kept_out_of_the_s
 
 async def test_two_writes_in_one_turn_are_both_rejected_and_change_nothing() -> None:
     model = ScriptedChatModel()
-    model.add_reply(tool_calls=[todos_call(("first", "pending"))])
-    model.add_reply(
+    model.add_reply(tool_calls=[{**todos_call(("first", "pending")), "id": "call_0"}])
+    model.add_reply(  # ids as a provider numbering each reply's calls from 0 gives them
         tool_calls=[
-            todos_call(("first", "completed")),
-            {"name": "search", "arguments": '{"query": "x"}'},
-            todos_call(("other", "pending")),
+            {**todos_call(("first", "completed")), "id": "call_0"},
+            {"name": "search", "arguments": '{"query": "x"}', "id": "call_1"},
+            {**todos_call(("other", "pending")), "id": "call_2"},
         ]
     )
     model.add_reply("ok")

@@ -74,6 +74,15 @@ async def test_tool_call_deltas() -> None:
     assert [c.name for c in calls if c.index == 1] == ["noop", None]
     assert deltas[-1].finish_reason == "tool_calls"
     assert all(d.content == "" for d in deltas)
+    assert [c.id for c in calls if c.id] == ["call_a", "call_0_1"]  # scripted, or turn_place
+
+
+async def test_calls_without_a_scripted_id_never_share_one() -> None:
+    model = ScriptedChatModel()
+    for _ in range(3):
+        model.add_reply(tool_calls=[{"name": "noop"}, {"name": "noop"}])
+    ids = [c.id for _ in range(3) for d in await read_all(model) for c in d.tool_calls if c.id]
+    assert ids == ["call_0_0", "call_0_1", "call_1_0", "call_1_1", "call_2_0", "call_2_1"]
 
 
 async def test_finish_reason_is_scripted() -> None:

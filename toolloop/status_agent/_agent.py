@@ -70,7 +70,7 @@ from ..kernel import (
     run_sync,
 )
 from ..models import ChatModel, Usage
-from ..runner import Executor, ToolExecutionRecord
+from ..runner import Executor, ToolExecutionRecord, progress_reporter
 from ..tools import RunScope, Tool, ToolRegistry
 from ._flow import status_agent_flow
 from ._human import HUMAN_EVENT
@@ -501,6 +501,8 @@ class StatusAgent(SyncTwins[StatusAgentResult]):
     ) -> StatusAgentResult:
         deps = execution.deps
         assert isinstance(deps, StatusDeps)
+        if deps.scope is not None:  # a tool's ctx.report(...): a ToolProgress of the run
+            deps.scope.report = progress_reporter(execution.context_for("tool_execution"))
         return await drive(
             execution,
             start,

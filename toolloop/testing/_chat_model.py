@@ -32,7 +32,8 @@ class ScriptedChatReply:
     The content is cut into deltas: the explicit ``chunks`` if given (their concatenation is
     the content), else ``chunk_size`` characters per delta (``None``: the whole content in
     one delta). Each tool call gives a delta with its id and name, then its arguments in
-    ``chunk_size`` pieces. A last delta carries ``finish_reason`` (``"tool_calls"`` when
+    ``chunk_size`` pieces (a call without an id gets ``call_<turn>_<i>``: the request it
+    answers, its place in the reply). A last delta carries ``finish_reason`` (``"tool_calls"`` when
     there are tool calls and none is given, else ``"stop"``).
 
     Timing: ``first_delay`` seconds before the first delta, ``delay`` before every delta.
@@ -87,8 +88,12 @@ class ScriptedChatReply:
                 )
                 object.__setattr__(self, "error", cut)
 
-    def deltas(self) -> list[ChatDelta]:
-        """Every delta of the reply, in order (the finish delta last)."""
+    def deltas(self, turn: int = 0) -> list[ChatDelta]:
+        """Every delta of the reply, in order (the finish delta last).
+
+        A tool call the script gave no id gets ``call_<turn>_<i>`` (``turn``: the request
+        it answers, ``i``: its place in the reply), so no two calls of a model's replies
+        share an id unless the script says so."""
         out: list[ChatDelta] = [
             ChatDelta(reasoning=piece, reasoning_field="reasoning_content")
             for piece in _split(self.reasoning, self.chunk_size)
@@ -99,7 +104,9 @@ class ScriptedChatReply:
             pieces = _split(self.content, self.chunk_size)
         out.extend(ChatDelta(content=piece) for piece in pieces)
         for index, call in enumerate(self.tool_calls):
-            header = ToolCallDelta(index=index, id=call.id or f"call_{index}", name=call.name)
+            header = ToolCallDelta(
+                index=index, id=call.id or f"call_{turn}_{index}", name=call.name
+            )
             out.append(ChatDelta(tool_calls=(header,)))
             out.extend(
                 ChatDelta(tool_calls=(ToolCallDelta(index=index, arguments=piece),))
@@ -274,7 +281,7 @@ class _Stream:
         await anyio.lowlevel.checkpoint()
         model = self._model
         reply = await model._next(self._request)
-        self._deltas = reply.deltas()
+        self._deltas = reply.deltas(len(model.requests) - 1)
         self._record = ScriptedChatStream(
             request_index=len(model.requests) - 1,
             reply=reply,

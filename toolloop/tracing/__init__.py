@@ -2,10 +2,14 @@
 
 - a trace: the run's typed events as JSON lines, with timings (:class:`TraceRecorder`,
   :func:`write_trace`, :func:`read_trace`; :class:`TraceWriter` writes them as they happen);
-- a timeline: an SVG picture of the rounds, the planner calls (streamed, short-circuited)
-  and the tool calls overlapping in time (:func:`render_timeline`, :func:`write_timeline`);
-- OpenTelemetry spans, run → round → plan / tool call (:class:`OpenTelemetrySpans`, needs
-  the ``otel`` extra).
+- a timeline: an SVG picture of a run of any product: its model calls (with their usage),
+  its tool calls overlapping in time, the loop's planner calls (streamed,
+  short-circuited), the status agent's statuses, the pauses for a human and the resumes,
+  the stop reason (:func:`render_timeline`, :func:`write_timeline`; the shape it draws:
+  :class:`RunShape`);
+- OpenTelemetry spans: run → model call (``chat``) / turn → tool call, the loop's plans,
+  statuses and pauses as events of the run's span (:class:`OpenTelemetrySpans`, needs the
+  ``otel`` extra).
 
 Nothing written carries an API key, a token or a password: see :func:`redact`.
 """
@@ -32,8 +36,11 @@ from ._redact import redact as redact
 from ._redact import redact_text as redact_text
 from ._redact import register_secret as register_secret
 from ._shape import CallSpan as CallSpan
+from ._shape import ModelSpan as ModelSpan
+from ._shape import PauseSpan as PauseSpan
 from ._shape import RoundSpan as RoundSpan
 from ._shape import RunShape as RunShape
+from ._shape import StatusMark as StatusMark
 from ._timeline import render_timeline as render_timeline
 from ._timeline import write_timeline as write_timeline
 
@@ -43,9 +50,12 @@ __all__ = [
     "TRACE_VALUE_CHARS",
     "CallSpan",
     "EventTrace",
+    "ModelSpan",
     "OpenTelemetrySpans",
+    "PauseSpan",
     "RoundSpan",
     "RunShape",
+    "StatusMark",
     "TraceError",
     "TraceRecorder",
     "TraceWriter",

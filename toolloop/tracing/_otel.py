@@ -24,7 +24,7 @@ from ..flow import (
     ExecutionStarted,
     FlowEvent,
 )
-from ..kernel import ModelCallFinished, ModelCallStarted, RunEvent, RunFinished
+from ..kernel import CheckpointSaved, ModelCallFinished, ModelCallStarted, RunEvent, RunFinished
 from ..loop import (
     PlanDecided,
     RoundFinished,
@@ -90,20 +90,50 @@ def _attribute(value: Any) -> AttributeValue:
     return _text(value)
 
 
+class _RunSpans:
+    """The open spans of one run (one execution of it: a resume opens a new run span)."""
+
+    def __init__(self, run: Span) -> None:
+        self.run = run
+        self.rounds: dict[int, Span] = {}
+        self.plans: dict[int, Span] = {}
+        self.calls: dict[tuple[int, int], Span] = {}
+        self.asked: dict[tuple[int, int], tuple[str, str, str]] = {}
+        """Each open call's tool, purpose and call id (a tool's report names one)."""
+        self.chats: dict[int, Span] = {}
+        self.usage: Usage | None = None
+        """The usage of the model calls seen (a paused run tells no total)."""
+
+    def children(self) -> list[dict[Any, Span]]:
+        return [self.calls, self.plans, self.rounds, self.chats]
+
+
 class OpenTelemetrySpans:
     """Turns a run's events into OpenTelemetry spans, as they happen: pass it as
     ``on_event`` (or replay a trace with :func:`export_spans`).
 
-    - ``toolloop.run``: the whole run (status ERROR if it failed);
-    - ``toolloop.round``: one round, under the run;
-    - ``toolloop.plan``: the planner call of a round, under the round (``short_circuit``
-      event where the planner hung up);
-    - ``execute_tool {name}``: one tool call, under its round (status ERROR if it failed;
-      a command refused before running is a span of no length); what the tool reports
-      (``ctx.report``) are ``progress`` events of it;
+    The same spans for every product, from the events every run publishes:
+
+    - ``toolloop.run``: one execution of a run (status ERROR if it failed); a pause for a
+      human ends it with ``toolloop.paused`` (status unset: not an error), what it waits
+      for and asks (``toolloop.waiting_for``, ``toolloop.request.kind``, a ``paused``
+      event) and the usage so far; the resumed run is a new ``toolloop.run`` of the same
+      ``toolloop.execution_id`` with ``toolloop.resumed``. Its end sets
+      ``toolloop.stop_reason``, ``toolloop.turns``, ``toolloop.records`` and the run's usage;
+      the status agent's statuses are ``status_changed`` events of it (and the last one
+      ``toolloop.status``), checkpoints ``checkpoint`` events;
     - ``chat``: one model call of the run (the kernel's ``ModelCallStarted`` /
       ``ModelCallFinished``, whatever product made it), under the run, with its usage, its
-      finish reason, and status ERROR if it failed.
+      finish reason, the tools it asked for, and status ERROR if it failed;
+    - ``toolloop.round``: one turn (the loop's round, the turn whose tool calls carry that
+      ``round_index``), under the run;
+    - ``toolloop.plan``: the loop's planner call of a round, under the round
+      (``short_circuit`` event where the planner hung up);
+    - ``execute_tool {name}``: one tool call, under its turn (status ERROR if it failed;
+      a command refused before running is a span of no length); what the tool reports
+      (``ctx.report``) are ``progress`` events of it.
+
+    Several runs may share one instance: each has its spans.
 
     The plan, chat and run spans carry the model usage with the OpenTelemetry GenAI
     semantic-convention names (``gen_ai.usage.input_tokens``,
@@ -136,102 +166,156 @@ class OpenTelemetrySpans:
             if value is not None
         }
         self._include_results = include_results
-        self._t0: int | None = None
-        self._run: Span | None = None
-        self._rounds: dict[int, Span] = {}
-        self._plans: dict[int, Span] = {}
-        self._calls: dict[tuple[int, int], Span] = {}
-        self._purposes: dict[tuple[int, int], str] = {}
-        self._chats: dict[int, Span] = {}
+        self._fixed: int | None = None
+        self._t0: dict[str, int] = {}
+        """Per run: the wall-clock time of its ``at == 0`` (a resume's clock may start
+        again)."""
+        self._paused_at: dict[str, float] = {}
+        self._runs: dict[str, _RunSpans] = {}
         self._last = 0
 
     def start_at(self, unix_ns: int) -> None:
-        """Set the wall-clock time of ``at == 0`` (by default: the first event's arrival)."""
-        self._t0 = unix_ns
+        """Set the wall-clock time of ``at == 0`` (by default: each run's first event's
+        arrival)."""
+        self._fixed = unix_ns
 
-    def _ns(self, at: float) -> int:
-        if self._t0 is None:
-            self._t0 = time.time_ns() - int(at * 1e9)
-        ns = self._t0 + int(at * 1e9)
+    def _ns(self, at: float, run: str) -> int:
+        t0 = self._t0.get(run)
+        if t0 is None:
+            base = self._fixed if self._fixed is not None else time.time_ns() - int(at * 1e9)
+            t0 = self._t0[run] = base
+        ns = t0 + int(at * 1e9)
         self._last = max(self._last, ns)
         return ns
 
-    def _start(self, name: str, parent: Span | None, at: float, **attrs: Any) -> Span:
+    def _start(self, name: str, parent: Span | None, at: float, run: str, **attrs: Any) -> Span:
         context = otel_trace.set_span_in_context(parent) if parent is not None else None
         return self._tracer.start_span(
             name,
             context=context,
-            start_time=self._ns(at),
+            start_time=self._ns(at, run),
             attributes={f"toolloop.{k}": _attribute(v) for k, v in attrs.items() if v is not None},
         )
 
-    def _run_span(self, event: FlowEvent) -> Span:
-        if self._run is None:
+    def _run_of(self, event: FlowEvent) -> _RunSpans:
+        key = event.execution_id
+        spans = self._runs.get(key)
+        if spans is None:
+            resumed = key in self._paused_at
+            if isinstance(event, ExecutionStarted) and resumed:
+                paused_at = self._paused_at[key]
+                if self._fixed is None:  # live: its clock is this moment's
+                    self._t0[key] = time.time_ns() - int(event.at * 1e9)
+                elif event.at < paused_at:  # replayed, its clock started again: after the pause
+                    self._t0[key] = self._t0[key] + int((paused_at - event.at) * 1e9)
             flow = event.flow if isinstance(event, ExecutionStarted) else None
-            self._run = self._start(
-                "toolloop.run", None, event.at, execution_id=event.execution_id, flow=flow
-            )
-            for key, value in self._attributes.items():
-                self._run.set_attribute(key, value)
-        return self._run
+            run = self._start("toolloop.run", None, event.at, key, execution_id=key, flow=flow)
+            if resumed:
+                run.set_attribute("toolloop.resumed", True)
+            for name, value in self._attributes.items():
+                run.set_attribute(name, value)
+            spans = self._runs[key] = _RunSpans(run)
+        return spans
 
-    def _round_span(self, index: int, at: float, run: Span) -> Span:
-        span = self._rounds.get(index)
+    def _round_span(self, index: int, at: float, spans: _RunSpans, key: str) -> Span:
+        span = spans.rounds.get(index)
         if span is None:
-            span = self._rounds[index] = self._start("toolloop.round", run, at, round_index=index)
+            span = spans.rounds[index] = self._start(
+                "toolloop.round", spans.run, at, key, round_index=index
+            )
         return span
 
     def __call__(self, event: FlowEvent) -> None:
-        run = self._run_span(event)
+        spans = self._run_of(event)
+        key = event.execution_id
+        run = spans.run
         if isinstance(event, RoundStarted):
-            rnd = self._round_span(event.round_index, event.at, run)
-            self._plans[event.round_index] = self._start(
-                "toolloop.plan", rnd, event.at, round_index=event.round_index
+            rnd = self._round_span(event.round_index, event.at, spans, key)
+            spans.plans[event.round_index] = self._start(
+                "toolloop.plan", rnd, event.at, key, round_index=event.round_index
             )
         elif isinstance(event, PlanDecided):
-            self._plan_decided(event, run)
+            self._plan_decided(event, spans, key)
         elif isinstance(event, ToolCallStarted):
-            rnd = self._round_span(event.round_index, event.at, run)
+            rnd = self._round_span(event.round_index, event.at, spans, key)
             command = event.command
             span = self._start(
                 f"execute_tool {_text(command.tool_name)}",
                 rnd,
                 event.at,
+                key,
                 round_index=event.round_index,
                 command_index=event.index,
+                call_id=event.call_id,
                 purpose=command.purpose,
                 tool_kwargs=command.tool_kwargs,
             )
             span.set_attribute("gen_ai.operation.name", "execute_tool")
             span.set_attribute("gen_ai.tool.name", _text(command.tool_name))
-            self._calls[(event.round_index, event.index)] = span
-            self._purposes[(event.round_index, event.index)] = command.purpose
+            span.set_attribute("gen_ai.tool.call.id", _text(event.call_id))
+            spans.calls[(event.round_index, event.index)] = span
+            spans.asked[(event.round_index, event.index)] = (
+                command.tool_name,
+                command.purpose,
+                event.call_id,
+            )
         elif isinstance(event, ToolCallFinished):
-            self._command_finished(event, run)
+            self._command_finished(event, spans, key)
         elif isinstance(event, ToolProgress):
-            self._progress(event)
+            self._progress(event, spans, key)
         elif isinstance(event, RunEvent):
-            self._run_event(event, run)
+            self._run_event(event, spans, key)
         elif isinstance(event, RoundFinished):
-            finished = self._rounds.pop(event.round_index, None)
+            finished = spans.rounds.pop(event.round_index, None)
             if finished is not None:
                 finished.set_attribute("toolloop.records", len(event.records))
-                finished.end(end_time=self._ns(event.at))
-        elif isinstance(event, (ExecutionFinished, ExecutionPaused)):
-            if isinstance(event, ExecutionPaused):
-                run.set_attribute("toolloop.paused", True)
-            self.close(event.at)
+                finished.end(end_time=self._ns(event.at, key))
+        elif event.kind == "status_changed":
+            data = event.model_dump()
+            status, node = str(data.get("status")), str(data.get("node"))
+            run.set_attribute("toolloop.status", status)
+            run.add_event(
+                "status_changed",
+                timestamp=self._ns(event.at, key),
+                attributes={"toolloop.node": node, "toolloop.status": status},
+            )
+        elif isinstance(event, ExecutionPaused):
+            self._paused(event, spans, key)
+            self._close_run(key, event.at)
+        elif isinstance(event, ExecutionFinished):
+            self._close_run(key, event.at)
         elif isinstance(event, ExecutionFailed):
             run.set_status(otel_trace.Status(otel_trace.StatusCode.ERROR, _text(event.error)))
             run.set_attribute("error.type", "ExecutionFailed")
-            self.close(event.at)
+            self._close_run(key, event.at)
 
-    def _plan_decided(self, event: PlanDecided, run: Span) -> None:
-        span = self._plans.pop(event.round_index, None)
+    def _paused(self, event: ExecutionPaused, spans: _RunSpans, key: str) -> None:
+        """A pause for a human: the run span says so (its status stays unset: not an error),
+        with what it asks, and the usage of its model calls so far."""
+        run = spans.run
+        self._paused_at[key] = event.at
+        run.set_attribute("toolloop.paused", True)
+        run.set_attribute("toolloop.waiting_for", _text(", ".join(event.waiting_for)))
+        kinds = [str(r.get("kind")) for r in event.requests if isinstance(r, Mapping)]
+        if kinds:
+            run.set_attribute("toolloop.request.kind", _text(", ".join(kinds)))
+        run.add_event(
+            "paused",
+            timestamp=self._ns(event.at, key),
+            attributes={
+                "toolloop.waiting_for": _text(", ".join(event.waiting_for)),
+                "toolloop.requests": _text(event.requests),
+            },
+        )
+        if spans.usage is not None:
+            _set_usage(run, spans.usage)
+
+    def _plan_decided(self, event: PlanDecided, spans: _RunSpans, key: str) -> None:
+        span = spans.plans.pop(event.round_index, None)
         if span is None:
-            rnd = self._round_span(event.round_index, event.at - event.duration, run)
+            rnd = self._round_span(event.round_index, event.at - event.duration, spans, key)
             span = self._start(
-                "toolloop.plan", rnd, event.at - event.duration, round_index=event.round_index
+                "toolloop.plan", rnd, event.at - event.duration, key, round_index=event.round_index
             )
         span.set_attribute("toolloop.next_action", event.next_action)
         span.set_attribute("toolloop.commands", len(event.commands))
@@ -249,28 +333,33 @@ class OpenTelemetrySpans:
             span.set_attribute("toolloop.refusal", _text(event.refusal))
         if event.usage is not None:
             _set_usage(span, event.usage)
-        end = self._ns(event.at)
+        end = self._ns(event.at, key)
         if event.short_circuited:
             span.add_event("short_circuit", timestamp=end)
         span.end(end_time=end)
 
-    def _run_event(self, event: RunEvent, run: Span) -> None:
+    def _run_event(self, event: RunEvent, spans: _RunSpans, key: str) -> None:
         """The kernel's events: each model call a ``chat`` span under the run, with its
-        usage; the run's end puts the run's usage on the run span."""
+        usage; a checkpoint an event of the run span; the run's end puts the stop reason and
+        the run's usage on the run span."""
+        run = spans.run
         if isinstance(event, ModelCallStarted):
-            self._chats[event.call_index] = self._chat(event.call_index, event.at, run)
+            spans.chats[event.call_index] = self._chat(event.call_index, event.at, run, key)
         elif isinstance(event, ModelCallFinished):
             index = event.call_index
-            if index in self._chats:
-                span = self._chats.pop(index)
+            if index in spans.chats:
+                span = spans.chats.pop(index)
             else:  # its start was not seen (a trace cut short)
-                span = self._chat(index, event.at - event.duration, run)
+                span = self._chat(index, event.at - event.duration, run, key)
             if event.usage is not None:
                 _set_usage(span, event.usage)
+                spans.usage = event.usage if spans.usage is None else spans.usage + event.usage
             if event.finish_reason is not None:
                 span.set_attribute("gen_ai.response.finish_reasons", (event.finish_reason,))
             if event.tool_calls:
                 span.set_attribute("toolloop.tool_calls", len(event.tool_calls))
+                names = ", ".join(str(c.get("name")) for c in event.tool_calls)
+                span.set_attribute("toolloop.tool_names", _text(names))
             if event.closed_early:
                 span.set_attribute("toolloop.closed_early", True)
             if event.refusal is not None:
@@ -279,28 +368,40 @@ class OpenTelemetrySpans:
                 error = _text(event.error)
                 span.set_attribute("toolloop.error", error)
                 span.set_status(otel_trace.Status(otel_trace.StatusCode.ERROR, error))
-            span.end(end_time=self._ns(event.at))
+            span.end(end_time=self._ns(event.at, key))
+        elif isinstance(event, CheckpointSaved):
+            run.add_event(
+                "checkpoint",
+                timestamp=self._ns(event.at, key),
+                attributes={"toolloop.step": _text(event.step)},
+            )
         elif isinstance(event, RunFinished):
             run.set_attribute("toolloop.stop_reason", event.stop_reason)
             run.set_attribute("toolloop.records", event.records)
             run.set_attribute("toolloop.turns", event.turns)
-            if event.usage is not None:
-                _set_usage(run, event.usage)
-            self._end_children(self._ns(event.at))
+            usage = event.usage if event.usage is not None else spans.usage
+            if usage is not None:
+                _set_usage(run, usage)
+            self._end_children(spans, self._ns(event.at, key))
 
-    def _chat(self, index: int, at: float, run: Span) -> Span:
-        span = self._start("chat", run, at, call_index=index)
+    def _chat(self, index: int, at: float, run: Span, key: str) -> Span:
+        span = self._start("chat", run, at, key, call_index=index)
         span.set_attribute("gen_ai.operation.name", "chat")
         return span
 
-    def _progress(self, event: ToolProgress) -> None:
+    def _progress(self, event: ToolProgress, spans: _RunSpans, key: str) -> None:
         """A tool's report, as an event of its call's span (the first open call of that
-        tool and purpose in the round)."""
-        for key, span in self._calls.items():
-            if key[0] == event.round_index and self._purposes.get(key) == event.purpose:
+        tool in the round whose purpose or call id the report names)."""
+        for found, span in spans.calls.items():
+            tool, purpose, call_id = spans.asked.get(found, ("", "", ""))
+            if (
+                found[0] == event.round_index
+                and tool == event.tool_name
+                and event.purpose in (purpose, call_id)
+            ):
                 span.add_event(
                     "progress",
-                    timestamp=self._ns(event.at),
+                    timestamp=self._ns(event.at, key),
                     attributes={
                         "toolloop.message": _text(event.message),
                         "toolloop.data": _text(event.data),
@@ -308,17 +409,19 @@ class OpenTelemetrySpans:
                 )
                 return
 
-    def _command_finished(self, event: ToolCallFinished, run: Span) -> None:
+    def _command_finished(self, event: ToolCallFinished, spans: _RunSpans, key: str) -> None:
         record = event.record
-        span = self._calls.pop((event.round_index, event.index), None)
+        span = spans.calls.pop((event.round_index, event.index), None)
         if span is None:  # refused before it ran
-            rnd = self._round_span(event.round_index, event.at, run)
+            rnd = self._round_span(event.round_index, event.at, spans, key)
             span = self._start(
                 f"execute_tool {_text(record.tool_name)}",
                 rnd,
                 event.at - event.duration,
+                key,
                 round_index=event.round_index,
                 command_index=event.index,
+                call_id=event.call_id,
                 purpose=record.purpose,
                 tool_kwargs=record.kwargs,
                 refused=True,
@@ -326,6 +429,8 @@ class OpenTelemetrySpans:
             span.set_attribute("gen_ai.operation.name", "execute_tool")
             span.set_attribute("gen_ai.tool.name", _text(record.tool_name))
         span.set_attribute("toolloop.success", record.success)
+        if event.source != "ran":
+            span.set_attribute("toolloop.source", event.source)
         if record.success:
             if self._include_results:
                 span.set_attribute("toolloop.result", _text(record.result))
@@ -333,22 +438,28 @@ class OpenTelemetrySpans:
             error = _text(record.error or "failed")
             span.set_attribute("toolloop.error", error)
             span.set_status(otel_trace.Status(otel_trace.StatusCode.ERROR, error))
-        span.end(end_time=self._ns(event.at))
+        span.end(end_time=self._ns(event.at, key))
 
-    def _end_children(self, end: int) -> None:
-        for spans in (self._calls, self._plans, self._rounds, self._chats):
-            for span in spans.values():
+    @staticmethod
+    def _end_children(spans: _RunSpans, end: int) -> None:
+        for children in spans.children():
+            for span in children.values():
                 span.end(end_time=end)
-            spans.clear()
+            children.clear()
+
+    def _close_run(self, key: str, at: float | None) -> None:
+        spans = self._runs.pop(key, None)
+        if spans is None:
+            return
+        end = self._ns(at, key) if at is not None else (self._last or time.time_ns())
+        self._end_children(spans, end)
+        spans.run.end(end_time=end)
 
     def close(self, at: float | None = None) -> None:
-        """End every span still open (at ``at``, or at the last event seen); called by the
-        run's end event, and safe to call again, e.g. after a cancelled run."""
-        end = self._ns(at) if at is not None else (self._last or time.time_ns())
-        self._end_children(end)
-        if self._run is not None:
-            self._run.end(end_time=end)
-            self._run = None
+        """End every span still open (at ``at``, or at the last event seen); called for a
+        run by its end or its pause, and safe to call again, e.g. after a cancelled run."""
+        for key in list(self._runs):
+            self._close_run(key, at)
 
 
 def export_spans(

@@ -1,11 +1,16 @@
 """A timeline picture of a run: one self-contained SVG file (no script, nothing fetched).
 
-Time runs left to right. Each round is a band: first its planner call (a blue bar; hatched
-when tools started while the plan was still streaming; orange with a bolt where the
-short-circuit hung up), then one bar per tool call, in the order the planner asked for them,
-so calls that overlap in time overlap on the page. Green is a call that succeeded, red one
-that failed; a command refused before its tool ran (unknown tool, bad arguments) is a thin
-red tick. Hovering a bar shows its arguments and its result or error (SVG ``<title>``).
+Time runs left to right, for any product (it reads the events every run publishes). Each
+model call is a bar (purple; with what it asked for and its usage beside it), each tool
+call a bar under the turn that asked for it, in order, so calls that overlap in time
+overlap on the page: green a call that succeeded, red one that failed; a command refused
+before its tool ran (unknown tool, bad arguments) is a thin red tick. The loop's rounds
+start with their planner call (a blue bar, its model calls under it; hatched when tools
+started while the plan was still streaming; orange with a bolt where the short-circuit hung
+up). The status agent's statuses are a band of their own, in the order they were set. A
+pause for a human is an amber line (and what the run asks), a resume a green one; the end
+says the stop reason, the summary the usage. Hovering a bar shows its details (SVG
+``<title>``). A trace of several runs draws each run after the other.
 """
 
 from __future__ import annotations
@@ -18,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from ..flow import FlowEvent
+from ..models import Usage
 from ..runner import json_safe
 from ._jsonl import EventTrace
 from ._redact import redact
-from ._shape import CallSpan, RoundSpan, RunShape
+from ._shape import CallSpan, ModelSpan, RoundSpan, RunShape
 
 __all__ = ["render_timeline", "write_timeline"]
 
@@ -58,6 +64,19 @@ text { font-family: ui-sans-serif, system-ui, -apple-system, 'Segoe UI', 'DejaVu
 .call.failed { fill: #e15759; }
 .call.refused { fill: #e15759; }
 .call.running { fill: #bab0ac; }
+.model.ok { fill: #8e6bbf; }
+.model.cut { fill: #b9a3d9; }
+.model.failed { fill: #b42318; }
+.model.running { fill: #bab0ac; }
+.plan.paused, .legend-swatch.paused { fill: #e0a800; }
+.status { fill: #e6def3; stroke: #ffffff; stroke-width: 1; }
+.status.odd { fill: #d3c4ec; }
+.status-text { font-size: 10px; }
+.pause { stroke: #e0a800; stroke-width: 2; stroke-dasharray: 4 2; }
+.resume { stroke: #2da44e; stroke-width: 2; stroke-dasharray: 4 2; }
+.pause-text { font-size: 11px; fill: #8a6100; font-weight: 600; }
+.resume-text { font-size: 11px; fill: #1a7f37; font-weight: 600; }
+.run-title { font-size: 13px; font-weight: 600; }
 .finish { stroke: #1f2328; stroke-width: 1.5; stroke-dasharray: 5 3; }
 .failure { stroke: #b42318; stroke-width: 2; }
 .short-circuit, .legend-bolt { fill: #f28e2b; stroke: #1f2328; stroke-width: 1; }
@@ -283,104 +302,48 @@ def render_timeline(
     else:
         events = list(source)
         info = meta or {}
-    shape = RunShape.from_events(events)
+    shapes = RunShape.per_run(events) or [RunShape()]
     canvas = _Canvas()
     root = canvas.root
-
-    end = max(shape.end, 1e-3)
-    step = _tick_step(end)
-    span = math.ceil(end / step - 1e-9) * step
-    scale = (_RIGHT - _LEFT) / span
-
-    def x_of(t: float) -> float:
-        return _LEFT + max(t, 0.0) * scale
-
-    # -- header ----------------------------------------------------------------------------
     request = info.get("request")
     heading = title or (f"toolloop · {request}" if isinstance(request, str) else "toolloop run")
     canvas.text(root, 16, 28, _short(redact(heading), 150), "title")
-    calls = shape.calls
-    failed = sum(1 for c in calls if c.success is False)
-    parts = [
-        f"{len(shape.rounds)} round{'s' * (len(shape.rounds) != 1)}",
-        f"{len(calls)} tool call{'s' * (len(calls) != 1)}"
-        + (f", {failed} failed" if failed else ""),
-    ]
-    if shape.stop_reason is not None:
-        parts.append(f"stop: {shape.stop_reason}")
-    if shape.error is not None:
-        parts.append("FAILED")
-    parts.append(_fmt(shape.end))
+    extras = []
     for key in ("planner", "model"):
         value = info.get(key)
         if isinstance(value, str) and value:
-            parts.append(f"{key}: {redact(value)}")
-    canvas.text(root, 16, 50, _short(" · ".join(parts), 170), "summary")
-
-    # -- rows ------------------------------------------------------------------------------
-    y: float = _TOP
-    short_circuits: list[tuple[float, float]] = []
-    for n, rnd in enumerate(shape.rounds):
-        top = y
-        y = _round_rows(canvas, rnd, y, x_of, shape.end, short_circuits)
-        canvas.rect(
-            canvas.background,
-            0,
-            top - 4,
-            _WIDTH,
-            y - top + 4,
-            "band odd" if n % 2 else "band",
-        )
-        y += _ROUND_GAP
-    if not shape.rounds:
-        canvas.text(canvas.body, _LEFT, y + 14, "no round started", "label")
-        y += _ROW
-    bottom = y
-
-    # -- axis and grid ---------------------------------------------------------------------
-    ticks = round(span / step)
-    for i in range(ticks + 1):
-        t = i * step
-        x = x_of(t)
-        canvas.line(canvas.grid, x, _TOP - 10, x, bottom, "grid")
-        canvas.text(canvas.grid, x, _TOP - 16, _tick_label(t, step, span), "tick", anchor="middle")
-
-    # -- markers ---------------------------------------------------------------------------
-    if shape.finished_at is not None:
-        x = x_of(shape.finished_at)
-        canvas.line(canvas.grid, x, _TOP - 8, x, bottom, "finish")
-        _marker_label(
-            canvas, x, _TOP - 30, f"finished: {shape.stop_reason} at {_fmt(shape.finished_at)}"
-        )
-    if shape.failed_at is not None:
-        x = x_of(shape.failed_at)
-        canvas.line(canvas.marks, x, _TOP - 8, x, bottom, "failure")
-        error = redact(shape.error or "")
-        _marker_label(canvas, x, _TOP - 46, _short(f"failed: {error}", 90), title=error)
-
-    for x, yy in short_circuits:
-        group = ET.SubElement(canvas.marks, "g", {"class": "short-circuit-marker"})
-        bolt = ET.SubElement(
-            group, "polygon", {"points": _bolt(x, yy, 22), "class": "short-circuit"}
-        )
-        ET.SubElement(bolt, "title").text = (
-            "short-circuit: next_action was settled as 'response', the planner closed the "
-            "stream here without reading the rest"
-        )
+            extras.append(f"{key}: {redact(value)}")
+    y0 = 0.0
+    bottom = 0.0
+    for shape in shapes:
+        bottom = _draw_run(canvas, shape, y0, extras, several=len(shapes) > 1)
+        y0 = bottom - 20
 
     # -- legend ----------------------------------------------------------------------------
     y = bottom + 18
     x = 16.0
-    for cls, label, fill in (
-        ("plan", "planner call", None),
-        ("plan", "plan streamed while tools ran", "url(#streamed)"),
-        ("plan short-circuited", "short-circuit (stream closed)", None),
+    planned = any(r.planned for shape in shapes for r in shape.rounds)
+    items: list[tuple[str, str, str | None]] = [("model ok", "model call", None)]
+    if planned:
+        items += [
+            ("plan", "planner call", None),
+            ("plan", "plan streamed while tools ran", "url(#streamed)"),
+            ("plan short-circuited", "short-circuit (stream closed)", None),
+        ]
+    items += [
         ("call ok", "tool call ok", None),
         ("call failed", "tool call failed", None),
         ("call refused", "refused before running", None),
-    ):
+    ]
+    if any(shape.statuses for shape in shapes):
+        items.append(("status", "status", None))
+    if any(shape.pauses for shape in shapes):
+        items.append(("paused", "paused for a human", None))
+    for cls, label, fill in items:
         extra = {"style": f"fill: {fill}"} if fill else {}
         width = 3.0 if cls == "call refused" else 14.0
+        if x + width + 20 + len(label) * 6.2 > _WIDTH - 8:  # on the next line
+            x, y = 16.0, y + 18
         canvas.rect(root, x, y - 9, width, 10, f"legend-swatch {cls}", **extra)
         if cls == "plan short-circuited":
             ET.SubElement(
@@ -403,24 +366,268 @@ def render_timeline(
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
+def _usage_text(usage: Usage | None) -> str:
+    if usage is None:
+        return ""
+    parts = []
+    if usage.input_tokens is not None:
+        parts.append(f"{usage.input_tokens} in")
+    if usage.output_tokens is not None:
+        parts.append(f"{usage.output_tokens} out")
+    text = " / ".join(parts) + " tokens" if parts else "tokens unknown"
+    if usage.unreported_requests:
+        unknown = usage.unreported_requests
+        text += f" ({unknown} call{'s' * (unknown != 1)} unreported)"
+    return text
+
+
+def _draw_run(
+    canvas: _Canvas, shape: RunShape, y0: float, extras: list[str], *, several: bool
+) -> float:
+    """Draw one run from ``y0`` (its summary, axis, rows and markers); return its bottom."""
+    top = y0 + _TOP
+    end = max(shape.end, 1e-3)
+    step = _tick_step(end)
+    span = math.ceil(end / step - 1e-9) * step
+    scale = (_RIGHT - _LEFT) / span
+
+    def x_of(t: float) -> float:
+        return _LEFT + max(t, 0.0) * scale
+
+    # -- summary ---------------------------------------------------------------------------
+    calls = shape.calls
+    models = shape.model_calls
+    failed = sum(1 for c in calls if c.success is False)
+    word = "round" if any(r.planned for r in shape.rounds) else "turn"
+    parts = [f"run {shape.execution_id}"] if several and shape.execution_id else []
+    parts += [
+        f"{len(models)} model call{'s' * (len(models) != 1)}",
+        f"{len(shape.rounds)} {word}{'s' * (len(shape.rounds) != 1)}",
+        f"{len(calls)} tool call{'s' * (len(calls) != 1)}"
+        + (f", {failed} failed" if failed else ""),
+    ]
+    usage = _usage_text(shape.usage)
+    if usage:
+        parts.append(f"usage: {usage}")
+    if shape.stop_reason is not None:
+        parts.append(f"stop: {shape.stop_reason}")
+    elif shape.paused:
+        parts.append(f"paused: waiting for a human ({redact(shape.pauses[-1].what)})")
+    if shape.error is not None:
+        parts.append("FAILED")
+    parts.append(_fmt(shape.end))
+    parts += extras
+    canvas.text(canvas.root, 16, y0 + 50, _short(" · ".join(parts), 170), "summary")
+
+    # -- rows ------------------------------------------------------------------------------
+    y: float = top
+    if shape.statuses:
+        y = _status_row(canvas, shape, y, x_of)
+    short_circuits: list[tuple[float, float]] = []
+    blocks: list[tuple[float, int, RoundSpan | ModelSpan]] = [
+        (r.start, 1, r) for r in shape.rounds
+    ] + [(m.started, 0, m) for m in shape.models]
+    blocks.sort(key=lambda block: (block[0], block[1]))
+    for n, (_, _, block) in enumerate(blocks):
+        first = y
+        if isinstance(block, RoundSpan):
+            y = _round_rows(canvas, block, y, x_of, shape, short_circuits)
+        else:
+            y = _model_row(canvas, canvas.body, block, y, x_of, shape.end, label_x=16)
+        canvas.rect(
+            canvas.background, 0, first - 4, _WIDTH, y - first + 4, "band odd" if n % 2 else "band"
+        )
+        y += _ROUND_GAP if isinstance(block, RoundSpan) else 4
+    if not blocks:
+        canvas.text(canvas.body, _LEFT, y + 14, "nothing started", "label")
+        y += _ROW
+    bottom = y
+
+    # -- axis and grid ---------------------------------------------------------------------
+    ticks = round(span / step)
+    for i in range(ticks + 1):
+        t = i * step
+        x = x_of(t)
+        canvas.line(canvas.grid, x, top - 10, x, bottom, "grid")
+        canvas.text(canvas.grid, x, top - 16, _tick_label(t, step, span), "tick", anchor="middle")
+
+    # -- markers ---------------------------------------------------------------------------
+    if shape.finished_at is not None:
+        x = x_of(shape.finished_at)
+        canvas.line(canvas.grid, x, top - 8, x, bottom, "finish")
+        _marker_label(
+            canvas, x, top - 30, f"finished: {shape.stop_reason} at {_fmt(shape.finished_at)}"
+        )
+    if shape.failed_at is not None:
+        x = x_of(shape.failed_at)
+        canvas.line(canvas.marks, x, top - 8, x, bottom, "failure")
+        error = redact(shape.error or "")
+        _marker_label(canvas, x, top - 46, _short(f"failed: {error}", 90), title=error)
+    below = bottom + 4
+    for pause in shape.pauses:
+        x = x_of(pause.at)
+        group = ET.SubElement(canvas.marks, "g", {"class": "pause-marker"})
+        canvas.line(group, x, top - 8, x, bottom, "pause")
+        what = redact(pause.what)
+        below += 14
+        canvas.text(
+            group,
+            x + 4 if x < _WIDTH / 2 else x - 4,
+            below,
+            _short(f"paused at {_fmt(pause.at)}: waiting for a human · {what}", 110),
+            "pause-text",
+            anchor="start" if x < _WIDTH / 2 else "end",
+            title="\n".join(_json(r) for r in pause.requests) or what,
+        )
+    for at in shape.resumes:
+        x = x_of(at)
+        group = ET.SubElement(canvas.marks, "g", {"class": "resume-marker"})
+        canvas.line(group, x, top - 8, x, bottom, "resume")
+        below += 14
+        canvas.text(
+            group,
+            x + 4 if x < _WIDTH / 2 else x - 4,
+            below,
+            f"resumed at {_fmt(at)}",
+            "resume-text",
+            anchor="start" if x < _WIDTH / 2 else "end",
+        )
+    for x, yy in short_circuits:
+        group = ET.SubElement(canvas.marks, "g", {"class": "short-circuit-marker"})
+        bolt = ET.SubElement(
+            group, "polygon", {"points": _bolt(x, yy, 22), "class": "short-circuit"}
+        )
+        ET.SubElement(bolt, "title").text = (
+            "short-circuit: next_action was settled as 'response', the planner closed the "
+            "stream here without reading the rest"
+        )
+    return below
+
+
+def _status_row(
+    canvas: _Canvas, shape: RunShape, y: float, x_of: Callable[[float], float]
+) -> float:
+    """The statuses the run's steps set, one after the other, as a band of segments."""
+    body = ET.SubElement(canvas.body, "g", {"class": "statuses"})
+    mid = y + _ROW / 2
+    canvas.text(body, 16, mid + 4, "status", "round-label")
+    marks = shape.statuses
+    for n, mark in enumerate(marks):
+        until = marks[n + 1].at if n + 1 < len(marks) else shape.end
+        x1, x2 = x_of(mark.at), max(x_of(until), x_of(mark.at) + 2)
+        title = f"{mark.node} → {mark.status} at {_fmt(mark.at)}"
+        canvas.rect(
+            body,
+            x1,
+            y + 2,
+            x2 - x1,
+            _ROW - 4,
+            "status odd" if n % 2 else "status",
+            title=title,
+            **{"data-status": mark.status, "data-node": mark.node},
+        )
+        room = int((x2 - x1 - 4) / 5.6)
+        if room >= 4:
+            canvas.text(body, x1 + 2, mid + 3, _short(mark.status, room), "status-text")
+    shown = " → ".join(m.status for m in marks)
+    canvas.text(
+        body, 100, mid + 4, _short(f"{len(marks)} set", 30), "label", title=_short_block(shown)
+    )
+    return y + _ROW + 6
+
+
+def _model_row(
+    canvas: _Canvas,
+    body: ET.Element,
+    model: ModelSpan,
+    y: float,
+    x_of: Callable[[float], float],
+    run_end: float,
+    *,
+    label_x: float = 40,
+) -> float:
+    """One model call: its bar, what it asked for, its usage."""
+    mid = y + _ROW / 2
+    ended = model.ended if model.ended is not None else run_end
+    x1, x2 = x_of(model.started), x_of(ended)
+    if model.ended is None:
+        state, said = "running", "did not finish"
+    elif model.error is not None:
+        state, said = "failed", f"failed: {redact(model.error)}"
+    elif model.closed_early:
+        state, said = "cut", "closed early"
+    else:
+        state = "ok"
+        if model.tool_calls:
+            n = len(model.tool_calls)
+            said = f"→ {n} tool call{'s' * (n != 1)}: {', '.join(model.tool_calls)}"
+        elif model.text:
+            said = f"→ {_short(redact(model.text), 40)!r}"
+        else:
+            said = f"→ {model.finish_reason or 'nothing'}"
+    usage = _usage_text(model.usage)
+    after = " · ".join(p for p in (said, usage, _fmt(ended - model.started)) if p)
+    title_lines = [f"model call #{model.index}, {_fmt(model.started)} → {_fmt(ended)}", after]
+    if model.text:
+        title_lines.append(f"said: {redact(model.text[:400])}")
+    title = _short_block("\n".join(title_lines))
+    canvas.text(body, label_x, mid + 4, f"model call #{model.index}", "label", title=title)
+    canvas.rect(
+        body,
+        x1,
+        y + 4,
+        max(x2 - x1, 2.0),
+        _ROW - 8,
+        f"model {state}",
+        title=title,
+        **{"data-call-index": str(model.index)},
+    )
+    _beside(
+        canvas,
+        body,
+        x1,
+        max(x2, x1 + 2),
+        mid + 4,
+        after,
+        "after failed" if state == "failed" else "after",
+    )
+    return y + _ROW
+
+
 def _round_rows(
     canvas: _Canvas,
     rnd: RoundSpan,
     y: float,
     x_of: Callable[[float], float],
-    run_end: float,
+    shape: RunShape,
     short_circuits: list[tuple[float, float]],
 ) -> float:
-    """Draw one round (its plan row, then its calls); return the y below it."""
+    """Draw one turn (the loop's round: its plan row and its model calls; then its tool
+    calls); return the y below it."""
+    run_end = shape.end
     body = ET.SubElement(canvas.body, "g", {"class": "round", "data-round": str(rnd.index)})
     mid = y + _ROUND_HEAD / 2
+    if not rnd.planned:  # a turn of a product that tells no plan: its calls only
+        canvas.text(body, 16, mid + 4, f"turn {rnd.index}", "round-label")
+        n = len(rnd.calls)
+        canvas.text(body, 100, mid + 4, f"{n} tool call{'s' * (n != 1)}", "label")
+        y += _ROUND_HEAD
+        for call in rnd.calls:
+            y = _call_row(canvas, body, call, y, x_of, run_end)
+        return y
     canvas.text(body, 16, mid + 4, f"round {rnd.index}", "round-label")
     # the plan
     plan_end = rnd.plan_ended if rnd.plan_ended is not None else run_end
     x1, x2 = x_of(rnd.plan_started), x_of(plan_end)
     cls = "plan"
     extra: dict[str, str] = {}
-    if rnd.plan_ended is None:
+    paused = [p for p in shape.pauses if p.at >= rnd.plan_started]
+    if rnd.plan_ended is None and paused:
+        cls += " paused"
+        plan_end = paused[0].at
+        x2 = x_of(plan_end)
+        after = f"paused: waiting for a human · {redact(paused[0].what)}"
+    elif rnd.plan_ended is None:
         cls += " failed"
         after = "planner call did not finish"
     elif rnd.short_circuited:
@@ -450,7 +657,9 @@ def _round_rows(
     if rnd.short_circuited and rnd.plan_ended is not None:
         short_circuits.append((x2, mid))
     y += _ROUND_HEAD
-    # the calls
+    # the plan's model calls, then the tool calls
+    for model in rnd.models:
+        y = _model_row(canvas, body, model, y, x_of, run_end)
     for call in rnd.calls:
         y = _call_row(canvas, body, call, y, x_of, run_end)
     return y
