@@ -87,7 +87,7 @@ async def test_final_answer_with_a_pydantic_model_through_a_tool() -> None:
     assert json.loads(answer) == {"city": "Lisbon", "sunny": True}  # the text is its JSON
     assert answer.tries == 1
     (request,) = model.requests
-    assert request.tool_choice == "required"
+    assert request.tool_choice == {"type": "function", "function": {"name": "Forecast"}}
     assert request.tools is not None
     assert [t["function"]["name"] for t in request.tools] == ["Forecast"]
     assert "<action_results>" in request.messages[-1]["content"]  # the loop's prompt

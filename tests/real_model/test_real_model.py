@@ -687,7 +687,7 @@ async def test_usage_totals_from_the_real_stream(server: Server) -> None:
     else:  # this server does not report usage, or the short-circuit hung up first
         assert usage.total_tokens is None
     if cut is None:
-        assert result.stop_reason in ("usage_limit", "response", "no_commands", "invalid_plan")
+        assert result.stop_reason in ("usage_limit", "answered", "no_commands", "invalid_plan")
 
 
 CLI_TOOLS = '''
@@ -754,3 +754,92 @@ def test_the_cli_finishes_a_run_with_max_tokens_and_a_required_tool(
     assert "\nanswer:\n" in text
     cut = "note: the answer was cut off by the token limit (64 tokens)" in text
     print(f"  answer cut off: {cut}")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("strategy", ["tool", "provider"])
+async def test_a_structured_final_answer_from_the_real_model(server: Server, strategy: str) -> None:
+    """The loop's final answer through each strategy against the real server: the answer
+    fits the schema (retried with the errors when it does not), every try is counted."""
+    from pydantic import BaseModel
+
+    from toolloop.kernel import ProviderStrategy, ToolStrategy
+    from toolloop.loop import final_answer
+    from toolloop.testing import ScriptedPlanner
+
+    class Sum(BaseModel):
+        """The sum that was computed."""
+
+        total: int
+
+    toolbox = Toolbox()
+    plan = {
+        "next_action": "execute",
+        "execution_commands": [
+            {"purpose": "add", "tool_name": "add", "tool_kwargs": {"a": 2, "b": 3}}
+        ],
+    }
+    result = await async_plan_and_execute(
+        "What is 2 + 3?",
+        tools=toolbox.registry,
+        planner=ScriptedPlanner([plan, {"next_action": "response"}]),
+    )
+    assert [r.result for r in result.done_plans] == [5]
+    response_format = ToolStrategy(Sum) if strategy == "tool" else ProviderStrategy(Sum)
+    async with openai_model(server) as model:
+        with anyio.fail_after(RUN_TIMEOUT):
+            answer = await final_answer(
+                model, result, response_format=response_format, max_tokens=MAX_TOKENS
+            )
+    print(f"  {strategy}: {answer.structured_response!r} in {answer.tries} tries")
+    assert isinstance(answer.structured_response, Sum)
+    assert answer.usage is not None and answer.usage.requests == answer.tries >= 1
+
+
+@pytest.mark.parametrize("agent", ["middleware", "status"])
+def test_the_cli_runs_each_agent_against_the_real_model(
+    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, agent: str
+) -> None:
+    """``toolloop run --agent ...`` reads the real server's streams in each agent and ends
+    with a stop reason (a small model's answer may be poor; the run still ends, said)."""
+    import io
+
+    from toolloop.cli import main
+
+    (tmp_path / "real_cli_tools.py").write_text(CLI_TOOLS, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out, err = io.StringIO(), io.StringIO()
+    code = main(
+        [
+            "run",
+            "What is 2 + 3? Use the add tool.",
+            "--agent",
+            agent,
+            "--tools",
+            "real_cli_tools:TOOLS",
+            "--base-url",
+            server.url,
+            "--model",
+            server.model,
+            "--max-tokens",
+            str(MAX_TOKENS),
+            "--max-turns",
+            "6",
+            "--store",
+            str(tmp_path / "runs.db"),
+            "--timeout",
+            str(RUN_TIMEOUT),
+            "--plain",
+        ],
+        stdout=out,
+        stderr=err,
+    )
+    text = out.getvalue()
+    print(text, err.getvalue())
+    assert "Traceback" not in err.getvalue() + text
+    if code == 0:
+        assert "stop: " in text  # e.g. cut_off: a tiny model rambles past max_tokens
+    elif code == 3:  # the status agent puts an answer it could not write to a human
+        assert "paused: run " in text and "to continue: toolloop resume " in text
+    else:  # a run that failed says so in one line, with the command that recovers it
+        assert code == 1 and "toolloop recover" in err.getvalue() + text, (code, err.getvalue())

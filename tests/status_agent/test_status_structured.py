@@ -93,7 +93,8 @@ async def test_the_conversation_writes_a_structured_answer() -> None:
     assert result.text is not None and json.loads(result.text) == {"city": "Lisbon", "sunny": True}
     assert result.usage.requests == 1 and result.usage.total_tokens == 6
     (request,) = model.requests
-    assert request.tool_choice == "required" and request.tools is not None
+    assert request.tool_choice == {"type": "function", "function": {"name": "Forecast"}}
+    assert request.tools is not None
     assert [t["function"]["name"] for t in request.tools] == ["Forecast"]
 
 

@@ -324,14 +324,16 @@ async def _reply(
     temperature: float | None,
     settings: ModelSettings | None,
 ) -> ChatReply:
-    tool = isinstance(strategy, ToolStrategy)
     request = ChatRequest(
         messages=list(conversation),
         structured_output=strategy.structured_output()
         if isinstance(strategy, ProviderStrategy)
         else None,
         tools=[strategy.tool.openai_tool()] if isinstance(strategy, ToolStrategy) else None,
-        tool_choice="required" if tool else None,
+        # the one tool, by name: some servers (llama.cpp) do not force a call on "required"
+        tool_choice={"type": "function", "function": {"name": strategy.tool.name}}
+        if isinstance(strategy, ToolStrategy)
+        else None,
         max_tokens=max_tokens,
         temperature=temperature,
         settings=settings,
