@@ -14,7 +14,7 @@ that recovering a completed run gives it back.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -127,6 +127,7 @@ async def drive(
     result_of: Callable[[Ended[S]], R],
     run: CheckpointedRun | None = None,
     settle: Callable[[S, StopReason], None] | None = None,
+    raised: Callable[[S, Exception], None] | None = None,
 ) -> R:
     """Run one session of ``execution`` (``start()`` runs or resumes it) as a run of the
     kernel (see the module docs).
@@ -141,6 +142,9 @@ async def drive(
             finished in the middle of a turn (``"finish"``), e.g. answering the calls it cut
             off: called once, before ``RunFinished`` counts the records and before the
             store keeps the result.
+        raised: the product's last word on an error the run raises (e.g. the records so
+            far, kept on it): called with the state and the error just before it is raised,
+            once the store has noted the failure.
 
     Raises:
         Exception: whatever the run raised, unless ``options`` turn it into a finish (a
@@ -157,40 +161,10 @@ async def drive(
     if spent is not None:  # a resumed run: its budget counts what came before
         meter.usage = spent
         meter.started = spent.requests
-
-    settled = False
-
-    def finish(stop: StopReason) -> None:
-        nonlocal settled
-        if settle is not None and not settled:
-            settled = True
-            settle(state, stop)
-
-    def closing(status: str, failure: Exception | None, at: float) -> Sequence[FlowEvent]:
-        if status == "paused":
-            return ()
-        stop = logic.stop_reason(state) if status == "completed" else None
-        if stop is None:
-            stop = finish_reason_of(options, failure)
-            if stop is None:
-                return ()
-            finish(stop)
-        _keep_usage(state, meter)
-        return (
-            RunFinished(
-                execution_id=execution.id,
-                at=at,
-                stop_reason=stop,
-                records=len(logic.records(state)),
-                usage=_usage_of(state),
-                turns=logic.turns(state),
-            ),
-        )
-
+    closing = _Closing(execution, state, options, logic, meter, settle)
     execution.on_close(closing)
-    active: AbstractContextManager[Any] = scope.active() if scope is not None else nullcontext()
     try:
-        with meter, active:
+        with meter, _NO_SCOPE if scope is None else scope.active():
             result = await start()
     except Exception as exc:
         execution.on_close(None)  # (the hook refers to the execution: no cycle is left)
@@ -201,8 +175,10 @@ async def drive(
         if stop is None:
             if run is not None:
                 await _fail(run, exc)
+            if raised is not None:
+                raised(state, exc)
             raise
-        finish(stop)
+        closing.finish(stop)
         return await _completed(Ended("completed", state, stop), result_of, run)
     except BaseException as exc:  # cancelled: the run stays "running", to be recovered
         execution.on_close(None)
@@ -220,6 +196,64 @@ async def drive(
         return result_of(Ended("paused", state, None, result, request))
     ended = Ended("completed", state, logic.stop_reason(state), result)
     return await _completed(ended, result_of, run)
+
+
+_NO_SCOPE = nullcontext()
+"""What a run without a tool context enters instead of one (stateless, shared)."""
+
+
+class _Closing(Generic[S]):
+    """How a session of a run ends, for its observers (the execution's closing hook:
+    ``RunFinished``), and the product's last word on a state that a limit finished in the
+    middle of a turn (``settle``, called once)."""
+
+    __slots__ = ("execution", "logic", "meter", "options", "settle", "state")
+
+    def __init__(
+        self,
+        execution: Execution[S],
+        state: S,
+        options: RunOptions,
+        logic: TurnLogic[S],
+        meter: UsageMeter,
+        settle: Callable[[S, StopReason], None] | None,
+    ) -> None:
+        self.execution = execution
+        self.state = state
+        self.options = options
+        self.logic = logic
+        self.meter = meter
+        self.settle = settle
+
+    def finish(self, stop: StopReason) -> None:
+        """The run ends with ``stop`` instead of raising: ``settle`` says its last word."""
+        settle = self.settle
+        if settle is not None:
+            self.settle = None  # once
+            settle(self.state, stop)
+
+    def __call__(self, status: str, failure: Exception | None, at: float) -> Sequence[FlowEvent]:
+        if status == "paused":
+            return ()
+        state = self.state
+        logic = self.logic
+        stop = logic.stop_reason(state) if status == "completed" else None
+        if stop is None:
+            stop = finish_reason_of(self.options, failure)
+            if stop is None:
+                return ()
+            self.finish(stop)
+        _keep_usage(state, self.meter)
+        return (
+            RunFinished(
+                execution_id=self.execution.id,
+                at=at,
+                stop_reason=stop,
+                records=len(logic.records(state)),
+                usage=_usage_of(state),
+                turns=logic.turns(state),
+            ),
+        )
 
 
 async def _completed(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import math
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +15,7 @@ from typing_extensions import Unpack
 
 from .._errors import PlannerError, UsageLimitError
 from ..checkpoints import HumanRequest
-from ..flow import EventStream, Execution, ExecutionPaused, FlowEvent
+from ..flow import EventStream, Execution, ExecutionPaused, FlowEvent, FlowResult
 from ..kernel import (
     Backend,
     Ended,
@@ -179,42 +179,57 @@ def _result(execution: Execution[RoundState], ended: Ended[RoundState]) -> LoopR
     )
 
 
-async def _drive(
+def _drive(
     execution: Execution[RoundState],
     options: RunOptions,
     *,
     run: CheckpointedRun | None = None,
-) -> LoopResult:
-    """One session of the run, through the kernel; its result."""
-    state = execution.state
+) -> Coroutine[Any, Any, LoopResult]:
+    """One session of the run, through the kernel: await it for its result."""
+    session = _Session(execution, options.timeout)
+    return drive(
+        execution,
+        session,
+        options,
+        _LOGIC,
+        scope=execution.deps.scope,
+        result_of=session.result_of,
+        run=run,
+        settle=_settle,
+        raised=_raised,
+    )
 
-    def result_of(ended: Ended[RoundState]) -> LoopResult:
+
+class _Session:
+    """A session of a loop run, as the kernel drives it: how it starts (``session()``) and
+    its result."""
+
+    __slots__ = ("execution", "timeout")
+
+    def __init__(self, execution: Execution[RoundState], timeout: float | None) -> None:
+        self.execution = execution
+        self.timeout = timeout
+
+    def __call__(self) -> Coroutine[Any, Any, FlowResult[RoundState]]:
+        return self.execution.run(timeout=self.timeout)
+
+    def result_of(self, ended: Ended[RoundState]) -> LoopResult:
         if ended.stop_reason is not None:  # (a limit's finish: the state says so too)
-            state.stop_reason = ended.stop_reason  # type: ignore[assignment]  # the loop's
-        return _result(execution, ended)
+            ended.state.stop_reason = ended.stop_reason  # type: ignore[assignment]  # the loop's
+        return _result(self.execution, ended)
 
-    timeout = options.timeout
-    try:
-        return await drive(
-            execution,
-            lambda: execution.run(timeout=timeout),
-            options,
-            _LOGIC,
-            scope=execution.deps.scope,
-            result_of=result_of,
-            run=run,
-            settle=_settle,
-        )
-    except PlannerError as exc:
-        exc.done_plans = list(state.done_plans)  # a streamed round cut short too
-        raise
-    except UsageLimitError as exc:
+
+def _raised(state: RoundState, exc: Exception) -> None:
+    """What an error the run raises keeps of it: the records so far (a streamed round cut
+    short too), and a spent budget's state and usage."""
+    if isinstance(exc, PlannerError):
+        exc.done_plans = list(state.done_plans)
+    elif isinstance(exc, UsageLimitError):
         state.stop_reason = "usage_limit"
         exc.done_plans = list(state.done_plans)
         exc.state = state
         if not exc.estimated and state.usage is not None:  # an estimate is kept as it is
             exc.usage = state.usage
-        raise
 
 
 class LoopOptions(RunOverrides, total=False):
