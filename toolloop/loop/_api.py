@@ -257,15 +257,12 @@ def _split(given: Mapping[str, Any], verb: str) -> tuple[RunOptions, dict[str, A
             hint = option_hint(name, _KNOWN)
             raise TypeError(f"{verb}() got an unexpected keyword argument {name!r}{hint}")
     own = {k: given[k] for k in _OWN if k in given}
-    options = _DEFAULTS.merged(**{k: v for k, v in given.items() if k not in own})
+    options = RunOptions.over_defaults(**{k: v for k, v in given.items() if k not in own})
     if "max_commands" in own and (
         not isinstance(own["max_commands"], int) or own["max_commands"] < 1
     ):
         raise ValueError(f"max_commands must be at least 1, got {own['max_commands']!r}")
     return options, own
-
-
-_DEFAULTS = RunOptions()
 
 
 async def async_plan_and_execute(
