@@ -38,7 +38,7 @@ from ._trace import RawEntry, TraceEntry, materialize
 
 if TYPE_CHECKING:
     from ._flow import Flow
-    from ._nodes import Node
+    from ._nodes import Node, StepNode
 
 __all__ = ["Execution", "ExecutionStatus"]
 
@@ -394,11 +394,28 @@ class Execution(Generic[S]):
         )
 
     async def _drive(self, node: Node, value: Any, trigger: str) -> None:
-        """Run ``node`` and what follows it in this task; spawn only for fan-out."""
+        """Run ``node`` and what follows it in this task; spawn only for fan-out. A step
+        without a timeout runs here in its parts, awaiting its function's own awaitable (as
+        its :meth:`~StepNode.run` does); any other node runs whole."""
         self._live += 1
         try:
             while not self._done:
-                nodes, value = await node.run(self, value, trigger)
+                if node.direct:
+                    step: StepNode = node  # type: ignore[assignment]  # only steps are direct
+                    started = step.begin(self, trigger)
+                    try:
+                        value = step._start(self, value)
+                        if step.awaits:
+                            value = await value
+                    except BaseException as exc:
+                        error = step.failure(self, started, trigger, exc)
+                        if error is None:
+                            raise
+                        raise error from error.__cause__
+                    step._succeeded(self, started, trigger)
+                    nodes: Sequence[Node] = step.out
+                else:
+                    nodes, value = await node.run(self, value, trigger)
                 if not nodes:
                     return
                 if not node.passthrough:  # routers pass on the trigger they got
