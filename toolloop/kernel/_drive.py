@@ -60,6 +60,8 @@ class Ended(Generic[S]):
     """The engine's result; ``None`` when a limit ended the run with ``"finish"``."""
     request: Any = None
     """What a paused run asks (its pause's request, as the product wrote it)."""
+    execution: Execution[S] | None = None
+    """The execution of the run (set by :func:`drive`)."""
 
 
 def finish_reason_of(options: RunOptions, failure: BaseException | None) -> StopReason | None:
@@ -119,7 +121,7 @@ def _keep_usage(state: Any, meter: UsageMeter) -> None:
 
 async def drive(
     execution: Execution[S],
-    start: Callable[[], Awaitable[FlowResult[S]]],
+    start: Callable[[], Awaitable[FlowResult[S]]] | None,
     options: RunOptions,
     logic: TurnLogic[S],
     *,
@@ -129,8 +131,8 @@ async def drive(
     settle: Callable[[S, StopReason], None] | None = None,
     raised: Callable[[S, Exception], None] | None = None,
 ) -> R:
-    """Run one session of ``execution`` (``start()`` runs or resumes it) as a run of the
-    kernel (see the module docs).
+    """Run one session of ``execution`` (``start()`` runs or resumes it; ``None``: it runs
+    from the start, under ``options.timeout``) as a run of the kernel (see the module docs).
 
     Args:
         logic: what the product tells of its states (stop reason, records, turns).
@@ -165,7 +167,7 @@ async def drive(
     execution.on_close(closing)
     try:
         with meter, _NO_SCOPE if scope is None else scope.active():
-            result = await start()
+            result = await (execution.run(timeout=options.timeout) if start is None else start())
     except Exception as exc:
         execution.on_close(None)  # (the hook refers to the execution: no cycle is left)
         _keep_usage(state, meter)
@@ -179,7 +181,8 @@ async def drive(
                 raised(state, exc)
             raise
         closing.finish(stop)
-        return await _completed(Ended("completed", state, stop), result_of, run)
+        ended = Ended("completed", state, stop, execution=execution)
+        return await _completed(ended, result_of, run)
     except BaseException as exc:  # cancelled: the run stays "running", to be recovered
         execution.on_close(None)
         _keep_usage(state, meter)
@@ -193,8 +196,8 @@ async def drive(
         if run is not None:
             await run.pause(result)
         request = result.waiting[0].request if result.waiting else None
-        return result_of(Ended("paused", state, None, result, request))
-    ended = Ended("completed", state, logic.stop_reason(state), result)
+        return result_of(Ended("paused", state, None, result, request, execution))
+    ended = Ended("completed", state, logic.stop_reason(state), result, execution=execution)
     return await _completed(ended, result_of, run)
 
 

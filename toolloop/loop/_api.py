@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import functools
 import math
+import types
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -15,7 +17,7 @@ from typing_extensions import Unpack
 
 from .._errors import PlannerError, UsageLimitError
 from ..checkpoints import HumanRequest
-from ..flow import EventStream, Execution, ExecutionPaused, FlowEvent, FlowResult
+from ..flow import EventStream, Execution, ExecutionPaused, FlowEvent
 from ..kernel import (
     Backend,
     Ended,
@@ -117,13 +119,17 @@ def _prepare(
 ) -> Execution[RoundState]:
     if not isinstance(user_input, str):
         raise TypeError(f"user_input must be a str, got {type(user_input).__name__}")
-    registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
-    executor = Executor(
-        registry,
-        concurrency=options.concurrency,
-        limiter=options.limiter,
-        tool_timeout=options.tool_timeout,
-    )
+    if isinstance(tools, ToolRegistry):
+        registry = tools
+        executor = _executor(registry, options)
+    else:
+        registry = ToolRegistry(tools)
+        executor = Executor(
+            registry,
+            concurrency=options.concurrency,
+            limiter=options.limiter,
+            tool_timeout=options.tool_timeout,
+        )
     loop_deps = LoopDeps(
         user_input=user_input,
         planner=planner,
@@ -151,6 +157,30 @@ def _prepare(
         scope.run_id = execution.id
         scope.report = _reporter(execution)
     return execution
+
+
+_EXECUTORS: weakref.WeakKeyDictionary[ToolRegistry, Executor] = weakref.WeakKeyDictionary()
+"""The last executor made for runs of a registry: the next runs with its limits share it."""
+
+
+def _executor(registry: ToolRegistry, options: RunOptions) -> Executor:
+    """The executor of a run of ``registry`` with ``options``: an executor is configuration
+    only, so runs with the same limits share one (as the agents' runs share theirs)."""
+    executor = _EXECUTORS.get(registry)
+    if (
+        executor is None
+        or executor.concurrency != options.concurrency
+        or executor.limiter is not options.limiter
+        or executor.tool_timeout != options.tool_timeout
+    ):
+        executor = Executor(
+            registry,
+            concurrency=options.concurrency,
+            limiter=options.limiter,
+            tool_timeout=options.tool_timeout,
+        )
+        _EXECUTORS[registry] = executor
+    return executor
 
 
 def _reporter(execution: Execution[RoundState]) -> Callable[[Progress], None]:
@@ -186,37 +216,25 @@ def _drive(
     run: CheckpointedRun | None = None,
 ) -> Coroutine[Any, Any, LoopResult]:
     """One session of the run, through the kernel: await it for its result."""
-    session = _Session(execution, options.timeout)
     return drive(
         execution,
-        session,
+        None,  # the execution runs from the start (a paused one: from its journal)
         options,
         _LOGIC,
         scope=execution.deps.scope,
-        result_of=session.result_of,
+        result_of=_result_of,
         run=run,
         settle=_settle,
         raised=_raised,
     )
 
 
-class _Session:
-    """A session of a loop run, as the kernel drives it: how it starts (``session()``) and
-    its result."""
-
-    __slots__ = ("execution", "timeout")
-
-    def __init__(self, execution: Execution[RoundState], timeout: float | None) -> None:
-        self.execution = execution
-        self.timeout = timeout
-
-    def __call__(self) -> Coroutine[Any, Any, FlowResult[RoundState]]:
-        return self.execution.run(timeout=self.timeout)
-
-    def result_of(self, ended: Ended[RoundState]) -> LoopResult:
-        if ended.stop_reason is not None:  # (a limit's finish: the state says so too)
-            ended.state.stop_reason = ended.stop_reason  # type: ignore[assignment]  # the loop's
-        return _result(self.execution, ended)
+def _result_of(ended: Ended[RoundState]) -> LoopResult:
+    """The result of a session of the run."""
+    if ended.stop_reason is not None:  # (a limit's finish: the state says so too)
+        ended.state.stop_reason = ended.stop_reason  # type: ignore[assignment]  # the loop's
+    assert ended.execution is not None  # (the kernel says which)
+    return _result(ended.execution, ended)
 
 
 def _raised(state: RoundState, exc: Exception) -> None:
@@ -248,15 +266,17 @@ _OWN = ("user_extra_requirement", "max_commands", "streaming_dispatch", "answer_
 
 
 _KNOWN = frozenset((*RunOverrides.__annotations__, *_OWN))
+_NONE_OWN: Mapping[str, Any] = types.MappingProxyType({})
+"""The loop's own arguments of a call that gives none (read only)."""
 
 
-def _split(given: Mapping[str, Any], verb: str) -> tuple[RunOptions, dict[str, Any]]:
+def _split(given: Mapping[str, Any], verb: str) -> tuple[RunOptions, Mapping[str, Any]]:
     """The run options of a call (checked) and the loop's own arguments."""
     for name in given:
         if name not in _KNOWN:
             hint = option_hint(name, _KNOWN)
             raise TypeError(f"{verb}() got an unexpected keyword argument {name!r}{hint}")
-    own = {k: given[k] for k in _OWN if k in given}
+    own = {k: given[k] for k in _OWN if k in given} or _NONE_OWN
     options = RunOptions.over_defaults(**{k: v for k, v in given.items() if k not in own})
     if "max_commands" in own and (
         not isinstance(own["max_commands"], int) or own["max_commands"] < 1
