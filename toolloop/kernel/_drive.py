@@ -14,7 +14,6 @@ that recovering a completed run gives it back.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -166,8 +165,17 @@ async def drive(
     closing = _Closing(execution, state, options, logic, meter, settle)
     execution.on_close(closing)
     try:
-        with meter, _NO_SCOPE if scope is None else scope.active():
-            result = await (execution.run(timeout=options.timeout) if start is None else start())
+        # the meter is entered and left by hand: a with block would hold its bound __exit__
+        # for the whole run
+        meter.__enter__()
+        try:
+            if scope is None:
+                result = await _started(execution, start, options)
+            else:
+                with scope.active():
+                    result = await _started(execution, start, options)
+        finally:
+            meter.__exit__()
     except Exception as exc:
         execution.on_close(None)  # (the hook refers to the execution: no cycle is left)
         _keep_usage(state, meter)
@@ -201,8 +209,13 @@ async def drive(
     return await _completed(ended, result_of, run)
 
 
-_NO_SCOPE = nullcontext()
-"""What a run without a tool context enters instead of one (stateless, shared)."""
+def _started(
+    execution: Execution[S],
+    start: Callable[[], Awaitable[FlowResult[S]]] | None,
+    options: RunOptions,
+) -> Awaitable[FlowResult[S]]:
+    """What a session awaits: ``start()``, or the execution run from the start."""
+    return execution.run(timeout=options.timeout) if start is None else start()
 
 
 class _Closing(Generic[S]):

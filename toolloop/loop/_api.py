@@ -369,6 +369,7 @@ async def async_plan_and_execute(
         ValueError, TypeError: an option of the wrong kind or name (nothing ran).
     """
     opts, own = _split(options, "async_plan_and_execute")
+    del options  # (the call's keywords, read: not held while the run goes on)
     store, run_id = opts.store, opts.run_id
     if store is None and (run_id is not None or opts.needs_approval):
         what = f"run_id={run_id!r} names" if run_id is not None else "needs_approval= pauses"
