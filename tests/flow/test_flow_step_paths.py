@@ -1,6 +1,9 @@
 """A step runs through one body, whatever its options: a timeout that does not expire, a
 worker thread, a fan-out around it, or a chain started by the execution itself or by an
-event change nothing of what comes out (result, trace, events, errors, cancellation)."""
+event change nothing of what comes out (result, trace, events, errors, cancellation).
+
+A step without a timeout in a chain is run by the chain driver in its parts; in a fan-out,
+or with a timeout, by ``StepNode.run`` whole: the tests below hold the two equal."""
 
 from __future__ import annotations
 
@@ -88,7 +91,12 @@ async def _run(kind: str, option: str, *, fan_out: bool) -> tuple[Any, ...]:
     try:
         outcome = (await execution.run([3] if fan_out else 3)).value
     except ExecutionError as exc:
-        outcome = (type(exc).__name__, str(exc), type(exc.__cause__).__name__)
+        outcome = (
+            type(exc).__name__,
+            str(exc),
+            type(exc.__cause__).__name__,
+            exc.__suppress_context__,
+        )
     trace = [(e.step, e.event, e.outcome, e.detail) for e in execution.trace if e.step == "work"]
     shape = [e for e in _shape(events) if e[1] in (None, "work")]
     return outcome, dict(execution.state), trace, shape

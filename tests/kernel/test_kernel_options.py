@@ -70,6 +70,26 @@ def test_a_call_s_options_override_an_agent_s_defaults() -> None:
         defaults.merged(concurency=2)
 
 
+def test_plain_options_over_the_defaults_are_checked_once_and_shared() -> None:
+    given = RunOptions.over_defaults
+    once = given(concurrency=2, max_turns=3, timeout=None)
+    assert given(concurrency=2, max_turns=3, timeout=None) is once
+    assert (once.concurrency, once.max_turns, once.timeout) == (2, 3, None)
+    # a value is its type too: True is no 1, and is still refused every time
+    for _ in range(2):
+        with pytest.raises(TypeError, match="concurrency must be an int"):
+            given(concurrency=True)
+    # objects, callables and a run's id are never shared
+    limiter = anyio.CapacityLimiter(2)
+    assert given(limiter=limiter) is not given(limiter=limiter)
+    assert given(run_id="a") is not given(run_id="a")
+    with pytest.raises(TypeError, match="no run option named"):
+        given(concurency=2)
+    # over other defaults than the kernel's own: a new one each time
+    agent = RunOptions(concurrency=8)
+    assert agent.merged(max_turns=3) is not agent.merged(max_turns=3)
+
+
 def call(tool: str = "send", **arguments: Any) -> RequestedCall:
     return RequestedCall(call_id=f"0.{tool}", tool_name=tool, arguments=arguments)
 

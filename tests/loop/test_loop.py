@@ -172,6 +172,41 @@ async def test_a_shared_limiter_holds_across_runs() -> None:
     assert all(len(r.done_plans) == 4 for r in results)
 
 
+async def test_runs_of_one_registry_keep_their_own_limits() -> None:
+    """Runs of one registry share its executor only when their limits are the same: runs
+    at once with other limits each keep theirs, exactly."""
+    from toolloop.tools import Tool, ToolRegistry
+
+    limits = (2, 3, 2, 3)
+    probes = [Probe() for _ in limits]
+
+    async def work(n: int, run: int) -> int:
+        """Count the calls of one run.
+
+        Args:
+            n: the number.
+            run: which run's probe counts the call.
+        """
+        return int(await probes[run].work(n))
+
+    registry = ToolRegistry([Tool.from_function(work)])
+
+    async def one(run: int) -> None:
+        commands = [cmd("work", f"p{i}", n=i, run=run) for i in range(8)]
+        result = await async_plan_and_execute(
+            "x",
+            tools=registry,
+            planner=ScriptedPlanner([execute(*commands)]),
+            concurrency=limits[run],
+        )
+        assert [r.result for r in result.done_plans] == [i * i for i in range(8)]
+
+    async with anyio.create_task_group() as tg:
+        for run in range(len(limits)):
+            tg.start_soon(one, run)
+    assert [probe.peak for probe in probes] == list(limits)
+
+
 async def test_bad_commands_become_records_and_tools_do_not_run() -> None:
     probe = Probe()
     planner = ScriptedPlanner(

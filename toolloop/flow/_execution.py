@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import itertools
 import logging
@@ -38,7 +39,7 @@ from ._trace import RawEntry, TraceEntry, materialize
 
 if TYPE_CHECKING:
     from ._flow import Flow
-    from ._nodes import Node
+    from ._nodes import Node, StepNode
 
 __all__ = ["Execution", "ExecutionStatus"]
 
@@ -81,6 +82,10 @@ def new_execution_id() -> str:
 
 
 S = TypeVar("S")
+
+
+_NO_GROUP = contextlib.nullcontext()
+"""What a chain that is no session's enters instead of the session's task group."""
 
 _NO_WAITS: list[Wait] = []
 """The waits of an execution that waits for nothing: shared, so never changed in place
@@ -304,35 +309,12 @@ class Execution(Generic[S]):
 
     # -- the run ------------------------------------------------------------------------
 
-    async def _session(
+    def _session(
         self, node: Node, value: Any, trigger: str, timeout: float | None
-    ) -> FlowResult[S]:
-        self.status = "running"
-        self._done = False
-        self._result = None
-        self._t0 = perf_counter() - self._elapsed_before
-        if self._observers:
-            self._publish(
-                ExecutionStarted(
-                    execution_id=self.id,
-                    at=self._at(self._t0 + self._elapsed_before),
-                    flow=self._flow.name,
-                )
-            )
-        try:
-            async with anyio.create_task_group() as tg:
-                self._tg = tg
-                if timeout is not None:
-                    tg.cancel_scope.deadline = anyio.current_time() + timeout
-                await self._drive(node, value, trigger)
-        except BaseException:
-            self.status = "cancelled"
-            self._close_observers()
-            raise
-        finally:
-            self._tg = None
-            self._elapsed_before = perf_counter() - self._t0
-        return self._outcome(timeout, tg.cancel_scope.cancelled_caught)
+    ) -> Coroutine[Any, Any, FlowResult[S]]:
+        """A session of the execution from ``node``: its chain driven in the session's own
+        frame (see :meth:`_drive`); await it for the outcome."""
+        return self._drive(node, value, trigger, session=True, timeout=timeout)  # type: ignore[return-value]
 
     def _outcome(self, timeout: float | None, cancelled: bool) -> FlowResult[S]:
         elapsed = self._elapsed_before
@@ -393,23 +375,89 @@ class Execution(Generic[S]):
             snapshot=self.snapshot(),
         )
 
-    async def _drive(self, node: Node, value: Any, trigger: str) -> None:
-        """Run ``node`` and what follows it in this task; spawn only for fan-out."""
-        self._live += 1
+    async def _drive(
+        self,
+        node: Node,
+        value: Any,
+        trigger: str,
+        *,
+        session: bool = False,
+        timeout: float | None = None,
+    ) -> FlowResult[S] | None:
+        """Run ``node`` and what follows it in this task; spawn only for fan-out. A step
+        without a timeout runs here in its parts, awaiting its function's own awaitable (as
+        its :meth:`~StepNode.run` does); any other node runs whole.
+
+        The one chain driver, of the session's chain too: for a ``session``
+        (:meth:`_session`, with its ``timeout``), it opens the execution's task group around
+        the chain and returns the session's outcome; a chain of a fan-out or of an event
+        runs in that group, and returns nothing."""
+        if session:
+            self._opened()
         try:
-            while not self._done:
-                nodes, value = await node.run(self, value, trigger)
-                if not nodes:
-                    return
-                if not node.passthrough:  # routers pass on the trigger they got
-                    trigger = node.name
-                if len(nodes) > 1:
-                    self._fan_out(nodes[1:], value, trigger)
-                node = nodes[0]  # the first of the next nodes runs in this task
-        except Exception as exc:
-            self._broke(node, exc)
+            group: TaskGroup | None
+            async with anyio.create_task_group() if session else _NO_GROUP as group:
+                if group is not None:
+                    self._tg = group
+                    if timeout is not None:
+                        group.cancel_scope.deadline = anyio.current_time() + timeout
+                self._live += 1
+                try:
+                    while not self._done:
+                        if node.direct:
+                            step: StepNode = node  # type: ignore[assignment]  # only steps are
+                            started = step.begin(self, trigger)
+                            try:
+                                value = step._start(self, value)
+                                if step.awaits:
+                                    value = await value
+                            except BaseException as exc:
+                                error = step.failure(self, started, trigger, exc)
+                                if error is None:
+                                    raise
+                                raise error from error.__cause__
+                            step._succeeded(self, started, trigger)
+                            nodes: Sequence[Node] = step.out
+                        else:
+                            nodes, value = await node.run(self, value, trigger)
+                        if not nodes:
+                            break
+                        if not node.passthrough:  # routers pass on the trigger they got
+                            trigger = node.name
+                        if len(nodes) > 1:
+                            self._fan_out(nodes[1:], value, trigger)
+                        node = nodes[0]  # the first of the next nodes runs in this task
+                except Exception as exc:
+                    self._broke(node, exc)
+                finally:
+                    self._live -= 1
+        except BaseException:
+            if session:
+                self.status = "cancelled"
+                self._close_observers()
+            raise
         finally:
-            self._live -= 1
+            if session:
+                self._tg = None
+                self._elapsed_before = perf_counter() - self._t0
+        if group is None:  # (no session's)
+            return None
+        return self._outcome(timeout, group.cancel_scope.cancelled_caught)
+
+    def _opened(self) -> None:
+        """A session starts: the execution runs (its clock goes on), observers are told."""
+        self.status = "running"
+        self._done = False
+        self._result = None
+        self._t0 = perf_counter() - self._elapsed_before
+        if self._observers:
+            self._publish(
+                ExecutionStarted(
+                    execution_id=self.id,
+                    at=self._at(self._t0 + self._elapsed_before),
+                    flow=self._flow.name,
+                )
+            )
 
     def _fan_out(self, nodes: Sequence[Node], value: Any, trigger: str) -> None:
         """Start a chain in a task of its own at each of ``nodes``."""

@@ -54,6 +54,8 @@ class Node:
     __slots__ = ("name", "out")
     passthrough: ClassVar[bool] = False
     """Routers and entry points pass the trigger of their input on to their targets."""
+    direct: bool = False
+    """A step the chain driver runs in its parts (see :class:`StepNode`), not whole."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -151,9 +153,19 @@ def _is_async(fn: Callable[..., Any]) -> bool:
 
 
 class StepNode(Node):
-    """Calls a user function; traced, timed, observable."""
+    """Calls a user function; traced, timed, observable.
 
-    __slots__ = ("arity", "awaits", "emits", "fn", "thread", "timeout")
+    A step runs in parts: :meth:`begin` (the step starts: its event), :meth:`_start` (the
+    function called: what to await when ``awaits``), then :meth:`_succeeded` or
+    :meth:`failure` (its trace, its event, the error to raise). :meth:`run` is the step
+    whole, one coroutine; the execution's chain driver runs a step without a timeout in
+    its parts itself, awaiting the function's own awaitable, so that a running step has no
+    coroutine of the engine's between the driver and the function (a timeout's cancel
+    scope is :meth:`run`'s). Both come to the same (``tests/flow/test_flow_step_paths.py``:
+    a step in a chain and in a fan-out, with and without a timeout).
+    """
+
+    __slots__ = ("arity", "awaits", "direct", "emits", "fn", "thread", "timeout")
 
     def __init__(self, step: Step) -> None:
         super().__init__(step.name)
@@ -168,14 +180,11 @@ class StepNode(Node):
             )
         self.awaits = is_async or self.thread  # what _start returns is awaited
         self.arity = _positional_arity(step.fn, self.name)
+        self.direct = self.timeout is None  # the chain driver runs it in its parts
 
     async def run(self, ex: Execution[Any], value: Any, trigger: str) -> tuple[Sequence[Node], Any]:
         """Run the function once: trace it, time it, turn failures into execution errors."""
-        started = perf_counter()
-        if ex._observers:
-            ex._publish(
-                StepStarted(execution_id=ex.id, at=ex._at(started), step=self.name, event=trigger)
-            )
+        started = self.begin(ex, trigger)
         try:
             if self.timeout is None:
                 result = self._start(ex, value)
@@ -189,21 +198,43 @@ class StepNode(Node):
                 # a thread step cannot be interrupted: past its deadline, it still timed out
                 if scope.cancelled_caught or scope.cancel_called:
                     raise _StepTimedOut
-        except _StepTimedOut:
-            err = f"step {self.name!r} did not finish within {self.timeout} s and was cancelled"
-            self._failed(ex, started, trigger, "timeout", err)
-            raise ExecutionTimeoutError(
-                err, timeout=self.timeout or 0.0, step=self.name, trace=ex.trace, state=ex.state
-            ) from None
-        except ExecutionError:
-            raise
-        except Exception as exc:
-            raise self._raised(ex, started, trigger, exc) from exc
-        except BaseException:  # cancelled: note it in the trace, never swallow it
-            self._cancelled(ex, started, trigger)
-            raise
+        except BaseException as exc:
+            error = self.failure(ex, started, trigger, exc)
+            if error is None:
+                raise
+            raise error from error.__cause__
         self._succeeded(ex, started, trigger)
         return self.out, result
+
+    def begin(self, ex: Execution[Any], trigger: str) -> float:
+        """The step starts (its event, if observed): when, for its trace."""
+        started = perf_counter()
+        if ex._observers:
+            ex._publish(
+                StepStarted(execution_id=ex.id, at=ex._at(started), step=self.name, event=trigger)
+            )
+        return started
+
+    def failure(
+        self, ex: Execution[Any], started: float, trigger: str, exc: BaseException
+    ) -> BaseException | None:
+        """The step raised ``exc``: noted in the trace (and told); what to raise instead,
+        from its ``__cause__``, or ``None`` to raise ``exc`` itself (an execution's error, a
+        cancellation)."""
+        if isinstance(exc, _StepTimedOut):
+            err = f"step {self.name!r} did not finish within {self.timeout} s and was cancelled"
+            self._failed(ex, started, trigger, "timeout", err)
+            return ExecutionTimeoutError(  # (raised from None)
+                err, timeout=self.timeout or 0.0, step=self.name, trace=ex.trace, state=ex.state
+            )
+        if isinstance(exc, ExecutionError):
+            return None
+        if isinstance(exc, Exception):
+            failed = self._raised(ex, started, trigger, exc)
+            failed.__cause__ = exc  # (raised from exc)
+            return failed
+        self._cancelled(ex, started, trigger)  # cancelled: note it in the trace, never swallow it
+        return None
 
     def _start(self, ex: Execution[Any], value: Any) -> Any:
         """Call the function: what it returned, or what to await for it (``awaits``)."""

@@ -14,7 +14,6 @@ that recovering a completed run gives it back.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -60,6 +59,8 @@ class Ended(Generic[S]):
     """The engine's result; ``None`` when a limit ended the run with ``"finish"``."""
     request: Any = None
     """What a paused run asks (its pause's request, as the product wrote it)."""
+    execution: Execution[S] | None = None
+    """The execution of the run (set by :func:`drive`)."""
 
 
 def finish_reason_of(options: RunOptions, failure: BaseException | None) -> StopReason | None:
@@ -119,7 +120,7 @@ def _keep_usage(state: Any, meter: UsageMeter) -> None:
 
 async def drive(
     execution: Execution[S],
-    start: Callable[[], Awaitable[FlowResult[S]]],
+    start: Callable[[], Awaitable[FlowResult[S]]] | None,
     options: RunOptions,
     logic: TurnLogic[S],
     *,
@@ -127,9 +128,10 @@ async def drive(
     result_of: Callable[[Ended[S]], R],
     run: CheckpointedRun | None = None,
     settle: Callable[[S, StopReason], None] | None = None,
+    raised: Callable[[S, Exception], None] | None = None,
 ) -> R:
-    """Run one session of ``execution`` (``start()`` runs or resumes it) as a run of the
-    kernel (see the module docs).
+    """Run one session of ``execution`` (``start()`` runs or resumes it; ``None``: it runs
+    from the start, under ``options.timeout``) as a run of the kernel (see the module docs).
 
     Args:
         logic: what the product tells of its states (stop reason, records, turns).
@@ -141,6 +143,9 @@ async def drive(
             finished in the middle of a turn (``"finish"``), e.g. answering the calls it cut
             off: called once, before ``RunFinished`` counts the records and before the
             store keeps the result.
+        raised: the product's last word on an error the run raises (e.g. the records so
+            far, kept on it): called with the state and the error just before it is raised,
+            once the store has noted the failure.
 
     Raises:
         Exception: whatever the run raised, unless ``options`` turn it into a finish (a
@@ -157,41 +162,20 @@ async def drive(
     if spent is not None:  # a resumed run: its budget counts what came before
         meter.usage = spent
         meter.started = spent.requests
-
-    settled = False
-
-    def finish(stop: StopReason) -> None:
-        nonlocal settled
-        if settle is not None and not settled:
-            settled = True
-            settle(state, stop)
-
-    def closing(status: str, failure: Exception | None, at: float) -> Sequence[FlowEvent]:
-        if status == "paused":
-            return ()
-        stop = logic.stop_reason(state) if status == "completed" else None
-        if stop is None:
-            stop = finish_reason_of(options, failure)
-            if stop is None:
-                return ()
-            finish(stop)
-        _keep_usage(state, meter)
-        return (
-            RunFinished(
-                execution_id=execution.id,
-                at=at,
-                stop_reason=stop,
-                records=len(logic.records(state)),
-                usage=_usage_of(state),
-                turns=logic.turns(state),
-            ),
-        )
-
+    closing = _Closing(execution, state, options, logic, meter, settle)
     execution.on_close(closing)
-    active: AbstractContextManager[Any] = scope.active() if scope is not None else nullcontext()
     try:
-        with meter, active:
-            result = await start()
+        # the meter is entered and left by hand: a with block would hold its bound __exit__
+        # for the whole run
+        meter.__enter__()
+        try:
+            if scope is None:
+                result = await _started(execution, start, options)
+            else:
+                with scope.active():
+                    result = await _started(execution, start, options)
+        finally:
+            meter.__exit__()
     except Exception as exc:
         execution.on_close(None)  # (the hook refers to the execution: no cycle is left)
         _keep_usage(state, meter)
@@ -201,9 +185,12 @@ async def drive(
         if stop is None:
             if run is not None:
                 await _fail(run, exc)
+            if raised is not None:
+                raised(state, exc)
             raise
-        finish(stop)
-        return await _completed(Ended("completed", state, stop), result_of, run)
+        closing.finish(stop)
+        ended = Ended("completed", state, stop, execution=execution)
+        return await _completed(ended, result_of, run)
     except BaseException as exc:  # cancelled: the run stays "running", to be recovered
         execution.on_close(None)
         _keep_usage(state, meter)
@@ -217,9 +204,72 @@ async def drive(
         if run is not None:
             await run.pause(result)
         request = result.waiting[0].request if result.waiting else None
-        return result_of(Ended("paused", state, None, result, request))
-    ended = Ended("completed", state, logic.stop_reason(state), result)
+        return result_of(Ended("paused", state, None, result, request, execution))
+    ended = Ended("completed", state, logic.stop_reason(state), result, execution=execution)
     return await _completed(ended, result_of, run)
+
+
+def _started(
+    execution: Execution[S],
+    start: Callable[[], Awaitable[FlowResult[S]]] | None,
+    options: RunOptions,
+) -> Awaitable[FlowResult[S]]:
+    """What a session awaits: ``start()``, or the execution run from the start."""
+    return execution.run(timeout=options.timeout) if start is None else start()
+
+
+class _Closing(Generic[S]):
+    """How a session of a run ends, for its observers (the execution's closing hook:
+    ``RunFinished``), and the product's last word on a state that a limit finished in the
+    middle of a turn (``settle``, called once)."""
+
+    __slots__ = ("execution", "logic", "meter", "options", "settle", "state")
+
+    def __init__(
+        self,
+        execution: Execution[S],
+        state: S,
+        options: RunOptions,
+        logic: TurnLogic[S],
+        meter: UsageMeter,
+        settle: Callable[[S, StopReason], None] | None,
+    ) -> None:
+        self.execution = execution
+        self.state = state
+        self.options = options
+        self.logic = logic
+        self.meter = meter
+        self.settle = settle
+
+    def finish(self, stop: StopReason) -> None:
+        """The run ends with ``stop`` instead of raising: ``settle`` says its last word."""
+        settle = self.settle
+        if settle is not None:
+            self.settle = None  # once
+            settle(self.state, stop)
+
+    def __call__(self, status: str, failure: Exception | None, at: float) -> Sequence[FlowEvent]:
+        if status == "paused":
+            return ()
+        state = self.state
+        logic = self.logic
+        stop = logic.stop_reason(state) if status == "completed" else None
+        if stop is None:
+            stop = finish_reason_of(self.options, failure)
+            if stop is None:
+                return ()
+            self.finish(stop)
+        _keep_usage(state, self.meter)
+        return (
+            RunFinished(
+                execution_id=self.execution.id,
+                at=at,
+                stop_reason=stop,
+                records=len(logic.records(state)),
+                usage=_usage_of(state),
+                turns=logic.turns(state),
+            ),
+        )
 
 
 async def _completed(

@@ -188,10 +188,32 @@ class RunOptions:
         for name in given:
             if name not in _NAMES:
                 raise TypeError(f"no run option named {name!r}{option_hint(name, _NAMES)}")
+        key = _plain_key(given) if self is _DEFAULTS else None
+        if key is not None:  # plain values over the defaults: checked once, then shared
+            options = _SHARED.get(key)
+            if options is None:
+                options = dataclasses.replace(self, **given)
+                if len(_SHARED) >= _SHARED_MAX:
+                    _SHARED.clear()
+                _SHARED[key] = options
+            return options
         on_event = given.get("on_event")
         if on_event is not None and self.on_event is not None and on_event is not self.on_event:
             given = {**given, "on_event": _Both(self.on_event, on_event)}
         return dataclasses.replace(self, **given)
+
+    @classmethod
+    def over_defaults(cls, **given: Any) -> RunOptions:
+        """The kernel's defaults with the options ``given`` over them: a call's options
+        where no agent sets defaults. Options of plain values (numbers, names, ``None``)
+        are checked once and shared by the calls that give the same ones (options are
+        frozen).
+
+        Raises:
+            TypeError: a name that is no run option (the message says which was meant).
+            ValueError: a value no run can take.
+        """
+        return _DEFAULTS.merged(**given)
 
     @classmethod
     def defaults(cls, given: Mapping[str, Any], *, where: str, max_turns: int) -> RunOptions:
@@ -214,6 +236,26 @@ class RunOptions:
 
 _DEFAULTS = RunOptions()
 _NAMES = frozenset(f.name for f in dataclasses.fields(RunOptions))
+
+_PLAIN = frozenset((int, float, str, bool, type(None)))
+_SHARED: dict[tuple[tuple[str, type, object], ...], RunOptions] = {}
+"""The defaults merged with options of plain values (numbers, names, ``None``), by those
+values: options are frozen, so the runs given the same ones share them (each checked
+once). Bounded: emptied when full."""
+_SHARED_MAX = 256
+
+
+def _plain_key(given: Mapping[str, Any]) -> tuple[tuple[str, type, object], ...] | None:
+    """``given`` as a key of :data:`_SHARED` (each value with its type: ``True`` is not
+    ``1``), or ``None`` when a value is no plain value (an object, a callable, a list), or
+    when it names one run (``run_id``: never the same twice)."""
+    if "run_id" in given:
+        return None
+    key = tuple((name, type(value), value) for name, value in given.items())
+    for _, kind, _ in key:
+        if kind not in _PLAIN:
+            return None
+    return key
 
 
 def option_hint(name: str, known: Collection[str]) -> str:

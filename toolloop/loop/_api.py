@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import functools
 import math
+import types
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+import weakref
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -117,13 +119,17 @@ def _prepare(
 ) -> Execution[RoundState]:
     if not isinstance(user_input, str):
         raise TypeError(f"user_input must be a str, got {type(user_input).__name__}")
-    registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
-    executor = Executor(
-        registry,
-        concurrency=options.concurrency,
-        limiter=options.limiter,
-        tool_timeout=options.tool_timeout,
-    )
+    if isinstance(tools, ToolRegistry):
+        registry = tools
+        executor = _executor(registry, options)
+    else:
+        registry = ToolRegistry(tools)
+        executor = Executor(
+            registry,
+            concurrency=options.concurrency,
+            limiter=options.limiter,
+            tool_timeout=options.tool_timeout,
+        )
     loop_deps = LoopDeps(
         user_input=user_input,
         planner=planner,
@@ -153,6 +159,30 @@ def _prepare(
     return execution
 
 
+_EXECUTORS: weakref.WeakKeyDictionary[ToolRegistry, Executor] = weakref.WeakKeyDictionary()
+"""The last executor made for runs of a registry: the next runs with its limits share it."""
+
+
+def _executor(registry: ToolRegistry, options: RunOptions) -> Executor:
+    """The executor of a run of ``registry`` with ``options``: an executor is configuration
+    only, so runs with the same limits share one (as the agents' runs share theirs)."""
+    executor = _EXECUTORS.get(registry)
+    if (
+        executor is None
+        or executor.concurrency != options.concurrency
+        or executor.limiter is not options.limiter
+        or executor.tool_timeout != options.tool_timeout
+    ):
+        executor = Executor(
+            registry,
+            concurrency=options.concurrency,
+            limiter=options.limiter,
+            tool_timeout=options.tool_timeout,
+        )
+        _EXECUTORS[registry] = executor
+    return executor
+
+
 def _reporter(execution: Execution[RoundState]) -> Callable[[Progress], None]:
     """A tool's progress as a :class:`~toolloop.runner.ToolProgress` event of the run."""
     return progress_reporter(execution.context_for("execute"))
@@ -180,42 +210,45 @@ def _result(execution: Execution[RoundState], ended: Ended[RoundState]) -> LoopR
     )
 
 
-async def _drive(
+def _drive(
     execution: Execution[RoundState],
     options: RunOptions,
     *,
     run: CheckpointedRun | None = None,
-) -> LoopResult:
-    """One session of the run, through the kernel; its result."""
-    state = execution.state
+) -> Coroutine[Any, Any, LoopResult]:
+    """One session of the run, through the kernel: await it for its result."""
+    return drive(
+        execution,
+        None,  # the execution runs from the start (a paused one: from its journal)
+        options,
+        _LOGIC,
+        scope=execution.deps.scope,
+        result_of=_result_of,
+        run=run,
+        settle=_settle,
+        raised=_raised,
+    )
 
-    def result_of(ended: Ended[RoundState]) -> LoopResult:
-        if ended.stop_reason is not None:  # (a limit's finish: the state says so too)
-            state.stop_reason = ended.stop_reason  # type: ignore[assignment]  # the loop's
-        return _result(execution, ended)
 
-    timeout = options.timeout
-    try:
-        return await drive(
-            execution,
-            lambda: execution.run(timeout=timeout),
-            options,
-            _LOGIC,
-            scope=execution.deps.scope,
-            result_of=result_of,
-            run=run,
-            settle=_settle,
-        )
-    except PlannerError as exc:
-        exc.done_plans = list(state.done_plans)  # a streamed round cut short too
-        raise
-    except UsageLimitError as exc:
+def _result_of(ended: Ended[RoundState]) -> LoopResult:
+    """The result of a session of the run."""
+    if ended.stop_reason is not None:  # (a limit's finish: the state says so too)
+        ended.state.stop_reason = ended.stop_reason  # type: ignore[assignment]  # the loop's
+    assert ended.execution is not None  # (the kernel says which)
+    return _result(ended.execution, ended)
+
+
+def _raised(state: RoundState, exc: Exception) -> None:
+    """What an error the run raises keeps of it: the records so far (a streamed round cut
+    short too), and a spent budget's state and usage."""
+    if isinstance(exc, PlannerError):
+        exc.done_plans = list(state.done_plans)
+    elif isinstance(exc, UsageLimitError):
         state.stop_reason = "usage_limit"
         exc.done_plans = list(state.done_plans)
         exc.state = state
         if not exc.estimated and state.usage is not None:  # an estimate is kept as it is
             exc.usage = state.usage
-        raise
 
 
 class LoopOptions(RunOverrides, total=False):
@@ -234,24 +267,23 @@ _OWN = ("user_extra_requirement", "max_commands", "streaming_dispatch", "answer_
 
 
 _KNOWN = frozenset((*RunOverrides.__annotations__, *_OWN))
+_NONE_OWN: Mapping[str, Any] = types.MappingProxyType({})
+"""The loop's own arguments of a call that gives none (read only)."""
 
 
-def _split(given: Mapping[str, Any], verb: str) -> tuple[RunOptions, dict[str, Any]]:
+def _split(given: Mapping[str, Any], verb: str) -> tuple[RunOptions, Mapping[str, Any]]:
     """The run options of a call (checked) and the loop's own arguments."""
     for name in given:
         if name not in _KNOWN:
             hint = option_hint(name, _KNOWN)
             raise TypeError(f"{verb}() got an unexpected keyword argument {name!r}{hint}")
-    own = {k: given[k] for k in _OWN if k in given}
-    options = _DEFAULTS.merged(**{k: v for k, v in given.items() if k not in own})
+    own = {k: given[k] for k in _OWN if k in given} or _NONE_OWN
+    options = RunOptions.over_defaults(**{k: v for k, v in given.items() if k not in own})
     if "max_commands" in own and (
         not isinstance(own["max_commands"], int) or own["max_commands"] < 1
     ):
         raise ValueError(f"max_commands must be at least 1, got {own['max_commands']!r}")
     return options, own
-
-
-_DEFAULTS = RunOptions()
 
 
 async def async_plan_and_execute(
@@ -338,6 +370,7 @@ async def async_plan_and_execute(
         ValueError, TypeError: an option of the wrong kind or name (nothing ran).
     """
     opts, own = _split(options, "async_plan_and_execute")
+    del options  # (the call's keywords, read: not held while the run goes on)
     store, run_id = opts.store, opts.run_id
     if store is None and opts.needs_approval:
         raise ValueError(

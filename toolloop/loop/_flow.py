@@ -256,7 +256,8 @@ async def plan(_: Any, ctx: LoopContext) -> Planned:
     index = state.round_index
     if deps.scope is not None:
         deps.scope.round_index = index
-    tell(ctx, RoundStarted, round_index=index)
+    if ctx.observed:
+        tell(ctx, RoundStarted, round_index=index)
     context = construct(  # every field given, each of the right type
         PlannerContext,
         {
@@ -319,7 +320,8 @@ def _decided(
     notes = decided.notes
     if isinstance(raw, PlannerReply) and raw.notes:  # e.g. a reply cut off by max_tokens
         notes = [*notes, *raw.notes]
-    state.notes.extend(f"round {index}: {note}" for note in notes)
+    if notes:
+        state.notes.extend(f"round {index}: {note}" for note in notes)
     output = raw.output if isinstance(raw, PlannerReply) else raw
     text = output.get("content") if isinstance(output, dict) else None
     if reply is not None and reply.refusal is not None:
@@ -497,7 +499,12 @@ async def execute(planned: Planned, ctx: LoopContext) -> None:
         started = perf_counter()
         items = planned.decided.items
         plain = not observed and ctx.deps.durable is None
-        if not plain or any(type(item) is not ToolCommand for item in items):
+        if plain:
+            for item in items:
+                if type(item) is not ToolCommand:  # a record of a command that cannot run
+                    plain = False
+                    break
+        if not plain:
             records = await _execute_mixed(planned.decided, ctx)
         else:  # commands only, no one observing: the runner and nothing else
             records = []

@@ -12,7 +12,7 @@ from pydantic import Field, computed_field
 from ..checkpoints import HumanRequest
 from ..kernel import RunResult
 from ..models import NO_USAGE, Usage
-from ..runner import EXTRA_INSTRUCTION, ToolExecutionRecord, json_safe
+from ..runner import EXTRA_INSTRUCTION, ToolExecutionRecord, construct, json_safe
 
 __all__ = ["EXTRA_INSTRUCTION", "LoopResult", "StopReason", "to_action_results"]
 
@@ -143,17 +143,20 @@ class LoopResult(RunResult):
         """Fold the records in (when read); with none, nothing is injected. ``text`` is the
         final answer when the run made one, else the planner's text."""
         paused = status == "paused" if status is not None else request is not None
-        return cls.model_construct(
-            user_input=user_input,
-            run_id=run_id,
-            status="paused" if paused else "completed",
-            done_plans=list(done_plans),
-            rounds=rounds,
-            stop_reason=None if paused else stop_reason,
-            notes=list(notes),
-            planner_text=planner_text,
-            request=request,
-            usage=usage if usage is not None else NO_USAGE,
-            text=text if text is not None else planner_text,
-            structured_response=structured_response,
+        return construct(  # every field given, each of the right type
+            cls,
+            {
+                "run_id": run_id,
+                "status": "paused" if paused else "completed",
+                "stop_reason": None if paused else stop_reason,
+                "usage": usage if usage is not None else NO_USAGE,
+                "request": request,
+                "text": text if text is not None else planner_text,
+                "user_input": user_input,
+                "done_plans": list(done_plans),
+                "rounds": rounds,
+                "notes": list(notes),
+                "planner_text": planner_text,
+                "structured_response": structured_response,
+            },
         )

@@ -38,6 +38,10 @@ _REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 8
 
 def short_repr(value: Any, limit: int = 120) -> str:
     """A bounded ``repr`` (depth, length): safe on cycles and deep nesting."""
+    if type(value) is str:  # a short string is its own repr (as the bounded repr says it)
+        text = repr(value)
+        if len(text) <= _REPR.maxstring and len(text) <= limit:
+            return text
     try:
         text = _REPR.repr(value)
     except Exception as exc:  # a __repr__ that raises

@@ -29,6 +29,10 @@ __all__ = [
 M = TypeVar("M", bound=BaseModel)
 _MAX_TRACEBACK_CHARS = 8000
 _set_attribute = object.__setattr__
+# the setters of pydantic's own slots of a model instance (what object.__setattr__ finds)
+_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
 
 
 _FIELDS_SETS: dict[type[BaseModel], set[str]] = {}
@@ -49,9 +53,9 @@ def construct(cls: type[M], fields: dict[str, Any]) -> M:
         fields_set = set(fields)
         if cls.model_config.get("frozen") and len(fields) == len(cls.model_fields):
             _FIELDS_SETS[cls] = fields_set  # every field given: the same set for all
-    _set_attribute(model, "__pydantic_fields_set__", fields_set)
-    _set_attribute(model, "__pydantic_extra__", None)
-    _set_attribute(model, "__pydantic_private__", None)
+    _set_fields_set(model, fields_set)
+    _set_extra(model, None)
+    _set_private(model, None)
     return model
 
 

@@ -27,7 +27,7 @@ class ToolRegistry:
         ToolDefinitionError: two tools share a name, or a function cannot be a tool.
     """
 
-    __slots__ = ("_specs", "_tools", "takes_context")
+    __slots__ = ("__weakref__", "_specs", "_tools", "takes_context")
 
     def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = ()) -> None:
         self._tools: dict[str, Tool] = {}
