@@ -149,7 +149,22 @@ class ExecutionStalledError(ExecutionError):
     """Every step finished but none reached the end, and nothing is awaited."""
 
 
-class PlannerError(ExecutionError):
+class _KeepsRecords(ExecutionError):
+    """A run's error that keeps every record the run made, ``done_plans``."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        done_plans: Sequence[Any] = (),
+        trace: Sequence[TraceEntry] = (),
+        state: Any = None,
+    ) -> None:
+        super().__init__(message, trace=trace, state=state)
+        self.done_plans: list[Any] = list(done_plans)
+
+
+class PlannerError(_KeepsRecords):
     """The planner raised or timed out. ``done_plans`` keeps every record made so far;
     ``round_index`` is the round whose planner call failed (when known)."""
 
@@ -162,26 +177,14 @@ class PlannerError(ExecutionError):
         trace: Sequence[TraceEntry] = (),
         state: Any = None,
     ) -> None:
-        super().__init__(message, trace=trace, state=state)
-        self.done_plans: list[Any] = list(done_plans)
+        super().__init__(message, done_plans=done_plans, trace=trace, state=state)
         self.round_index = round_index
 
 
-class AnswerError(ExecutionError):
+class AnswerError(_KeepsRecords):
     """The final answer a run makes once its loop stops (``answer_with=``) failed: its model
     call raised, refused, or timed out (``model_timeout``). The original exception is the
     ``__cause__``; ``done_plans`` keeps every record the run made."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        done_plans: Sequence[Any] = (),
-        trace: Sequence[TraceEntry] = (),
-        state: Any = None,
-    ) -> None:
-        super().__init__(message, trace=trace, state=state)
-        self.done_plans: list[Any] = list(done_plans)
 
 
 class UsageLimitError(ExecutionError):
@@ -265,18 +268,7 @@ class ModelRefusalError(ModelOutputError):
         self.refusal = refusal
 
 
-class StructuredOutputError(ExecutionError, ModelOutputError):
+class StructuredOutputError(_KeepsRecords, ModelOutputError):
     """A structured answer (``response_format=``) still failed its schema after every retry:
     the message says what was expected and what came the last time. ``state`` is the run's
     (its records, its usage); the loop also keeps its records in ``done_plans``."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        done_plans: Sequence[Any] = (),
-        trace: Sequence[TraceEntry] = (),
-        state: Any = None,
-    ) -> None:
-        super().__init__(message, trace=trace, state=state)
-        self.done_plans: list[Any] = list(done_plans)

@@ -203,18 +203,8 @@ def print_result(
     written: Sequence[str] = (),
 ) -> None:
     """The stop reason, then the action results injected into the final prompt."""
-    failed = sum(1 for r in result.done_plans if not r.success)
-    n = len(result.done_plans)
-    parts = [
-        f"stop: {result.stop_reason}",
-        f"{result.rounds} round{'s' * (result.rounds != 1)}",
-        f"{n} record{'s' * (n != 1)}" + (f" ({failed} failed)" if failed else ""),
-    ]
-    used = usage_summary(result.usage)
-    if used:
-        parts.append(used)
-    if elapsed is not None:
-        parts.append(ms(elapsed))
+    parts = _summary(result, elapsed)
+    parts.insert(1, f"{result.rounds} round{'s' * (result.rounds != 1)}")
     out.write("\n" + " · ".join(parts) + "\n")
     if result.action_results is None:
         out.write("no tool was run: nothing is injected into the final prompt\n")
