@@ -237,21 +237,10 @@ class OpenTelemetrySpans:
         elif isinstance(event, PlanDecided):
             self._plan_decided(event, spans, key)
         elif isinstance(event, ToolCallStarted):
-            rnd = self._round_span(event.round_index, event.at, spans, key)
             command = event.command
-            span = self._start(
-                f"execute_tool {_text(command.tool_name)}",
-                rnd,
-                event.at,
-                key,
-                round_index=event.round_index,
-                command_index=event.index,
-                call_id=event.call_id,
-                purpose=command.purpose,
-                tool_kwargs=command.tool_kwargs,
+            span = self._tool_span(
+                event, spans, key, event.at, command.tool_name, command.purpose, command.tool_kwargs
             )
-            span.set_attribute("gen_ai.operation.name", "execute_tool")
-            span.set_attribute("gen_ai.tool.name", _text(command.tool_name))
             span.set_attribute("gen_ai.tool.call.id", _text(event.call_id))
             spans.calls[(event.round_index, event.index)] = span
             spans.asked[(event.round_index, event.index)] = (
@@ -409,25 +398,43 @@ class OpenTelemetrySpans:
                 )
                 return
 
+    def _tool_span(
+        self,
+        event: ToolCallStarted | ToolCallFinished,
+        spans: _RunSpans,
+        key: str,
+        at: float,
+        tool_name: str,
+        purpose: str,
+        kwargs: Any,
+        **more: Any,
+    ) -> Span:
+        """The span of one tool call, under its round's."""
+        rnd = self._round_span(event.round_index, event.at, spans, key)
+        span = self._start(
+            f"execute_tool {_text(tool_name)}",
+            rnd,
+            at,
+            key,
+            round_index=event.round_index,
+            command_index=event.index,
+            call_id=event.call_id,
+            purpose=purpose,
+            tool_kwargs=kwargs,
+            **more,
+        )
+        span.set_attribute("gen_ai.operation.name", "execute_tool")
+        span.set_attribute("gen_ai.tool.name", _text(tool_name))
+        return span
+
     def _command_finished(self, event: ToolCallFinished, spans: _RunSpans, key: str) -> None:
         record = event.record
         span = spans.calls.pop((event.round_index, event.index), None)
         if span is None:  # refused before it ran
-            rnd = self._round_span(event.round_index, event.at, spans, key)
-            span = self._start(
-                f"execute_tool {_text(record.tool_name)}",
-                rnd,
-                event.at - event.duration,
-                key,
-                round_index=event.round_index,
-                command_index=event.index,
-                call_id=event.call_id,
-                purpose=record.purpose,
-                tool_kwargs=record.kwargs,
-                refused=True,
+            at = event.at - event.duration
+            span = self._tool_span(
+                event, spans, key, at, record.tool_name, record.purpose, record.kwargs, refused=True
             )
-            span.set_attribute("gen_ai.operation.name", "execute_tool")
-            span.set_attribute("gen_ai.tool.name", _text(record.tool_name))
         span.set_attribute("toolloop.success", record.success)
         if event.source != "ran":
             span.set_attribute("toolloop.source", event.source)
