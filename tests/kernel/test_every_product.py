@@ -785,8 +785,8 @@ async def test_a_completed_run_tells_its_model_calls_tool_calls_checkpoints_and_
     assert events.index(end) > max(events.index(e) for e in [*finished, *ended])
 
 
-@pytest.mark.parametrize("make", EACH)
-async def test_a_paused_run_ends_its_events_with_the_pause(make: type[Product]) -> None:
+async def paused_on_send(make: type[Product]) -> tuple[Any, list[FlowEvent]]:
+    """A run of ``make`` paused for a human on a call of ``send``, and its events."""
     product, mailer = make(), Mailer()
     product.script_tool_call("send", to="ada")
     events: list[FlowEvent] = []
@@ -796,6 +796,12 @@ async def test_a_paused_run_ends_its_events_with_the_pause(make: type[Product]) 
         needs_approval=["send"],
         on_event=events.append,
     )
+    return paused, events
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_paused_run_ends_its_events_with_the_pause(make: type[Product]) -> None:
+    paused, events = await paused_on_send(make)
     assert paused.paused and paused.request is not None
     assert isinstance(events[-1], ExecutionPaused)
     assert of(events, RunFinished) == [] and of(events, ToolCallStarted) == []
@@ -804,15 +810,7 @@ async def test_a_paused_run_ends_its_events_with_the_pause(make: type[Product]) 
 
 @pytest.mark.parametrize("make", EACH)
 async def test_the_pause_event_carries_what_the_run_asks(make: type[Product]) -> None:
-    product, mailer = make(), Mailer()
-    product.script_tool_call("send", to="ada")
-    events: list[FlowEvent] = []
-    paused = await product.run(
-        mailer.tools,
-        store=MemoryCheckpointStore(),
-        needs_approval=["send"],
-        on_event=events.append,
-    )
+    paused, events = await paused_on_send(make)
     assert paused.request is not None
     (pause,) = of(events, ExecutionPaused)
     assert pause.requests == [paused.request.model_dump(mode="json")]
