@@ -195,6 +195,21 @@ def _add_outputs(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _run_command(
+    commands: Any, name: str, summary: str, description: str
+) -> argparse.ArgumentParser:
+    """A command that runs a product (``run``, ``resume``, ``recover``): its own arguments
+    are added to it, then the product's and the outputs'."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name,
+        help=summary,
+        description=description,
+        epilog=RUN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    return parser
+
+
 def _add_product(parser: argparse.ArgumentParser) -> None:
     """The flags of ``run``, ``resume`` and ``recover``: the product, its tools and model,
     the run options, the store (a run is resumed with the product rebuilt the same way)."""
@@ -398,30 +413,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_outputs(demo)
 
-    run = commands.add_parser(
+    run = _run_command(
+        commands,
         "run",
-        help="run a request with any product against any OpenAI-compatible server, with your tools",
-        description="Run REQUEST with the plan/execute loop (or --agent middleware|status), a "
-        "model behind any OpenAI-compatible server (OpenAI, vLLM, llama.cpp, Ollama, ...) "
-        "and your tools.",
-        epilog=RUN_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "run a request with any product against any OpenAI-compatible server, with your tools",
+        "Run REQUEST with the plan/execute loop (or --agent middleware|status), a model behind "
+        "any OpenAI-compatible server (OpenAI, vLLM, llama.cpp, Ollama, ...) and your tools.",
     )
     run.add_argument("request", metavar="REQUEST", help="the user's request")
     run.add_argument(
         "--run-id", metavar="ID", help="the run's id (in --store: a new one); default: a new one"
     )
-    _add_product(run)
-    _add_outputs(run)
 
-    resume = commands.add_parser(
+    resume = _run_command(
+        commands,
         "resume",
-        help="answer a run paused for a human, and continue it",
-        description="Continue RUN_ID, paused for a human in --store, with a decision. Give the "
-        "product, tools and model flags of the run again (the paused run prints the whole "
-        "command).",
-        epilog=RUN_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "answer a run paused for a human, and continue it",
+        "Continue RUN_ID, paused for a human in --store, with a decision. Give the product, "
+        "tools and model flags of the run again (the paused run prints the whole command).",
     )
     resume.add_argument("paused_run", metavar="RUN_ID", help="the paused run's id")
     decision = resume.add_argument_group(
@@ -454,17 +463,14 @@ def build_parser() -> argparse.ArgumentParser:
     decision.add_argument(
         "--stop", nargs="?", const="", metavar="MESSAGE", help="end the run (MESSAGE: its answer)"
     )
-    _add_product(resume)
-    _add_outputs(resume)
 
-    recover = commands.add_parser(
+    recover = _run_command(
+        commands,
         "recover",
-        help="continue a run that failed, or whose process died, from its last checkpoint",
-        description="Continue RUN_ID of --store, which failed or whose process died, from its "
-        "last checkpoint: a tool call with a recorded outcome is not run again; one that "
-        "started without one follows --unknown-outcome. A completed run shows its result.",
-        epilog=RUN_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "continue a run that failed, or whose process died, from its last checkpoint",
+        "Continue RUN_ID of --store, which failed or whose process died, from its last "
+        "checkpoint: a tool call with a recorded outcome is not run again; one that started "
+        "without one follows --unknown-outcome. A completed run shows its result.",
     )
     recover.add_argument("stored_run", metavar="RUN_ID", help="the run's id")
     recover.add_argument(
@@ -472,8 +478,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="take the run over even if its owner may still be running it",
     )
-    _add_product(recover)
-    _add_outputs(recover)
+    for product_command in (run, resume, recover):
+        _add_product(product_command)
+        _add_outputs(product_command)
 
     graph = commands.add_parser(
         "graph",

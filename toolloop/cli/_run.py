@@ -30,7 +30,6 @@ from ._session import (
     observe,
     print_paused,
     print_result,
-    print_run_result,
     stream_answer,
 )
 
@@ -500,13 +499,7 @@ async def _observed(
 
         try:
             result, written = await observe(
-                start,
-                display=display,
-                meta=meta,
-                trace=options.trace,
-                timeline=options.timeline,
-                otel=options.otel,
-                view=options.view,
+                start, display=display, meta=meta, outputs=options, otel=options.otel
             )
         except Exception as exc:
             if store is not None and run_id is not None:
@@ -516,10 +509,8 @@ async def _observed(
         if result.paused:
             command = continue_command(options, result.run_id or run_id or "", "resume")
             print_paused(out, result, command, elapsed=elapsed, written=written)
-        elif isinstance(result, LoopResult):
-            print_result(out, result, elapsed=elapsed, written=written)
         else:
-            print_run_result(out, result, elapsed=elapsed, written=written)
+            print_result(out, result, elapsed=elapsed, written=written)
         if options.answer and not result.paused and isinstance(result, LoopResult):
             settings: ModelSettings = {}
             if options.seed is not None:
