@@ -27,6 +27,7 @@ from ._jobs import LoopJob as LoopJob
 from ._jobs import RunJob as RunJob
 from ._pool import RayRunPool as RayRunPool
 from ._pool import RunOutcome as RunOutcome
+from ._tool import RayTaskOptions as RayTaskOptions
 from ._tool import actor_tool as actor_tool
 from ._tool import ray_tool as ray_tool
 
@@ -35,6 +36,7 @@ __all__ = [
     "Host",
     "LoopJob",
     "RayRunPool",
+    "RayTaskOptions",
     "RunJob",
     "RunOutcome",
     "actor_tool",
