@@ -890,15 +890,16 @@ async def test_a_structured_answer_is_retried_counted_and_kept(make: type[Produc
         product.script_answer("Ada has her mail.")
     product.script_structured("Receipt", to=["ada"])  # fails the schema: sent back
     product.script_structured("Receipt", to="ada")
-    done: Any = await product.run(mailer.tools, store=store)
+    done = await product.run(mailer.tools, store=store)
     assert (done.status, mailer.sent) == ("completed", ["ada"])
-    assert done.structured_response == Receipt(to="ada")
+    assert done.structured_response == Receipt(to="ada")  # the same field of every result
+    assert done.text is not None and Receipt.model_validate_json(done.text) == Receipt(to="ada")
     assert done.usage.requests == len(product.model.requests)  # every try counted
     told = product.model.requests[-1].messages
     assert any(m["role"] == "tool" and "does not fit Receipt" in str(m["content"]) for m in told), (
         told
     )
-    again: Any = await product.recover(done.run_id, mailer.tools, store=store)
+    again = await product.recover(done.run_id, mailer.tools, store=store)
     assert to_jsonable_python(again.structured_response) == {"to": "ada"}
     assert again.usage == done.usage and mailer.sent == ["ada"]
 

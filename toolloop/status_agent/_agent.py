@@ -104,12 +104,6 @@ class StatusAgentResult(RunResult):
     state: StatusAgentState
 
     @property
-    def structured_response(self) -> Any:
-        """The validated answer, with a ``response_format`` (a model instance for a
-        pydantic schema); ``None`` otherwise, or when the run did not answer."""
-        return self.state.structured_response
-
-    @property
     def records(self) -> list[ToolExecutionRecord]:
         """The record of every call, in order (rejected and interrupted ones included)."""
         return [r.record for r in self.state.records]
@@ -468,12 +462,11 @@ class StatusAgent(SyncTwins[StatusAgentResult]):
     def _typed(self, result: StatusAgentResult) -> StatusAgentResult:
         """``result`` with its structured answer as the schema gives it (a model instance
         again, once read back from a checkpoint)."""
-        if self.response_format is not None:
-            state = result.state
-            state.structured_response = self.response_format.output.restore(
-                state.structured_response
-            )
-        return result
+        if self.response_format is None or result.structured_response is None:
+            return result
+        value = self.response_format.output.restore(result.structured_response)
+        result.state.structured_response = value
+        return result.model_copy(update={"structured_response": value})
 
     def _answer_writer(self) -> Callable[[StatusView], Awaitable[StructuredAnswer]] | None:
         strategy, llm = self.response_format, self._llm
@@ -538,5 +531,6 @@ def _result(run_id: str, ended: Ended[StatusAgentState]) -> StatusAgentResult:
         stop_reason=ended.stop_reason,
         usage=state.usage,
         text=state.answer,
+        structured_response=state.structured_response,
         state=state,
     )
