@@ -14,6 +14,7 @@ import functools
 import json
 import re
 from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Literal
 
 import anyio
@@ -39,6 +40,7 @@ from toolloop.errors import (
 )
 from toolloop.flow import ExecutionPaused, FlowEvent
 from toolloop.kernel import (
+    ENGINE_EVENTS,
     Approval,
     CheckpointSaved,
     ModelCallFinished,
@@ -46,6 +48,7 @@ from toolloop.kernel import (
     ResponseFormat,
     RunFinished,
     RunResult,
+    RunStream,
     cut_off_error,
     interrupted_error,
     rejected_error,
@@ -58,6 +61,9 @@ from toolloop.loop import (
     plan_and_execute,
     recover_plan_and_execute,
     resume_plan_and_execute,
+    stream_plan_and_execute,
+    stream_recover_plan_and_execute,
+    stream_resume_plan_and_execute,
 )
 from toolloop.models import ChatRequest, ReplyReader, UsageLimits, stream_chat
 from toolloop.planners import StructuredPlanner
@@ -76,6 +82,8 @@ pytestmark = pytest.mark.anyio
 
 Tools = Sequence[Callable[..., Any]]
 Backend = Literal["asyncio", "trio"]
+Streamed = AbstractAsyncContextManager[RunStream[Any]]
+"""What a product's stream verbs give: the run's stream, in an ``async with`` block."""
 
 CANCELLED = "the run's cancellation"
 """What cut a call off when its run was cancelled (the journal's words)."""
@@ -147,6 +155,17 @@ class Product:
     ) -> RunResult:
         raise NotImplementedError
 
+    def stream(self, tools: Tools, **options: Any) -> Streamed:
+        raise NotImplementedError
+
+    def stream_resume(
+        self, run_id: str, decision: object, tools: Tools, **options: Any
+    ) -> Streamed:
+        raise NotImplementedError
+
+    def stream_recover(self, run_id: str, tools: Tools, **options: Any) -> Streamed:
+        raise NotImplementedError
+
 
 REQUEST = "mail ada"
 
@@ -212,6 +231,23 @@ class Loop(Product):
             run_id, planner=self.planner(), tools=tools, backend=backend, **options
         )
 
+    def stream(self, tools: Tools, **options: Any) -> Streamed:
+        return stream_plan_and_execute(
+            REQUEST, planner=self.planner(), tools=tools, **self.answering(options)
+        )
+
+    def stream_resume(
+        self, run_id: str, decision: object, tools: Tools, **options: Any
+    ) -> Streamed:
+        return stream_resume_plan_and_execute(
+            run_id, decision, planner=self.planner(), tools=tools, **options
+        )
+
+    def stream_recover(self, run_id: str, tools: Tools, **options: Any) -> Streamed:
+        return stream_recover_plan_and_execute(
+            run_id, planner=self.planner(), tools=tools, **self.answering(options)
+        )
+
 
 class ToolCalling(Product):
     """A product whose model asks for tools with tool calls."""
@@ -262,6 +298,19 @@ class Agent(ToolCalling):
         self, run_id: str, tools: Tools, *, backend: Backend, **options: Any
     ) -> RunResult:
         return create_agent(self.model, tools).recover_sync(run_id, backend=backend, **options)
+
+    def stream(self, tools: Tools, **options: Any) -> Streamed:
+        agent = create_agent(self.model, tools, response_format=self.response_format)
+        return agent.stream(REQUEST, **options)
+
+    def stream_resume(
+        self, run_id: str, decision: object, tools: Tools, **options: Any
+    ) -> Streamed:
+        return create_agent(self.model, tools).stream_resume(run_id, decision, **options)
+
+    def stream_recover(self, run_id: str, tools: Tools, **options: Any) -> Streamed:
+        agent = create_agent(self.model, tools, response_format=self.response_format)
+        return agent.stream_recover(run_id, **options)
 
 
 class Status(ToolCalling):
@@ -337,6 +386,17 @@ class Status(ToolCalling):
         self, run_id: str, tools: Tools, *, backend: Backend, **options: Any
     ) -> RunResult:
         return self.agent(tools).recover_sync(run_id, backend=backend, **options)
+
+    def stream(self, tools: Tools, **options: Any) -> Streamed:
+        return self.agent(tools).stream(REQUEST, **options)
+
+    def stream_resume(
+        self, run_id: str, decision: object, tools: Tools, **options: Any
+    ) -> Streamed:
+        return self.agent(tools).stream_resume(run_id, decision, **options)
+
+    def stream_recover(self, run_id: str, tools: Tools, **options: Any) -> Streamed:
+        return self.agent(tools).stream_recover(run_id, **options)
 
 
 PRODUCTS: tuple[type[Product], ...] = (Loop, Agent, Status)
@@ -818,12 +878,15 @@ async def test_the_pause_event_carries_what_the_run_asks(make: type[Product]) ->
 
 @pytest.mark.parametrize("make", EACH)
 async def test_a_tool_s_report_is_a_progress_event_of_its_call(make: type[Product]) -> None:
+    told: list[str] = []
+
     async def send(ctx: RunContext[None], to: str) -> str:
         """Send a mail.
 
         Args:
             to: who gets it.
         """
+        told.append(ctx.call_id)
         ctx.report("sending", to=to)
         return f"sent to {to}"
 
@@ -842,6 +905,9 @@ async def test_a_tool_s_report_is_a_progress_event_of_its_call(make: type[Produc
     )
     assert progress.execution_id == result.run_id
     assert progress.round_index == started.round_index  # the turn of the call it reports on
+    assert started.call_id  # the call it reports on, by the id the events tell it by
+    assert told == [started.call_id] and progress.call_id == started.call_id
+    assert progress.purpose == started.command.purpose
     assert (
         events.index(started)
         < events.index(progress)
@@ -940,6 +1006,239 @@ def test_the_sync_twins_take_the_same_options_on_either_backend(
     recovered = product.recover_sync("failed", mailer.tools, backend=backend, store=store)
     assert (recovered.status, recovered.stop_reason) == ("completed", "answered")
     assert mailer.sent == ["ada"] and len(product.model.requests) == 3
+
+
+# -- streaming ---------------------------------------------------------------------------------
+
+
+class Gate:
+    """``send`` waits for ``gate`` (set by the test once it saw the call start), or, with
+    ``hold``, forever; ``inside`` is set once it waits, ``cancelled`` notes a cancellation
+    and ``left`` is set when the call ends, however it ends."""
+
+    def __init__(self, *, hold: bool = False) -> None:
+        self.gate = anyio.Event()
+        self.inside = anyio.Event()
+        self.left = anyio.Event()
+        self.hold = hold
+        self.sent: list[str] = []
+        self.cancelled: list[str] = []
+
+    async def send(self, to: str) -> str:
+        """Send a mail.
+
+        Args:
+            to: who gets it.
+        """
+        self.inside.set()
+        try:
+            if self.hold:
+                await anyio.sleep_forever()
+            await self.gate.wait()
+        except anyio.get_cancelled_exc_class():
+            self.cancelled.append(to)
+            raise
+        finally:
+            self.left.set()
+        self.sent.append(to)
+        return f"sent to {to}"
+
+    @property
+    def tools(self) -> list[Callable[..., Any]]:
+        return [self.send]
+
+
+async def read(stream: RunStream[Any]) -> list[FlowEvent]:
+    """Every event of ``stream``, to its end (a hang guard: 10 s)."""
+    with anyio.fail_after(10):
+        return [event async for event in stream]
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_stream_tells_the_events_while_the_run_is_in_progress(
+    make: type[Product],
+) -> None:
+    product, gated = make(), Gate()
+    product.script_tool_call("send", to="ada")
+    product.script_answer("sent")
+    events: list[FlowEvent] = []
+    with anyio.fail_after(10):  # a hang guard
+        async with product.stream(gated.tools) as run:
+            async for event in run:
+                events.append(event)
+                if isinstance(event, ToolCallStarted):
+                    # the tool waits for the gate, which only this reader opens: the run is
+                    # still in progress while its events arrive
+                    await gated.inside.wait()
+                    assert gated.sent == [] and not of(events, ToolCallFinished)
+                    with pytest.raises(RuntimeError, match="the run has not finished"):
+                        run.result  # noqa: B018
+                    gated.gate.set()
+    result = run.result
+    assert (result.status, result.stop_reason, gated.sent) == ("completed", "answered", ["ada"])
+    (started,) = of(events, ToolCallStarted)
+    (finished,) = of(events, ToolCallFinished)
+    (end,) = of(events, RunFinished)
+    assert events.index(started) < events.index(finished) < events.index(end)
+    assert finished.record == result.records[0]
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_stream_s_result_is_what_run_returns(make: type[Product]) -> None:
+    results: list[RunResult] = []
+    for streamed in (False, True):
+        product, mailer = make(), Mailer()
+        product.script_tool_call("send", to="ada")
+        product.script_answer("sent")
+        options: dict[str, Any] = {"run_id": "same", "store": MemoryCheckpointStore()}
+        if streamed:
+            async with product.stream(mailer.tools, **options) as run:
+                await read(run)
+            results.append(run.result)
+        else:
+            results.append(await product.run(mailer.tools, **options))
+    ran, streamed_result = results
+    assert type(streamed_result) is type(ran)
+    assert stable(streamed_result.model_dump(mode="json")) == stable(ran.model_dump(mode="json"))
+
+
+def stable(data: Any) -> Any:
+    """``data`` without what differs from one run to the next: times, and the message ids
+    the middleware agent makes up."""
+    if isinstance(data, dict):
+        return {
+            key: "msg" if key == "id" and str(value).startswith("msg_") else stable(value)
+            for key, value in data.items()
+            if key not in ("at", "started", "ended", "duration")
+        }
+    if isinstance(data, list):
+        return [stable(value) for value in data]
+    return data
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_leaving_a_stream_early_cancels_the_run(make: type[Product]) -> None:
+    product, gated = make(), Gate(hold=True)
+    product.script_tool_call("send", to="ada")
+    with anyio.fail_after(10):  # a hang guard
+        async with product.stream(gated.tools) as run:
+            async for event in run:
+                if isinstance(event, ToolCallStarted):
+                    await gated.inside.wait()
+                    break
+    # the block was left once the run's task ended: the tool saw its cancellation by then
+    assert gated.left.is_set() and gated.cancelled == ["ada"] and gated.sent == []
+    with pytest.raises(RuntimeError, match="cancelled when its block was left"):
+        run.result  # noqa: B018
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_stream_raises_the_run_s_error_as_its_block_exits(make: type[Product]) -> None:
+    product, mailer = make(), Mailer()
+    product.script_failure()
+    events: list[FlowEvent] = []
+
+    async def consume() -> None:
+        async with product.stream(mailer.tools) as run:
+            events.extend(await read(run))  # the events end: the run is over
+            with pytest.raises(RuntimeError, match=r"the run raised \w+, so it has no result"):
+                run.result  # noqa: B018
+
+    with pytest.raises(product.model_error):
+        await consume()
+    assert [e.call_index for e in of(events, ModelCallFinished)] == [0]
+    assert of(events, ModelCallFinished)[0].error is not None
+    assert of(events, RunFinished) == []
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_an_error_of_the_stream_s_block_is_raised_as_it_is(make: type[Product]) -> None:
+    product, gated = make(), Gate(hold=True)
+    product.script_tool_call("send", to="ada")
+
+    async def consume() -> None:
+        async with product.stream(gated.tools) as run:
+            async for event in run:
+                if isinstance(event, ToolCallStarted):
+                    await gated.inside.wait()
+                    raise LookupError("mine")
+
+    with anyio.fail_after(10), pytest.raises(LookupError, match=r"^mine$"):  # in no group
+        await consume()
+    assert gated.cancelled == ["ada"]  # the run was cancelled
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_stream_gives_every_event_to_the_caller_s_on_event_too(
+    make: type[Product],
+) -> None:
+    for engine_events in (True, False):
+        product, mailer = make(), Mailer()
+        product.script_tool_call("send", to="ada")
+        product.script_answer("sent")
+        seen: list[FlowEvent] = []
+        async with product.stream(
+            mailer.tools, on_event=seen.append, engine_events=engine_events
+        ) as run:
+            streamed = await read(run)
+        assert run.result.status == "completed"
+        assert any(type(e) in ENGINE_EVENTS for e in seen)  # on_event sees the engine's
+        if engine_events:
+            assert streamed == seen
+        else:  # the run's own events only: model and tool calls, progress, the end
+            assert streamed == [e for e in seen if type(e) not in ENGINE_EVENTS]
+            assert of(streamed, ToolCallStarted) and of(streamed, ModelCallStarted)
+            assert isinstance(streamed[-1], RunFinished)
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_paused_run_streams_its_pause_and_its_resume_streams_the_rest(
+    make: type[Product],
+) -> None:
+    product, mailer, store = make(), Mailer(), MemoryCheckpointStore()
+    product.script_tool_call("send", to="ada")
+    product.script_answer("sent")
+    async with product.stream(
+        mailer.tools, store=store, needs_approval=["send"], engine_events=False
+    ) as run:
+        paused_events = await read(run)
+    paused = run.result
+    assert paused.status == "paused" and paused.request is not None and mailer.sent == []
+    pause = paused_events[-1]  # the last event, the only pause
+    assert isinstance(pause, ExecutionPaused) and of(paused_events, ExecutionPaused) == [pause]
+    assert pause.requests == [paused.request.model_dump(mode="json")]
+
+    async with product.stream_resume(
+        paused.run_id, Approve(), mailer.tools, store=store, engine_events=False
+    ) as resumed:
+        events = await read(resumed)
+    done = resumed.result
+    assert (done.status, done.stop_reason, mailer.sent) == ("completed", "answered", ["ada"])
+    (started,) = of(events, ToolCallStarted)
+    assert started.call_id == paused.request.tool_calls[0].call_id
+    assert isinstance(events[-1], RunFinished) and events[-1].stop_reason == "answered"
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_recovered_run_streams_too(make: type[Product]) -> None:
+    product, mailer, store = make(), Mailer(), MemoryCheckpointStore()
+    product.script_failure()
+    with pytest.raises(product.model_error):
+        await product.run(mailer.tools, store=store, run_id="failed")
+    product.script_tool_call("send", to="ada")
+    product.script_answer("sent")
+    async with product.stream_recover("failed", mailer.tools, store=store) as run:
+        events = await read(run)
+    recovered = run.result
+    assert (recovered.status, recovered.stop_reason, mailer.sent) == (
+        "completed",
+        "answered",
+        ["ada"],
+    )
+    assert recovered.run_id == "failed"
+    assert of(events, ToolCallFinished)[0].record == sends(recovered)[0]
+    (end,) = of(events, RunFinished)
+    assert end.records == len(recovered.records)
 
 
 # -- bad values, kept or refused the same in every product ----------------------------------------

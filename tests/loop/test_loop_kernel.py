@@ -254,7 +254,7 @@ async def test_a_stream_of_a_durable_run() -> None:
         planner=ScriptedPlanner(PLAN),
         store=store,
         run_id="streamed",
-        loop_events_only=True,
+        engine_events=False,
     ) as run:
         kinds = [event.kind async for event in run]
     assert run.result.stop_reason == "answered" and desk.done == ["look a", "send ada"]
@@ -457,7 +457,7 @@ async def test_a_paused_stream_of_loop_events_ends_with_the_pause() -> None:
         planner=ScriptedPlanner(PLAN),
         store=store,
         needs_approval=["send"],
-        loop_events_only=True,
+        engine_events=False,
     ) as run:
         kinds = [event.kind async for event in run]
     assert run.result.paused and kinds[-1] == "execution_paused"

@@ -85,7 +85,7 @@ async def execute_tool(request: ToolCallRequest) -> ToolMessage | Command:
     except (ToolNotFoundError, ToolArgumentsError) as exc:
         return error_message(call, f"{exc}; the tool did not run.")
     if tool.context_parameter is not None:  # decided when the tool was built
-        arguments = tool.with_context(arguments, call.id)
+        arguments = tool.with_context(arguments, call.name, call.id)
     result = await executor.execute(tool, arguments)
     if isinstance(result, Command):
         return result

@@ -4,7 +4,8 @@ The loop, the middleware agent and the status agent are their turn logic on top 
 the same options (limits, timeouts, budget, store, approvals, deps), the same vocabulary
 (stop reasons, one tool-call shape, one wording per failure), the same events, the same
 journal of tool calls, the same human decisions, the same structured output of an answer,
-the same result and the same verbs to resume and recover a run.
+the same result, the same verbs to resume and recover a run, and the same stream of a run's
+events.
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ from ._options import UnknownOutcome as UnknownOutcome
 from ._options import option_hint as option_hint
 from ._result import RunResult as RunResult
 from ._result import RunStatus as RunStatus
+from ._stream import ENGINE_EVENTS as ENGINE_EVENTS
+from ._stream import RunStream as RunStream
+from ._stream import StreamTwins as StreamTwins
+from ._stream import stream_run as stream_run
 from ._structured import OutputSchema as OutputSchema
 from ._structured import ProviderStrategy as ProviderStrategy
 from ._structured import ResponseFormat as ResponseFormat
@@ -65,6 +70,7 @@ from ._vocabulary import model_timeout_error as model_timeout_error
 from ._vocabulary import rejected_error as rejected_error
 
 __all__ = [
+    "ENGINE_EVENTS",
     "MAX_ARGUMENT_BYTES",
     "RENAMED_OPTIONS",
     "Approval",
@@ -91,8 +97,10 @@ __all__ = [
     "RunOverrides",
     "RunResult",
     "RunStatus",
+    "RunStream",
     "Skip",
     "StopReason",
+    "StreamTwins",
     "StructuredAnswer",
     "SyncTwins",
     "ToolStrategy",
@@ -115,6 +123,7 @@ __all__ = [
     "record_interrupted",
     "rejected_error",
     "run_sync",
+    "stream_run",
     "tell",
     "tell_call_finished",
     "tell_call_started",

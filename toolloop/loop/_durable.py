@@ -70,7 +70,7 @@ from ..planners import (
     call_planner,
 )
 from ..runner import CallSource, Executor, ToolCommand, ToolExecutionRecord, json_safe
-from ..tools import ToolRegistry
+from ..tools import RunScope, ToolRegistry
 from ._flow import LoopContext, LoopDeps, PauseForHuman, RoundState, loop_flow
 from ._normalize import normalize_command, normalize_plan
 
@@ -166,6 +166,7 @@ class DurableLoop:
         "options",
         "registry",
         "run",
+        "scope",
         "sources",
         "state",
         "verdicts",
@@ -183,6 +184,8 @@ class DurableLoop:
         self.run = run
         self.state = state
         self.options = options
+        self.scope: RunScope | None = None
+        """The tools' run context (set with the run's deps)."""
         self.journal: dict[str, JournalEntry] = dict(journal or {})
         self.approval = approval_rule(options.needs_approval, tool_names)
         self.verdicts: dict[str, Verdict] = {}
@@ -218,6 +221,7 @@ class DurableLoop:
             tool_timeout=inner.tool_timeout,
         )
         executor.durable = self
+        self.scope = deps.scope
         self.limits = (deps.max_commands, deps.max_kwargs_bytes)
         self.registry = deps.registry
         planner: PlannerLike = (
@@ -520,6 +524,8 @@ class JournaledExecutor(Executor):
             return ToolExecutionRecord.failed(command, verdict.error)
         if isinstance(verdict, Run):
             command = command.model_copy(update={"tool_kwargs": verdict.arguments})
+            if durable.scope is not None:  # the edited call is the same call
+                durable.scope.name_call(command, key)
         if not self.registry.accepts(command.tool_name, command.tool_kwargs):
             # a call that cannot run (unknown tool, bad arguments) has no effect to journal
             return await Executor.call(self, command, on_start)

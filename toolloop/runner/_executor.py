@@ -19,7 +19,7 @@ import anyio
 import anyio.abc
 
 from .._errors import ToolCallError, ToolTimeoutError
-from ..tools import Tool, ToolRegistry
+from ..tools import Tool, ToolRegistry, call_id_of
 from ._batch import SplitCall, ToolBatch, call_split
 from ._records import ToolCommand, ToolExecutionRecord
 
@@ -207,7 +207,7 @@ class Executor(SplitCall[ToolCommand, ToolExecutionRecord]):
         except Exception as exc:  # a validator that broke: still a record, never a crash
             return _raised(command, tool_error_text(name, exc), exc), None
         if tool.context_parameter is not None:  # decided when the tool was built
-            arguments = tool.with_context(arguments, command.purpose)
+            arguments = tool.with_context(arguments, command.purpose, call_id_of(command))
         try:
             return None, self.execute(tool, arguments)
         except Exception as exc:  # the function refused its arguments before it ran

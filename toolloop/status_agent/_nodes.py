@@ -335,6 +335,8 @@ async def tool_execution(value: Any, state: State, deps: StatusDeps, ctx: Contex
 
     async def one(call: StatusToolCall, started: Callable[[], None]) -> Done:
         command = call.command()
+        if deps.scope is not None:  # a tool's run context has its call's id
+            deps.scope.name_call(command, call.call_id)
         if call.refused is not None:
             refused = f"tool {call.tool_name!r} was not run: {call.refused}"
             return ToolExecutionRecord.failed(command, refused), "ran"

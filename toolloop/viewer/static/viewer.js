@@ -156,14 +156,8 @@ function apply(event) {
     call.source = event.source;
     run.calls.set(key, call);
   } else if (kind === "tool_progress") {
-    for (const call of run.calls.values()) {
-      const name = call.command.tool_name;
-      if (call.round === event.round_index && !call.record && name === event.tool_name &&
-          (call.command.purpose === event.purpose || call.id === event.purpose)) {
-        call.progress = event.message;
-        break;
-      }
-    }
+    const call = run.calls.get(callKey(event));  // the call that reports, by its id
+    if (call && !call.record) call.progress = event.message;
   } else if (kind === "status_changed") {
     run.statuses.push({ at, node: event.node, status: event.status });
   } else if (kind === "round_finished") {
