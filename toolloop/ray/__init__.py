@@ -4,9 +4,10 @@ over Ray actors (the ``ray`` extra: ``pip install 'toolloop[ray]'``).
 - :func:`ray_tool` and :func:`actor_tool` make plain :class:`~toolloop.tools.Tool` objects
   whose calls run on the cluster; the schema check runs first, on the driver, and a
   timeout or a cancellation cancels the Ray task.
-- :class:`RayRunPool` runs a :class:`LoopJob` (or an :class:`AgentJob`, or a
-  :class:`RunJob` of your own) over many items on actors that host many runs each, and
-  streams back a :class:`RunOutcome` per item as it finishes.
+- :class:`RayRunPool` runs a job over many items on actors that host many runs each, and
+  streams back a :class:`RunOutcome` per item as it finishes: a :class:`LoopJob`, an
+  :class:`AgentJob` or a :class:`StatusAgentJob` (one per product, alike: an item is a
+  new run, or a durable run resumed or recovered), or a :class:`RunJob` of your own.
 - :func:`await_ref` awaits any Ray object without blocking the event loop, on asyncio and
   on trio, and cancels its task when the wait is cut short.
 """
@@ -25,6 +26,7 @@ from ._jobs import AgentJob as AgentJob
 from ._jobs import Host as Host
 from ._jobs import LoopJob as LoopJob
 from ._jobs import RunJob as RunJob
+from ._jobs import StatusAgentJob as StatusAgentJob
 from ._pool import RayRunPool as RayRunPool
 from ._pool import RunOutcome as RunOutcome
 from ._tool import actor_tool as actor_tool
@@ -37,6 +39,7 @@ __all__ = [
     "RayRunPool",
     "RunJob",
     "RunOutcome",
+    "StatusAgentJob",
     "actor_tool",
     "await_ref",
     "ray_tool",
