@@ -10,6 +10,22 @@ over Ray actors (the ``ray`` extra: ``pip install 'toolloop[ray]'``).
   new run, or a durable run resumed or recovered), or a :class:`RunJob` of your own.
 - :func:`await_ref` awaits any Ray object without blocking the event loop, on asyncio and
   on trio, and cancels its task when the wait is cut short.
+
+An item of the products' jobs is one call of the product's verbs:
+
+- the request (a ``str``; for the middleware agent, any messages its ``run`` takes): a new
+  run;
+- a mapping with ``user_input`` (the request) and run options for that run (``run_id``,
+  ``deps``, ``max_turns``...): a new run;
+- a mapping with ``resume`` (a run id) and ``decision``, and run options: the paused run
+  resumed with the human's decision;
+- a mapping with ``recover`` (a run id), and run options (``force``, ``unknown_outcome``...):
+  the run continued after its process (or its actor) died.
+
+An item's options go over the job's ``options``; each run's ``limiter`` is the actor's
+unless they give one, its ``store`` the job's (made once in each actor by the job's
+``store`` function) unless they give one, and its ``on_event`` forwards its events to the
+driver when the driver listens.
 """
 
 from __future__ import annotations

@@ -8,20 +8,7 @@ made by :func:`~toolloop.create_agent`, :class:`StatusAgentJob` a
 the object store), and builds what it needs there, once per actor (:meth:`setup`): the
 model client, the agent, the store are made in the actor, never pickled from the driver.
 
-An item of these jobs is one call of the product's verbs:
-
-- the request (a ``str``; for the middleware agent, any messages its ``run`` takes): a new
-  run;
-- a mapping with ``user_input`` (the request) and run options for that run (``run_id``,
-  ``deps``, ``max_turns``...): a new run;
-- a mapping with ``resume`` (a run id) and ``decision``, and run options: the paused run
-  resumed with the human's decision;
-- a mapping with ``recover`` (a run id), and run options (``force``, ``unknown_outcome``...):
-  the run continued after its process died.
-
-An item's options go over the job's ``options``; each run's ``limiter`` is the actor's
-unless they give one, its ``store`` the job's (when it has one) unless they give one, and
-its ``on_event`` forwards its events to the driver when the driver listens.
+Their items are described in :mod:`toolloop.ray`.
 """
 
 from __future__ import annotations
@@ -131,7 +118,7 @@ def _call(
     elif isinstance(item, Mapping) and not messages:
         raise ValueError(
             "a mapping item names its call: user_input (a new run), resume (with its "
-            f"decision) or recover; got the keys {sorted(item)}"
+            f"decision) or recover; got the keys {sorted(str(key) for key in item)}"
         )
     else:
         target = item
@@ -147,7 +134,7 @@ def _call(
 @dataclass
 class LoopJob:
     """Each item is one call of the loop: a new :func:`~toolloop.async_plan_and_execute`
-    run, or a durable run resumed or recovered (see the module's docs for the items); the
+    run, or a durable run resumed or recovered (the items: see :mod:`toolloop.ray`); the
     result is the :class:`~toolloop.LoopResult`.
 
     Args:
@@ -240,8 +227,8 @@ class _AgentJob:
 
 @dataclass
 class AgentJob(_AgentJob):
-    """Each item is one call of a middleware agent (``agent.run``, ``agent.resume`` or
-    ``agent.recover``: see the module's docs for the items; a request may be any messages
+    """Each item is one call of a middleware agent: ``agent.run``, ``agent.resume`` or
+    ``agent.recover`` (the items: see :mod:`toolloop.ray`; a request may be any messages
     ``agent.run`` takes); the result is its :class:`~toolloop.agents.AgentResult`.
 
     Args:
@@ -259,8 +246,8 @@ class AgentJob(_AgentJob):
 
 @dataclass
 class StatusAgentJob(_AgentJob):
-    """Each item is one call of a status agent (``agent.run``, ``agent.resume`` or
-    ``agent.recover``: see the module's docs for the items); the result is its
+    """Each item is one call of a status agent: ``agent.run``, ``agent.resume`` or
+    ``agent.recover`` (the items: see :mod:`toolloop.ray`); the result is its
     :class:`~toolloop.status_agent.StatusAgentResult`.
 
     Args:
