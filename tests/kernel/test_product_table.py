@@ -37,10 +37,9 @@ from product_runs import Driven
 from toolloop.agents import Agent, create_agent
 from toolloop.flow import FlowEvent
 from toolloop.kernel import RunFinished
-from toolloop.loop import async_plan_and_execute, stream_plan_and_execute
+from toolloop.loop import async_plan_and_execute
 from toolloop.models import ChatDelta, ChatRequest
 from toolloop.planners import StructuredPlanner
-from toolloop.runner import ToolCallFinished
 from toolloop.status_agent import StatusAgent
 from toolloop.testing import FakeOpenAIServer, ScriptedChatModel
 from toolloop.tracing import TraceRecorder, render_timeline
@@ -139,6 +138,17 @@ KERNEL_ROWS: dict[str, tuple[str, ...]] = {
         "test_recovering_a_completed_run_gives_its_result_and_runs_nothing",
     ),
     "sync twins": ("test_the_sync_twins_take_the_same_options_on_either_backend",),
+    (
+        "streaming API: the stream twins (an `async with` block of the run's events as they "
+        "happen, then its `result`; `engine_events=False`; leaving early cancels the run)"
+    ): (
+        "test_a_stream_tells_the_events_while_the_run_is_in_progress",
+        "test_a_stream_s_result_is_what_run_returns",
+        "test_leaving_a_stream_early_cancels_the_run",
+        "test_a_stream_raises_the_run_s_error_as_its_block_exits",
+        "test_a_paused_run_streams_its_pause_and_its_resume_streams_the_rest",
+        "test_a_recovered_run_streams_too",
+    ),
     "`needs_approval` (the one spec)": (
         "test_needs_approval_takes_a_mapping_with_the_decisions_allowed",
         "test_needs_approval_takes_a_rule_on_the_arguments",
@@ -156,9 +166,10 @@ KERNEL_ROWS: dict[str, tuple[str, ...]] = {
     ): ("test_a_structured_answer_is_retried_counted_and_kept",),
     (
         "events: `ModelCallStarted`/`Finished`, `CheckpointSaved`, `RunFinished`, a pause's "
-        "`ExecutionPaused`"
+        "`ExecutionPaused`, a tool's `ToolProgress` with its `call_id`"
     ): (
         "test_a_completed_run_tells_its_model_calls_tool_calls_checkpoints_and_end",
+        "test_a_tool_s_report_is_a_progress_event_of_its_call",
         "test_a_paused_run_ends_its_events_with_the_pause",
         "test_the_pause_event_carries_what_the_run_asks",
     ),
@@ -167,6 +178,10 @@ KERNEL_ROWS: dict[str, tuple[str, ...]] = {
 
 SHARED = {
     "sync twins": "sync twins",
+    "streaming API: the run's events as an async iterator": (
+        "streaming API: the stream twins (an `async with` block of the run's events as they "
+        "happen, then its `result`; `engine_events=False`; leaving early cancels the run)"
+    ),
     "structured final output: `response_format`": (
         "structured output: `response_format` (`ToolStrategy`, `ProviderStrategy`), retried, "
         "`structured_response`, `StructuredOutputError`"
@@ -235,19 +250,6 @@ def mailer_run(product: str) -> tuple[matrix.Product, matrix.Mailer]:
     made.script_tool_call("send", to="ada")
     made.script_answer("sent")
     return made, mailer
-
-
-@backs("streaming API: the run's events as an async iterator", "loop")
-async def streamed(product: str, tmp_path: Path, backend: str) -> None:
-    made, mailer = mailer_run(product)
-    assert isinstance(made, matrix.Loop)
-    async with stream_plan_and_execute(
-        matrix.REQUEST, planner=made.planner(), tools=mailer.tools
-    ) as run:
-        events = [event async for event in run]
-    assert [e.record.result for e in events if isinstance(e, ToolCallFinished)] == ["sent to ada"]
-    assert [e.stop_reason for e in events if isinstance(e, RunFinished)] == ["answered"]
-    assert run.result.stop_reason == "answered"
 
 
 class HeldPlan:
