@@ -13,11 +13,13 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import pytest
 from anyio import wait_all_tasks_blocked
 
 from toolloop.agents import (
     AgentMiddleware,
+    AgentModelError,
     AgentResult,
     ToolCallRequest,
     ToolMessage,
@@ -383,38 +385,62 @@ async def test_a_durable_run_journals_each_call_before_it_starts() -> None:
     assert out["result"].text == "done"
 
 
-async def test_a_turn_cut_off_and_asked_again_never_runs_a_call_twice() -> None:
-    """The model call fails after a call started (its outcome journaled); recovering the
-    run asks the model again: the same call (another id) is answered by the journal, and
-    another call under the same id runs under a key of its own."""
+async def cut_off_turn(again: ScriptedChatReply) -> tuple[Any, Lookup, ScriptedChatModel]:
+    """An agent whose first model call fails once its first call ran (the outcome
+    journaled); the model answers ``again``, then "done", when the run is recovered."""
     store = MemoryCheckpointStore()
+    ran = anyio.Event()
+    first = ScriptedChatReply(
+        tool_calls=(lookup_call("Paris", "c1"), lookup_call("Rome", "c2")), chunk_size=4
+    )
+    cut = first.tool_call_end(0)  # the stream fails right after the first call, once it ran
     model = ScriptedChatModel(
-        [
-            ScriptedChatReply(
-                tool_calls=(lookup_call("Paris", "c1"), lookup_call("Rome", "c2")),
-                chunk_size=4,
-                error_after=7,  # cut once the first call is complete, before the second
-            ),
-            ScriptedChatReply(
-                tool_calls=(lookup_call("Paris", "other"), lookup_call("Oslo", "c1")),
-                chunk_size=4,
-            ),
-            "done",
-        ]
+        [dataclasses.replace(first, error_after=cut, gates={cut: ran}), again, "done"]
     )
     probe = Lookup(model)
     agent = create_agent(model, [lookup_tool(probe)], store=store, streaming_dispatch=True)
-    with pytest.raises(Exception, match="cut"):
-        await agent.run("weather", run_id="run-2")
+
+    async def run_and_fail() -> None:
+        with pytest.raises(AgentModelError, match="cut"):
+            await agent.run("weather", run_id="run-2")
+
+    async with anyio.create_task_group() as task_group:
+        task_group.start_soon(run_and_fail)
+        with anyio.fail_after(HANG):
+            while probe.exited != ["Paris"]:  # the call ran to its end (its outcome kept)
+                await anyio.lowlevel.checkpoint()
+            await wait_all_tasks_blocked()
+        ran.set()
     assert probe.started == ["Paris"]
+    return agent, probe, model
+
+
+async def test_a_turn_cut_off_and_asked_again_never_runs_a_call_twice() -> None:
+    """Recovering the run asks the model again: the same call, under another id, is the
+    journal's (answered from it); another call gets an id of its own."""
+    again = ScriptedChatReply(
+        tool_calls=(lookup_call("Paris", "other"), lookup_call("Oslo", "c1")), chunk_size=4
+    )
+    agent, probe, _ = await cut_off_turn(again)
     result = await agent.recover("run-2")
     assert probe.started == ["Paris", "Oslo"]  # Paris not again
     assert result.text == "done"
-    answers = {m.content for m in result.messages if isinstance(m, ToolMessage)}
-    assert answers == {"Paris: sunny", "Oslo: sunny"}
-    ids = [c.id for c in result.messages[1].tool_calls]  # type: ignore[union-attr]
-    assert ids[1] != "c1"  # a key of its own: the journal's c1 is Paris
-    assert len(set(ids)) == 2
+    answers = [m.content for m in result.messages if isinstance(m, ToolMessage)]
+    assert answers == ["Paris: sunny", "Oslo: sunny"]
+    ids = [c.id for c in result.messages[1].tool_calls]
+    assert ids[0] == "c1"  # Paris is the journal's c1: it answers it
+    assert ids[1] not in ("c1", "other")  # Oslo runs under an id of its own
+
+
+async def test_another_call_under_a_journaled_id_runs_under_a_key_of_its_own() -> None:
+    again = ScriptedChatReply(tool_calls=(lookup_call("Oslo", "c1"),), chunk_size=4)
+    agent, probe, _ = await cut_off_turn(again)
+    result = await agent.recover("run-2")
+    assert probe.started == ["Paris", "Oslo"]  # Oslo ran: the journal's c1 is another call
+    answers = [m.content for m in result.messages if isinstance(m, ToolMessage)]
+    assert answers == ["Oslo: sunny"]  # never Paris's outcome
+    ids = [c.id for c in result.messages[1].tool_calls]
+    assert ids == ["c1~1"]
 
 
 async def test_over_http_a_call_starts_before_the_server_sends_the_rest() -> None:

@@ -39,10 +39,10 @@ class ScriptedChatReply:
     Timing: ``first_delay`` seconds before the first delta, ``delay`` before every delta.
 
     ``gates``: order without time. The stream waits before the delta at each index (the
-    count of deltas handed over before it) until that index's :class:`anyio.Event` is set,
-    so a test decides when the rest of the reply comes; :meth:`tool_call_end` is the index
-    right after a tool call is complete. The stream's record tells when it waits
-    (:attr:`ScriptedChatStream.held`).
+    count of deltas handed over before it; before the scripted ``error`` too, when it comes
+    there) until that index's :class:`anyio.Event` is set, so a test decides when the rest
+    of the reply comes; :meth:`tool_call_end` is the index right after a tool call is
+    complete. The stream's record tells when it waits (:attr:`ScriptedChatStream.held`).
 
     ``error``: raised when the stream is opened (``error_after`` is ``None``), or after
     ``error_after`` deltas were handed over, instead of the rest (a stream cut mid-way;
@@ -339,16 +339,16 @@ class _Stream:
         reply = record.reply
         sent = record.chunks_sent
         total = len(self._deltas)
+        gate = reply.gates.get(sent) if reply.gates else None
+        if gate is not None and not gate.is_set():  # before whatever comes next
+            record.held.set()
+            await gate.wait()
         if reply.error is not None and sent == min(reply.error_after or 0, total):
             record.failed = True
             record.ended_at = time.monotonic()
             raise reply.error
         if sent >= total:
             raise StopAsyncIteration
-        gate = reply.gates.get(sent) if reply.gates else None
-        if gate is not None and not gate.is_set():
-            record.held.set()
-            await gate.wait()
         pause = reply.delay + (reply.first_delay if sent == 0 else 0.0)
         if pause > 0:
             await anyio.sleep(pause)
