@@ -350,18 +350,18 @@ class Status(ToolCalling):
         return {"verdict": "continue" if view.last_records else "finish"}
 
     def agent(self, tools: Tools) -> StatusAgent:
+        steps: dict[str, Any] = {"converse": lambda view: "nothing to say"}
+        if self.response_format is not None:
+            steps = {"model": self.model, "response_format": self.response_format}
+        if self.decides_by_model:
+            steps["model"] = self.model  # its own decision step asks it
         agent = StatusAgent(
             tools=tools,
             analyze=lambda view: "the user wants a mail sent",
             plan=lambda view: ["send the mail"],
             decide=None if self.decides_by_model else self.decide,
             reflect=self.reflect,
-            **(
-                {"converse": lambda view: "nothing to say"}
-                if self.response_format is None
-                else {"model": self.model, "response_format": self.response_format}
-            ),
-            **({"model": self.model} if self.decides_by_model else {}),
+            **steps,
             store=self.store,
         )
         self.store = agent.store
