@@ -15,13 +15,21 @@ from ._json_reader import JSONStreamReader
 __all__ = ["StreamedToolCall", "ToolCallReader", "parse_tool_arguments"]
 
 
+_DECODER = json.JSONDecoder()
+
+
 def parse_tool_arguments(text: str) -> Any:
-    """The arguments as parsed JSON; the raw text when it is not JSON (the loop then makes
-    the call a failed record that quotes it); ``{}`` when there are none."""
-    if not text.strip():
+    """The arguments as parsed JSON: the JSON value the text starts with (whitespace
+    aside), what follows it ignored, as when the call streamed (it is complete once that
+    value closes: :meth:`ToolCallReader.complete`), so a call runs with the same arguments
+    whether its tool starts while the reply streams or after; the raw text when it does not
+    start with a JSON value (the products then make the call a failed record that quotes
+    it); ``{}`` when there are none."""
+    stripped = text.strip()
+    if not stripped:
         return {}
     try:
-        value = json.loads(text)
+        value, _ = _DECODER.raw_decode(stripped)
     except ValueError:
         return text
     return {} if value is None else value
