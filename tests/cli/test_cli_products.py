@@ -57,6 +57,18 @@ async def test_run_each_product_to_its_end(workdir: Path, anyio_backend: str, pr
         assert re.search(rf"finished: answered after \d+ {turn}s?, 1 record", out)
 
 
+@pytest.mark.parametrize("product", PRODUCTS)
+async def test_streaming_dispatch_is_every_product_s(
+    workdir: Path, anyio_backend: str, product: str
+) -> None:
+    async with FakeOpenAIServer(responder=Model(product)) as server:
+        flags = [*product_flags(server, product), "--streaming-dispatch"]
+        code, out, err = await toolloop(workdir, anyio_backend, "run", "Mail Ann", *flags)
+    assert (code, err) == (0, ""), out
+    assert calls(workdir) == [CALL]  # once
+    assert "\nstop: answered · " in out
+
+
 @pytest.mark.parametrize("decision", ["approve", "reject", "edit"])
 @pytest.mark.parametrize("product", PRODUCTS)
 async def test_a_pause_is_answered_from_another_process(

@@ -75,7 +75,7 @@ from toolloop.runner import (
     cancelled_error,
 )
 from toolloop.status_agent import StatusAgent, StatusView
-from toolloop.testing import ScriptedChatModel
+from toolloop.testing import FakeToolCall, ScriptedChatModel, ScriptedChatReply
 from toolloop.tools import RunContext
 
 pytestmark = pytest.mark.anyio
@@ -122,6 +122,15 @@ class Product:
     def script_answer(self, text: str) -> None:
         """The next model call answers ``text`` (no tool call)."""
         raise NotImplementedError
+
+    def script_held_calls(self, calls: Sequence[tuple[str, dict[str, Any]]], gate: Any) -> None:
+        """The next model call asks for ``calls``; its stream waits once the first one is
+        complete, until ``gate`` (an ``anyio.Event``) is set."""
+        raise NotImplementedError
+
+    def model_decides(self) -> None:
+        """The product's model writes its decisions as it streams them (the status agent:
+        its own decision step, not this test's); a no-op where it always does."""
 
     def script_hang(self) -> None:
         """The next model call never ends (past any model_timeout: a hang guard, 120x)."""
@@ -170,6 +179,16 @@ class Product:
 REQUEST = "mail ada"
 
 
+def first_item_end(text: str, key: str) -> int:
+    """Where the first object of the list ``key`` of the JSON ``text`` closes (after it)."""
+    depth = 0
+    for at in range(text.index(f'"{key}": [') + len(key) + 5, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[at], 0)
+        if depth == 0:
+            return at + 1
+    raise ValueError(f"no item in {key!r}")
+
+
 class Loop(Product):
     """The loop: each model call is a plan of its StructuredPlanner (read to its end, so
     that an answer's ``content`` is the result's text)."""
@@ -194,6 +213,15 @@ class Loop(Product):
 
     def script_answer(self, text: str) -> None:
         self.model.add_reply(json.dumps({"content": text, "next_action": "response"}))
+
+    def script_held_calls(self, calls: Sequence[tuple[str, dict[str, Any]]], gate: Any) -> None:
+        commands = [
+            {"purpose": f"call {tool}", "tool_name": tool, "tool_kwargs": arguments}
+            for tool, arguments in calls
+        ]
+        text = json.dumps({"next_action": "execute", "execution_commands": commands})
+        cut = first_item_end(text, "execution_commands")
+        self.model.add_reply(chunks=(text[:cut], text[cut:]), gates={1: gate})
 
     async def run(self, tools: Tools, **options: Any) -> RunResult:
         return await async_plan_and_execute(
@@ -264,6 +292,11 @@ class ToolCalling(Product):
     def script_answer(self, text: str) -> None:
         self.model.add_reply(text)
 
+    def script_held_calls(self, calls: Sequence[tuple[str, dict[str, Any]]], gate: Any) -> None:
+        asked = [FakeToolCall(tool, json.dumps(arguments)) for tool, arguments in calls]
+        end = ScriptedChatReply(tool_calls=tuple(asked), chunk_size=4).tool_call_end(0)
+        self.model.add_reply(tool_calls=asked, chunk_size=4, gates={end: gate})
+
 
 class Agent(ToolCalling):
     """The middleware agent (one made per call, with that call's tools: it keeps no run)."""
@@ -326,6 +359,25 @@ class Status(ToolCalling):
     def __init__(self) -> None:
         super().__init__()
         self.store: CheckpointStore | None = None
+        self.decides_by_model = False
+
+    def model_decides(self) -> None:
+        self.decides_by_model = True
+
+    def script_answer(self, text: str) -> None:
+        if not self.decides_by_model:
+            return super().script_answer(text)
+        finish = {"action": "finish", "tool_calls": [], "reason": "", "answer": text}
+        self.model.add_reply(json.dumps(finish))
+
+    def script_held_calls(self, calls: Sequence[tuple[str, dict[str, Any]]], gate: Any) -> None:
+        assert self.decides_by_model, "the status agent's own decision step streams"
+        asked = [{"tool_name": t, "arguments": a, "purpose": t} for t, a in calls]
+        text = json.dumps(
+            {"action": "call_tools", "tool_calls": asked, "reason": "", "answer": None}
+        )
+        cut = first_item_end(text, "tool_calls")
+        self.model.add_reply(chunks=(text[:cut], text[cut:]), gates={1: gate})
 
     async def decide(self, view: StatusView) -> dict[str, Any]:
         request = ChatRequest(messages=[{"role": "user", "content": view.user_input}])
@@ -347,17 +399,18 @@ class Status(ToolCalling):
         return {"verdict": "continue" if view.last_records else "finish"}
 
     def agent(self, tools: Tools) -> StatusAgent:
+        steps: dict[str, Any] = {"converse": lambda view: "nothing to say"}
+        if self.response_format is not None:
+            steps = {"model": self.model, "response_format": self.response_format}
+        if self.decides_by_model:
+            steps["model"] = self.model  # its own decision step asks it
         agent = StatusAgent(
             tools=tools,
             analyze=lambda view: "the user wants a mail sent",
             plan=lambda view: ["send the mail"],
-            decide=self.decide,
+            decide=None if self.decides_by_model else self.decide,
             reflect=self.reflect,
-            **(
-                {"converse": lambda view: "nothing to say"}
-                if self.response_format is None
-                else {"model": self.model, "response_format": self.response_format}
-            ),
+            **steps,
             store=self.store,
         )
         self.store = agent.store
@@ -442,6 +495,41 @@ def of(events: list[FlowEvent], kind: type[Any]) -> list[Any]:
 
 def sends(result: RunResult) -> list[ToolExecutionRecord]:
     return [r for r in result.records if r.tool_name == "send"]
+
+
+# -- streaming dispatch ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", EACH)
+@pytest.mark.parametrize("streaming", [True, False], ids=["dispatch", "whole"])
+async def test_streaming_dispatch_starts_a_call_while_the_model_still_writes(
+    make: type[Product], streaming: bool
+) -> None:
+    product, mailer = make(), Mailer(inside=anyio.Event())
+    product.model_decides()
+    release = anyio.Event()
+    product.script_held_calls([("send", {"to": "ada"}), ("send", {"to": "bob"})], release)
+    product.script_answer("sent")
+    done: list[RunResult] = []
+
+    async def run() -> None:
+        done.append(await product.run(mailer.tools, streaming_dispatch=streaming))
+
+    async with anyio.create_task_group() as task_group:
+        task_group.start_soon(run)
+        with anyio.fail_after(10):  # a hang guard
+            if streaming:
+                assert mailer.inside is not None
+                await mailer.inside.wait()
+            await anyio.wait_all_tasks_blocked()
+        held = [s for s in product.model.streams if s.held.is_set()]
+        assert len(held) == 1 and not held[0].completed  # the model still writes
+        assert mailer.sent == (["ada"] if streaming else [])
+        release.set()
+    (result,) = done
+    assert mailer.sent == ["ada", "bob"]
+    assert [r.success for r in sends(result)] == [True, True]
+    assert result.text == "sent"
 
 
 # -- options ---------------------------------------------------------------------------------

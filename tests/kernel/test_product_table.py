@@ -18,12 +18,11 @@ check to ``CHECKS`` below.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import time
 import urllib.request
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +37,9 @@ from toolloop.agents import Agent, create_agent
 from toolloop.flow import FlowEvent
 from toolloop.kernel import RunFinished
 from toolloop.loop import async_plan_and_execute
-from toolloop.models import ChatDelta, ChatRequest
 from toolloop.planners import StructuredPlanner
-from toolloop.status_agent import StatusAgent
-from toolloop.testing import FakeOpenAIServer, ScriptedChatModel
+from toolloop.status_agent import LLMStatusSteps, StatusAgent, StatusAgentState, StatusView
+from toolloop.testing import FakeOpenAIServer, ScriptedChatModel, ScriptedChatReply
 from toolloop.tracing import TraceRecorder, render_timeline
 from toolloop.viewer import ViewerSink
 
@@ -132,6 +130,9 @@ KERNEL_ROWS: dict[str, tuple[str, ...]] = {
         "test_a_durable_run_keeps_a_tool_value_json_cannot_hold",
         "test_unknown_outcome_fail_does_not_run_the_call_again",
     ),
+    "`streaming_dispatch`: a call starts while the model still writes (default `False`)": (
+        "test_streaming_dispatch_starts_a_call_while_the_model_still_writes",
+    ),
     "resume with a decision / recover": (
         "test_a_durable_run_pauses_for_approval_and_resumes_by_the_request_s_call_ids",
         "test_a_rejected_call_never_runs_and_says_so_in_the_kernel_s_words",
@@ -178,6 +179,9 @@ KERNEL_ROWS: dict[str, tuple[str, ...]] = {
 
 SHARED = {
     "sync twins": "sync twins",
+    "streaming dispatch: a tool starts while the model still writes": (
+        "`streaming_dispatch`: a call starts while the model still writes (default `False`)"
+    ),
     "streaming API: the run's events as an async iterator": (
         "streaming API: the stream twins (an `async with` block of the run's events as they "
         "happen, then its `result`; `engine_events=False`; leaving early cancels the run)"
@@ -252,46 +256,6 @@ def mailer_run(product: str) -> tuple[matrix.Product, matrix.Mailer]:
     return made, mailer
 
 
-class HeldPlan:
-    """A model whose first plan stops after its one command until that command's tool has
-    started (a run that does not dispatch while the plan streams never gets the rest), then
-    answers."""
-
-    def __init__(self, started: anyio.Event) -> None:
-        self.started = started
-        self.plans = 0
-
-    @contextlib.asynccontextmanager
-    async def stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[ChatDelta]]:
-        self.plans += 1
-        async with contextlib.aclosing(self._plan() if self.plans == 1 else self._answer()) as it:
-            yield it
-
-    async def _plan(self) -> AsyncGenerator[ChatDelta, None]:
-        command = {"purpose": "mail", "tool_name": "send", "tool_kwargs": {"to": "ada"}}
-        yield ChatDelta('{"next_action": "execute", "execution_commands": [')
-        yield ChatDelta(json.dumps(command))
-        with anyio.fail_after(30):  # a hang guard: the tool starts while this plan waits
-            await self.started.wait()
-        yield ChatDelta("]}")
-
-    async def _answer(self) -> AsyncGenerator[ChatDelta, None]:
-        yield ChatDelta('{"next_action": "response", "execution_commands": []}')
-
-
-@backs("streaming dispatch: a tool starts while the model still writes", "loop")
-async def dispatched(product: str, tmp_path: Path, backend: str) -> None:
-    started = anyio.Event()
-    mailer = matrix.Mailer(inside=started)
-    result = await async_plan_and_execute(
-        matrix.REQUEST,
-        planner=StructuredPlanner(HeldPlan(started)),
-        tools=mailer.tools,
-        streaming_dispatch=True,
-    )
-    assert result.stop_reason == "answered" and mailer.sent == ["ada"]
-
-
 @backs("short-circuit: the model is cut off once the answer is settled", "loop")
 async def short_circuited(product: str, tmp_path: Path, backend: str) -> None:
     model = ScriptedChatModel()
@@ -304,6 +268,18 @@ async def short_circuited(product: str, tmp_path: Path, backend: str) -> None:
     assert result.stop_reason == "answered"
     (stream,) = model.streams
     assert stream.closed_early  # hung up once "r" settled "response"
+
+
+@backs("short-circuit: the model is cut off once the answer is settled", "status")
+async def decision_short_circuited(product: str, tmp_path: Path, backend: str) -> None:
+    reflection = {"verdict": "continue", "note": "mail next", "answer": "nobody reads this"}
+    text = json.dumps(reflection) + " " * 64
+    model = ScriptedChatModel([ScriptedChatReply(content=text, chunk_size=6)])
+    view = StatusView.of(StatusAgentState(user_input=matrix.REQUEST), [])
+    read = await LLMStatusSteps(model).reflect(view)
+    assert (read.verdict, read.note, read.answer) == ("continue", "mail next", None)
+    (stream,) = model.streams
+    assert stream.closed_early  # hung up once the verdict and its note were whole
 
 
 @backs("CLI", *EVERY)
@@ -424,9 +400,21 @@ def kernel_check(row: str) -> Check:
             if "backend" in test.__code__.co_varnames[: test.__code__.co_argcount]:
                 await anyio.to_thread.run_sync(test, MAKE[product], backend)  # a sync twin
             else:
-                await test(MAKE[product])
+                for more in other_params(test):
+                    await test(MAKE[product], **more)
 
     return check
+
+
+def other_params(test: Callable[..., Any]) -> list[dict[str, Any]]:
+    """Each combination of a kernel matrix test's parameters other than its product."""
+    combinations: list[dict[str, Any]] = [{}]
+    for mark in getattr(test, "pytestmark", []):
+        if mark.name == "parametrize" and mark.args[0] not in ("make", "backend"):
+            combinations = [
+                {**c, mark.args[0]: value} for c in combinations for value in mark.args[1]
+            ]
+    return combinations
 
 
 for _surface, _row in SHARED.items():

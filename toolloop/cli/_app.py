@@ -324,7 +324,8 @@ def _add_product(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--streaming-dispatch",
         action="store_true",
-        help="the loop: start each tool as soon as its command is complete in the streamed plan",
+        help="start each tool call as soon as the model has written it, while its reply "
+        "still streams (the status agent: the calls of its decisions)",
     )
     parser.add_argument(
         "--requirement",

@@ -312,7 +312,6 @@ def _check(options: RunOptions, verb: Verb) -> None:
     if options.agent != "loop":
         for given, flag in (
             (options.planner != "structured", "--planner"),
-            (options.streaming_dispatch, "--streaming-dispatch"),
             (options.answer, "--answer"),
         ):
             if given:
@@ -362,6 +361,8 @@ def _run_options(
         given["usage_limits"] = options.usage_limits
     if options.idempotent_tools:
         given["idempotent_tools"] = list(options.idempotent_tools)
+    if options.streaming_dispatch:
+        given["streaming_dispatch"] = True
     if options.needs_approval:
         approval = options.needs_approval
         if "*" in approval:
@@ -556,14 +557,11 @@ def _product(options: RunOptions, model: OpenAIChatModel, registry: ToolRegistry
             model=model,
             registry=registry,
             planner=_planner(options, model, registry.names),
-            loop_options={  # a resumed run keeps its own requirement unless given again
-                **(
-                    {"user_extra_requirement": options.requirement}
-                    if options.requirement is not None
-                    else {}
-                ),
-                "streaming_dispatch": options.streaming_dispatch,
-            },
+            loop_options=(  # a resumed run keeps its own requirement unless given again
+                {"user_extra_requirement": options.requirement}
+                if options.requirement is not None
+                else {}
+            ),
         )
     return make_product(
         options.agent,

@@ -37,7 +37,9 @@ from ._journal import Interrupted as Interrupted
 from ._journal import Journaled as Journaled
 from ._journal import arguments_problem as arguments_problem
 from ._journal import journaled_call as journaled_call
+from ._journal import own_key as own_key
 from ._journal import record_interrupted as record_interrupted
+from ._journal import same_call as same_call
 from ._options import RENAMED_OPTIONS as RENAMED_OPTIONS
 from ._options import OnEvent as OnEvent
 from ._options import OnLimit as OnLimit
@@ -120,9 +122,11 @@ __all__ = [
     "model_timeout_error",
     "option_hint",
     "output_schema",
+    "own_key",
     "record_interrupted",
     "rejected_error",
     "run_sync",
+    "same_call",
     "stream_run",
     "tell",
     "tell_call_finished",

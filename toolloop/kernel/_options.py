@@ -97,6 +97,10 @@ class RunOptions:
             that takes a :class:`~toolloop.tools.RunContext`, ``runtime.deps`` of the
             agent's hooks. Not saved: give them again to a resume.
         on_event: called with every event of the run, as it happens.
+        streaming_dispatch: start each tool call the moment the model has written it,
+            while the rest of its reply still streams (the loop: with a planner that
+            streams its commands; the agents: each call of a model turn, see their
+            concepts pages); ``False``: a turn's calls start once its reply is whole.
     """
 
     concurrency: int = 4
@@ -115,6 +119,7 @@ class RunOptions:
     idempotent_tools: Collection[str] = field(default=())
     deps: Any = None
     on_event: OnEvent | None = None
+    streaming_dispatch: bool = False
 
     def __post_init__(self) -> None:
         self.check()
@@ -168,6 +173,10 @@ class RunOptions:
         if self.limiter is not None and not isinstance(self.limiter, anyio.CapacityLimiter):
             raise TypeError(
                 f"limiter must be an anyio.CapacityLimiter, got {type(self.limiter).__name__}"
+            )
+        if not isinstance(self.streaming_dispatch, bool):
+            raise TypeError(
+                f"streaming_dispatch must be True or False, got {self.streaming_dispatch!r}"
             )
 
     def turns(self, default: int) -> int:
@@ -303,6 +312,7 @@ class RunDefaults(TypedDict, total=False):
     idempotent_tools: Collection[str]
     deps: Any
     on_event: OnEvent | None
+    streaming_dispatch: bool
 
 
 class RunOverrides(RunDefaults, total=False):

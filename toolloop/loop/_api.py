@@ -249,16 +249,15 @@ def _raised(state: RoundState, exc: Exception) -> None:
 class LoopOptions(RunOverrides, total=False):
     """What a call of the loop takes besides its request, planner and tools: every run
     option of the kernel (:class:`~toolloop.kernel.RunOverrides`: ``concurrency``,
-    ``timeout``, ``max_turns``, ``store``, ...) and the loop's own four (see
-    :func:`async_plan_and_execute`)."""
+    ``timeout``, ``max_turns``, ``store``, ``streaming_dispatch``, ...) and the loop's own
+    three (see :func:`async_plan_and_execute`)."""
 
     user_extra_requirement: str | None
     max_commands: int
-    streaming_dispatch: bool
     answer_with: AnswerLike | None
 
 
-_OWN = ("user_extra_requirement", "max_commands", "streaming_dispatch", "answer_with")
+_OWN = ("user_extra_requirement", "max_commands", "answer_with")
 
 
 _KNOWN = frozenset((*RunOverrides.__annotations__, *_OWN))
@@ -291,7 +290,7 @@ async def async_plan_and_execute(
     """Plan, execute tools, and plan again, round after round; return the results.
 
     Every option is a keyword argument. The run options are every product's, with the same
-    names and defaults (:class:`~toolloop.kernel.RunOptions`); the last four are the
+    names and defaults (:class:`~toolloop.kernel.RunOptions`); the last three are the
     loop's own.
 
     Args:
@@ -336,14 +335,14 @@ async def async_plan_and_execute(
               tool that declares a :class:`~toolloop.tools.RunContext` parameter as
               ``ctx.deps``. ``on_event``: called with every event of the run, as it
               happens.
-            - ``user_extra_requirement``: more instructions for the planner.
-            - ``max_commands`` (64): commands past this many in one round fail without
-              running.
             - ``streaming_dispatch`` (``False``): with a planner that streams
               (``plan_streaming``, e.g. :class:`~toolloop.planners.StructuredPlanner`),
               start each command as soon as it is complete in the stream, while the rest of
               the plan is still written (a durable run too: a command that needs approval
               is held until it is answered).
+            - ``user_extra_requirement``: more instructions for the planner.
+            - ``max_commands`` (64): commands past this many in one round fail without
+              running.
             - ``answer_with``: a :class:`~toolloop.models.ChatModel` (or an
               :class:`~toolloop.loop.AnswerWith` with its settings): once the loop stops,
               the run writes the final answer with it (:func:`~toolloop.loop.final_answer`)
@@ -381,7 +380,7 @@ async def async_plan_and_execute(
         max_turns=opts.turns(5),
         user_extra_requirement=own.get("user_extra_requirement"),
         max_commands=own.get("max_commands", 64),
-        streaming_dispatch=own.get("streaming_dispatch", False),
+        streaming_dispatch=opts.streaming_dispatch,
         run_id=run_id,
         answer=_answer_spec(own.get("answer_with")),
     )
@@ -466,7 +465,7 @@ async def _continued(
             "user_extra_requirement", begun.get("user_extra_requirement")
         ),
         max_commands=own.get("max_commands", int(begun.get("max_commands", 64))),
-        streaming_dispatch=own.get("streaming_dispatch", False),
+        streaming_dispatch=options.streaming_dispatch,
         state=state,
         run_id=run_id,
         answer=_answer_spec(own.get("answer_with")),

@@ -58,6 +58,7 @@ from ..kernel import (
     approval_rule,
     decide,
     journaled_call,
+    own_key,
     tell,
 )
 from ..models import Usage, current_meter
@@ -260,16 +261,10 @@ class DurableLoop:
         planner failed, the process died), and the round was planned again, differently.
         The earlier call is not this one: its outcome is not handed to this call, which runs
         under a key of its own (``"{key}~{n}"``), and a note says what the earlier one was."""
-        entry = self.journal.get(key)
-        n = 0
-        base = key
-        while entry is not None and not _same_call(entry, command):
-            if n == 0:
-                self.state.notes.append(_orphan_note(self.state.round_index, base, entry))
-            n += 1
-            key = f"{base}~{n}"
-            entry = self.journal.get(key)
-        return key
+        mine, other = own_key(self.journal, key, command.tool_name, command.tool_kwargs)
+        if other is not None:
+            self.state.notes.append(_orphan_note(self.state.round_index, key, other))
+        return mine
 
     def on_pause(self, state: RoundState) -> None:
         """The paused snapshot counts the usage of its checkpoint: the round's plan is
@@ -439,29 +434,16 @@ class DurableLoop:
         )
 
 
-def _same_call(entry: JournalEntry, command: ToolCommand) -> bool:
-    """Whether the journal's ``entry`` is a call of ``command`` (its tool, its arguments)."""
-    if entry.tool_name != command.tool_name:
-        return False
-    try:
-        return _canonical(entry.arguments) == _canonical(json_safe(command.tool_kwargs))
-    except (TypeError, ValueError):
-        return False
-
-
-def _canonical(data: Any) -> str:
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), default=repr)
-
-
 def _orphan_note(round_index: int, key: str, entry: JournalEntry) -> str:
     what = {
         "finished": "ran",
         "interrupted": "was cut off",
         "started": "started (its outcome is unknown)",
     }.get(entry.state, entry.state)
+    arguments = json.dumps(entry.arguments, sort_keys=True, separators=(",", ":"), default=repr)
     return (
         f"round {round_index}: call {key} {what} before the round's plan was kept: "
-        f"{entry.tool_name}({_canonical(entry.arguments)[:200]}); the round was planned again "
+        f"{entry.tool_name}({arguments[:200]}); the round was planned again "
         "with another call there, which runs as a call of its own"
     )
 
