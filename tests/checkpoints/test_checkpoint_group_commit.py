@@ -22,6 +22,7 @@ from toolloop.checkpoints import (
     Checkpoint,
     CheckpointConflictError,
     CheckpointError,
+    CheckpointStore,
     JournalEntry,
     PostgresCheckpointStore,
     SQLiteCheckpointStore,
@@ -149,7 +150,7 @@ def checkpoint(run_id: str) -> Checkpoint:
     return Checkpoint(run_id=run_id, flow="f", status="running", snapshot=snapshot)
 
 
-async def journal_of(store: Watched, run_id: str) -> dict[str, JournalEntry]:
+async def journal_of(store: CheckpointStore, run_id: str) -> dict[str, JournalEntry]:
     read = await store.get(run_id)
     return {} if read is None else {e.call_id: e for e in read.journal}
 
@@ -400,3 +401,47 @@ async def test_a_leader_cancelled_before_it_took_its_batch_hands_the_lead_on(
         assert store.watch.batches == [1]
         assert await journal_of(store, "leader") == {}
         assert list(await journal_of(store, "follower")) == ["call"]
+
+
+def test_event_loops_in_threads_share_a_store(tmp_path: Path) -> None:
+    """Each event loop has its own group commit: two loops in two threads (asyncio and
+    trio, as the sync twins may run) write through one store at once."""
+    store = SQLiteCheckpointStore(tmp_path / "runs.db")
+    runs = [f"{prefix}{n}" for prefix in ("a", "t") for n in range(3)]
+    failures: list[BaseException] = []
+
+    async def begin() -> None:
+        for run_id in runs:
+            await store.put(checkpoint(run_id), expected_revision=None)
+
+    async def write(prefix: str) -> None:
+        async with anyio.create_task_group() as tg:
+            for i in range(30):
+                tg.start_soon(store.record_intent, f"{prefix}{i % 3}", intent(f"c{i}"))
+
+    def loop(prefix: str, backend: str) -> None:
+        try:
+            anyio.run(write, prefix, backend=backend)
+        except BaseException as exc:
+            failures.append(exc)
+
+    anyio.run(begin)
+    threads = [
+        threading.Thread(target=loop, args=(prefix, backend))
+        for prefix, backend in (("a", "asyncio"), ("t", "trio"))
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(HANG)
+    assert not any(thread.is_alive() for thread in threads)
+    assert failures == []
+
+    async def read() -> dict[str, list[str]]:
+        async with store:
+            return {run_id: sorted(await journal_of(store, run_id)) for run_id in runs}
+
+    journals = anyio.run(read)
+    for prefix in ("a", "t"):
+        for n in range(3):
+            assert journals[f"{prefix}{n}"] == sorted(f"c{i}" for i in range(n, 30, 3))
