@@ -485,8 +485,7 @@ async def journal_verdicts(
     key = f"decisions/{decided_at}"
     if key in journal:
         return False
-    await run.record_intent(JournalEntry(call_id=key, tool_name=DECISIONS))
-    await run.record_outcome(key, data)
+    await run.record_note(key, DECISIONS, data)
     return True
 
 
@@ -596,8 +595,7 @@ class JournaledPlanner:
             data = {"reply": False, "output": json_safe(raw)}
         if spent is not None:  # the plan and what it cost: one write
             data["usage"] = spent.model_dump(mode="json")
-        await run.record_intent(JournalEntry(call_id=key, tool_name=PLANNER))
-        await run.record_outcome(key, data)
+        await run.record_note(key, PLANNER, data)
         return raw, False
 
 
