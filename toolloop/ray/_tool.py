@@ -28,15 +28,25 @@ __all__ = ["RayTaskOptions", "actor_tool", "ray_tool"]
 
 
 class RayTaskOptions(TypedDict, total=False):
-    """What a :func:`ray_tool`'s task asks of the cluster (each is described there)."""
+    """What a :func:`ray_tool`'s task asks of the cluster (each optional)."""
 
     num_cpus: float | None
+    """CPUs the task needs (Ray's default: 1)."""
     num_gpus: float | None
+    """GPUs the task needs."""
     memory: int | None
+    """Bytes of memory the task needs, for Ray's scheduler."""
     resources: Mapping[str, float] | None
+    """Custom resources, e.g. ``{"parser": 1}``."""
     runtime_env: Mapping[str, Any] | None
+    """Ray's runtime environment for the task (pip packages, env vars...)."""
     max_retries: int
+    """How many times Ray runs the task again when its worker dies. ``0`` (the default): a
+    dead worker is a failed record, and the tool never runs twice; more only for tools that
+    are safe to repeat."""
     options: Mapping[str, Any] | None
+    """More Ray task options, as ``.options(...)`` takes them (e.g.
+    ``scheduling_strategy``, ``label_selector``)."""
 
 
 def _task_options(owner: str, task: RayTaskOptions) -> dict[str, Any]:
@@ -106,17 +116,11 @@ def ray_tool(
         description: for the model (the docstring's first paragraph by default).
         timeout: seconds a call may take; past it the task is cancelled (``ray.cancel``)
             and the record fails, as for any tool.
-        num_cpus: CPUs the task needs (Ray's default: 1).
-        num_gpus: GPUs the task needs.
-        memory: bytes of memory the task needs, for Ray's scheduler.
-        resources: custom resources, e.g. ``{"parser": 1}``.
-        runtime_env: Ray's runtime environment for the task (pip packages, env vars...).
-        max_retries: how many times Ray runs the task again when its worker dies. ``0``
-            (the default): a dead worker is a failed record, and the tool never runs twice;
-            more only for tools that are safe to repeat.
-        options: more Ray task options, as ``.options(...)`` takes them (e.g.
-            ``scheduling_strategy``, ``label_selector``).
         poll: on trio, seconds a waiting thread blocks in ``ray.get`` before checking back.
+        **task: what the task asks of the cluster (:class:`RayTaskOptions`): ``num_cpus``,
+            ``num_gpus``, ``memory``, ``resources``, ``runtime_env``, ``max_retries``
+            (``0`` by default: the tool never runs twice), ``options``; an unknown one is a
+            :class:`~toolloop.errors.ToolDefinitionError`.
 
     Raises:
         ToolDefinitionError: an async function (run it on the loop as a plain tool), bad
