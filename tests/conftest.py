@@ -252,6 +252,7 @@ class RayClusters:
         quiet = {"log_to_driver": False, "configure_logging": False, "namespace": "toolloop"}
         if kind == "local":
             ray.init(
+                address="local",  # a cluster of its own, whatever else runs on the machine
                 num_cpus=2,
                 include_dashboard=False,
                 object_store_memory=256 * 1024**2,
