@@ -76,7 +76,7 @@ from toolloop.runner import (
 )
 from toolloop.status_agent import StatusAgent, StatusView
 from toolloop.testing import FakeToolCall, ScriptedChatModel, ScriptedChatReply
-from toolloop.tools import RunContext
+from toolloop.tools import RunContext, Tool, async_call_tool, tool
 
 pytestmark = pytest.mark.anyio
 
@@ -883,6 +883,80 @@ async def test_unknown_outcome_retry_runs_an_idempotent_call_again(make: type[Pr
     (record,) = sends(recovered)
     assert record.success and record.result == "sent to ada"
     assert (recovered.status, recovered.stop_reason) == ("completed", "answered")
+
+
+# -- idempotency keys --------------------------------------------------------------------------
+
+
+class KeyedMailer(Mailer):
+    """A mailer whose ``send`` notes its call's idempotency key, as an outside system that
+    does a side effect once per key would be handed it."""
+
+    def __init__(self, *, hold: bool = False, inside: anyio.Event | None = None) -> None:
+        super().__init__(hold=hold, inside=inside)
+        self.keys: list[str] = []
+
+    async def keyed_send(self, to: str, ctx: RunContext[Any]) -> str:
+        """Send a mail.
+
+        Args:
+            to: who gets it.
+        """
+        self.keys.append(ctx.idempotency_key)
+        return await self.send(to)
+
+    @property
+    def tools(self) -> list[Callable[..., Any]]:
+        send = tool(name="send")(self.keyed_send)
+        return [send]
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_call_s_idempotency_key_is_the_same_when_it_runs_again(
+    make: type[Product],
+) -> None:
+    product, store = make(), MemoryCheckpointStore()
+    mailer = KeyedMailer(hold=True, inside=anyio.Event())
+    product.script_tool_call("send", to="ada")
+    run = functools.partial(product.run, mailer.tools, store=store, run_id="keyed")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        assert mailer.inside is not None
+        with anyio.fail_after(30):  # a hang guard
+            await mailer.inside.wait()
+        tg.cancel_scope.cancel()  # cut off while the call runs: its outcome unknown
+    mailer.hold = False
+    product.script_answer("sent")
+    recovered = await product.recover(
+        "keyed", mailer.tools, store=store, unknown_outcome="retry", idempotent_tools=["send"]
+    )
+    assert recovered.stop_reason == "answered" and mailer.sent == ["ada", "ada"]
+    first, again = mailer.keys
+    assert first == again  # the same call: an outside system does its effect once
+    assert re.fullmatch("[0-9a-f]{32}", first)
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_every_other_call_has_another_idempotency_key(make: type[Product]) -> None:
+    product, mailer = make(), KeyedMailer()
+    product.script_tool_call("send", to="ada")
+    product.script_tool_call("send", to="ada")  # the same arguments, another call
+    product.script_answer("sent twice")
+    await product.run(mailer.tools, run_id="one")
+    other = make()
+    other.script_tool_call("send", to="ada")
+    other.script_answer("sent")
+    await other.run(mailer.tools, run_id="two")  # the same call of another run
+    assert len(mailer.keys) == 3 and len(set(mailer.keys)) == 3, mailer.keys
+
+
+async def test_a_tool_called_outside_a_run_gets_a_fresh_key_per_call() -> None:
+    mailer = KeyedMailer()
+    (send,) = mailer.tools
+    assert isinstance(send, Tool)
+    await async_call_tool(send, {"to": "ada"})
+    await async_call_tool(send, {"to": "ada"})
+    assert len(set(mailer.keys)) == 2
 
 
 # -- deps --------------------------------------------------------------------------------------

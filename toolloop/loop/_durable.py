@@ -515,9 +515,12 @@ class JournaledExecutor(Executor):
             return await Executor.call(self, command, on_start)
 
         told = key
-        if key in durable.again:  # cut off before, a human said to run it once more: a
-            key = f"{key}/again"  # fresh intent, so a second cut-off is not run a third time
-        key = durable.own_key(key, command)
+        identity = durable.own_key(key, command)  # the call, whatever ran under its id before
+        if identity != told and durable.scope is not None:  # its idempotency key follows it
+            durable.scope.name_call(command, told, identity=identity)
+        # cut off before, a human said to run it once more: a fresh intent (so a second
+        # cut-off is not run a third time), the same call (its idempotency key unchanged)
+        key = f"{identity}/again" if told in durable.again else identity
         entry = durable.journal.get(key)
         if entry is not None and entry.state != "started" and on_start is not None:
             on_start()  # replayed: the call is told as started and finished all the same

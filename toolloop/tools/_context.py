@@ -12,12 +12,20 @@ context is made from it, and from the command, when the tool is called. The call
 one the run's events tell (``ToolCallStarted.call_id``): the middleware agent hands it over
 with the call; the loop and the status agent name each call in their scope before the runner
 starts it (:meth:`RunScope.name_call`), and the runner reads it back (:func:`call_id_of`).
+
+A call's :attr:`RunContext.idempotency_key` is made from the run's id and the call's
+identity in the run: its id, or, when the run keeps it under another key (a durable loop's
+call planned again differently at the same place after a crash), that key. It is the same
+whenever the same call of the same run runs again (resume, recover, a retry), and differs
+for any other call.
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import types
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -71,6 +79,11 @@ class RunContext(Generic[DepsT]):
         call_id: the call's id, as the run's events tell it (``ToolCallStarted.call_id``):
             ``"<round>.<position>"`` in the loop, the model's tool-call id in the middleware
             agent, the journal's call id in the status agent; ``""`` outside a run.
+        idempotency_key: a key for an outside system to do this call's side effect once
+            (send it as the API's ``Idempotency-Key``, or keep it in a unique column): the
+            same each time this call of this run runs, across resume, recover, a retry, a
+            Ray retry of a durable run; another for every other call. 32 hex digits; outside
+            a run, a fresh one per call.
     """
 
     deps: DepsT
@@ -79,6 +92,7 @@ class RunContext(Generic[DepsT]):
     purpose: str
     tool_name: str
     call_id: str = ""
+    idempotency_key: str = field(default_factory=lambda: uuid.uuid4().hex)
     _report: Callable[[Progress], None] | None = field(default=None, repr=False, compare=False)
 
     def report(self, message: str, **data: Any) -> None:
@@ -115,7 +129,7 @@ class RunScope:
             (a report from a worker thread is carried over to it).
     """
 
-    __slots__ = ("_named", "_round_index", "_thread", "deps", "report", "run_id")
+    __slots__ = ("_identities", "_named", "_round_index", "_thread", "deps", "report", "run_id")
 
     def __init__(
         self,
@@ -128,6 +142,7 @@ class RunScope:
         self.report = report
         self._round_index = 0
         self._named: dict[int, tuple[object, str]] = {}
+        self._identities: dict[str, str] = {}
         self._thread = threading.get_ident()
 
     @property
@@ -141,11 +156,17 @@ class RunScope:
         self._round_index = index
         if self._named:
             self._named.clear()
+        if self._identities:
+            self._identities.clear()
 
-    def name_call(self, call: object, call_id: str) -> None:
+    def name_call(self, call: object, call_id: str, *, identity: str | None = None) -> None:
         """Name the call the runner is about to be handed ``call`` for (its command): the
-        tool's context of that call has ``call_id`` (read back by :func:`call_id_of`)."""
+        tool's context of that call has ``call_id`` (read back by :func:`call_id_of`);
+        ``identity``: the key the run keeps the call under, when it is not ``call_id``
+        (its context's ``idempotency_key`` is made from it)."""
         self._named[id(call)] = (call, call_id)
+        if identity is not None and identity != call_id:
+            self._identities[call_id] = identity
 
     @contextmanager
     def active(self) -> Iterator[RunScope]:
@@ -177,8 +198,15 @@ class RunScope:
             purpose,
             tool_name,
             call_id,
+            self.idempotency_key(call_id) if call_id else uuid.uuid4().hex,
             self._deliver if self.report is not None else None,
         )
+
+    def idempotency_key(self, call_id: str) -> str:
+        """The idempotency key of call ``call_id`` of this run (see the module docs)."""
+        identity = self._identities.get(call_id, call_id)
+        material = f"{len(self.run_id)}:{self.run_id}:{identity}".encode()
+        return hashlib.sha256(material, usedforsecurity=False).hexdigest()[:32]
 
 
 _SCOPE: ContextVar[RunScope | None] = ContextVar("toolloop_run_scope", default=None)
