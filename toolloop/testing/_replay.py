@@ -1,0 +1,718 @@
+"""Replay a recorded run through today's code: the model's replies and the tools' results
+are taken from the record, and every call the code makes now is checked against it.
+
+:func:`replay` is the whole of it: ``await replay("run.jsonl", build)`` runs the product
+that ``build(model, tools)`` makes with a :class:`ReplayModel` and replayed tools, and
+raises :class:`ReplayMismatch` (a readable diff, turn by turn) where the code now does
+something else. :class:`Replay` is the piece underneath, for a harness of one's own.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import IO, Any, Literal, TypeVar
+
+import anyio
+import anyio.lowlevel
+
+from .._errors import ToolTimeoutError
+from ..flow import FlowEvent
+from ..kernel import observe_runs
+from ..models import ChatModel, ChatRequest
+from ..runner import json_safe
+from ..tools import RunContext, Tool, ToolRegistry
+from ..tracing import EventTrace, redact
+from ._recording import RecordedModelCall, RecordedToolCall, Recording
+from ._replay_diff import ReplayError, ReplayMismatch, Transcript, render_diff
+from ._replay_model import ReplayModel, recorded_exception
+
+__all__ = ["CompareRequests", "Replay", "replay"]
+
+R = TypeVar("R")
+
+CompareRequests = Literal["off", "shape", "exact"]
+"""How much of each model request a replay checks against the recorded one:
+
+- ``"shape"`` (the default): what the model is offered and asked for — the number of
+  messages, the tools (names), ``tool_choice``, the structured output (its name and
+  schema), the settings (``max_tokens``, ``temperature``, ...);
+- ``"exact"``: the messages too (their digest): any change of a prompt is a divergence;
+- ``"off"``: only the number and order of the model calls.
+"""
+
+RecordingSource = Recording | EventTrace | str | Path | IO[str]
+
+DEFAULT_TIMEOUT = 60.0
+
+
+class Replay:
+    """One replay of a recorded run: the model and tools to build the run with, and the
+    referee that checks what the run does against the record.
+
+    ::
+
+        replay = Replay("run.jsonl", tools=[get_weather])
+        agent = create_agent(replay.model, replay.tools)
+        result = await agent.run("Weather in Lisbon?", on_event=replay.observe)
+        replay.check(result)  # ReplayMismatch if the code now does something else
+
+    Inside :func:`replay` (which does the above) a divergence stops the run at once;
+    alone, a model call that diverges raises :class:`ReplayMismatch` in the run and a tool
+    call that diverges fails its record, and :meth:`check` raises the first divergence.
+
+    Args:
+        recording: a :class:`Recording`, or a trace (a path, an open file, an
+            :class:`~toolloop.tracing.EventTrace`).
+        tools: the real tools (functions or :class:`~toolloop.tools.Tool`): their names,
+            descriptions and schemas make the replayed tools, so arguments are checked as
+            they were; a tool of the recording not given gets a stand-in that accepts any
+            arguments.
+        live_tools: names of tools that run for real (the call is still checked against
+            the record; the result is the tool's own). They must be among ``tools``.
+        reask_from: from this model call on (0 for the first), the model calls go to
+            ``model``, and the run is no longer checked: the recorded replies before it set
+            the scene, a real model answers after. A tool called after it gets its recorded
+            result when the record has that call (same name and arguments), else runs for
+            real (it must be among ``tools``).
+        model: the real model for ``reask_from``.
+        compare_requests: how much of each request is checked (:data:`CompareRequests`).
+        chunk_size: characters per streamed piece of a replayed reply.
+
+    Raises:
+        ValueError: a live tool that is not among ``tools``; ``reask_from`` without
+            ``model``.
+        TraceError: the trace cannot be read.
+    """
+
+    def __init__(
+        self,
+        recording: RecordingSource,
+        *,
+        tools: Iterable[Tool | Callable[..., Any]] | ToolRegistry = (),
+        live_tools: Collection[str] = (),
+        reask_from: int | None = None,
+        model: ChatModel | None = None,
+        compare_requests: CompareRequests = "shape",
+        chunk_size: int = 16,
+    ) -> None:
+        self.recording = _recording_of(recording)
+        real = tools if isinstance(tools, ToolRegistry) else ToolRegistry(list(tools))
+        self.real_tools = real
+        unknown = sorted(set(live_tools) - set(real.names))
+        if unknown:
+            raise ValueError(
+                f"live_tools {unknown}: no such tool among tools= ({', '.join(real.names) or '-'});"
+                " a tool runs live only when its real tool is given"
+            )
+        if reask_from is not None:
+            if reask_from < 0:
+                raise ValueError(f"reask_from must be >= 0, got {reask_from}")
+            if model is None:
+                raise ValueError("reask_from needs model=: the real model that is asked again")
+        if compare_requests not in ("off", "shape", "exact"):
+            raise ValueError(
+                f"compare_requests must be 'off', 'shape' or 'exact', got {compare_requests!r}"
+            )
+        self.live_tools = frozenset(live_tools)
+        self.reask_from = reask_from
+        self.compare_requests: CompareRequests = compare_requests
+        self._live_model = model
+        self.model = ReplayModel(self, chunk_size=chunk_size)
+        """The model to build the run with."""
+        self.tools = ToolRegistry(self._tools(real))
+        """The tools to build the run with (one for every tool given and every tool the
+        recording called)."""
+        self.mismatch: ReplayError | None = None
+        """The first divergence (or what made the replay impossible), once there is one."""
+        self.events: list[FlowEvent] = []
+        """The events of the replayed run (through :meth:`observe`)."""
+        self._run: str | None = None
+        self._opened = 0
+        self._requests: dict[int, dict[str, Any]] = {}
+        self._used: set[int] = set()
+        self._made: list[RecordedToolCall] = []
+        self._scope: anyio.CancelScope | None = None
+        self._asked = -1
+        self._answered = -1
+
+    # -- what the run is built with -------------------------------------------------------
+
+    def _tools(self, real: ToolRegistry) -> list[Tool]:
+        out = []
+        for tool in real:
+            function = _live_with_context(self, tool) if tool.context_parameter else None
+            out.append(
+                Tool(
+                    name=tool.name,
+                    description=tool.description,
+                    parameters=tool.parameters,
+                    function=function or _replayed(self, tool.name),
+                    return_direct=tool.return_direct,
+                )
+            )
+        recording = self.recording
+        named = [str(name) for name in recording.meta.get("tools") or () if name]
+        for model_call in recording.model_calls:  # the tools each request offered
+            offered = (model_call.request or {}).get("tools")
+            named += [str(name) for name in offered or ()]
+        named += [call.tool_name for call in recording.tool_calls]
+        for name in dict.fromkeys(named):
+            if name in real.names:
+                continue
+            try:
+                out.append(
+                    Tool(
+                        name=name,
+                        description=f"A stand-in for {name}: its results come from the recording.",
+                        parameters={"type": "object"},
+                        function=_replayed(self, name),
+                    )
+                )
+            except Exception:  # a name no tool can have (it was refused when recorded)
+                continue
+        return out
+
+    def observe(self, event: FlowEvent) -> None:
+        """Take the replayed run's events (pass as ``on_event``): the order of its tool
+        calls, the calls it refused and its end are checked with them. The first run seen
+        is the one replayed (runs its tools start are left out)."""
+        if self._run is None:
+            self._run = event.execution_id
+        elif event.execution_id != self._run:
+            return
+        self.events.append(event)
+
+    # -- the referee ----------------------------------------------------------------------
+
+    def _reasked(self, turn: int) -> bool:
+        return self.reask_from is not None and turn >= self.reask_from
+
+    def model_call(self, request: ChatRequest) -> RecordedModelCall | ChatModel:
+        """The recorded reply to the run's next model call (or the live model, re-asked).
+
+        Raises:
+            ReplayMismatch: the call was not recorded, a recorded tool call was not made
+                before it, or the request differs (see ``compare_requests``).
+        """
+        self._raise_if_stopped()
+        position = self._opened
+        self._opened += 1
+        summary = request.summary()
+        self._asked = position
+        self._requests[position] = summary
+        if self._reasked(position):
+            assert self._live_model is not None
+            self._answered = position
+            return self._live_model
+        recorded = self.recording.model_calls
+        missing = self._missing(before=position)
+        if missing is not None:
+            self._stop(
+                missing.turn,
+                f"turn {missing.turn}: the recorded call {missing.said()} was not made (the run "
+                f"asked the model again, model call #{position}, before it)",
+            )
+        if position >= len(recorded):
+            self._stop(
+                position,
+                f"model call #{position} was not recorded: the recorded run made "
+                f"{len(recorded)} model call{'s' * (len(recorded) != 1)}",
+            )
+        call = recorded[position]
+        if self.compare_requests != "off" and call.request is not None:
+            differs = _request_difference(call.request, summary, self.compare_requests)
+            if differs:
+                self._stop(
+                    position,
+                    f"model call #{position} asks something else: {differs}",
+                    request_turn=position,
+                )
+        self._answered = position
+        return call
+
+    def read_past(self, call: RecordedModelCall) -> BaseException:
+        """The divergence of a run that reads past a reply recorded as closed early."""
+        try:
+            self._stop(
+                call.position,
+                f"model call #{call.position}: the recorded run stopped reading the reply "
+                f"after {len(call.text)} characters (the short-circuit); now the code reads "
+                "past them",
+            )
+        except ReplayMismatch as exc:
+            return exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def tool_call(self, name: str, arguments: Mapping[str, Any], purpose: str | None) -> Any:
+        """The outcome of a call of tool ``name`` the run makes now: the recorded one (or,
+        for a live tool, its own).
+
+        Raises:
+            ReplayMismatch: the record has no such call at this point.
+        """
+        try:
+            return await self._tool_call(name, arguments, purpose)
+        except ReplayError:
+            await anyio.lowlevel.checkpoint()  # inside replay(): the run is being stopped
+            raise
+
+    async def _tool_call(self, name: str, arguments: Mapping[str, Any], purpose: str | None) -> Any:
+        self._raise_if_stopped()
+        turn = self._opened - 1
+        said = _normal(arguments)
+        if self._reasked(turn):
+            found = self._find(name, said, turn=None)
+            self._note(turn, name, said, found)
+            if found is not None and name not in self.live_tools:
+                return await self._serve(found)
+            if name in self.real_tools.names:
+                return await self._run_live(name, arguments, purpose)
+            self._stop(
+                turn,
+                f"turn {turn} (re-asked): {name} {_json(said)} is not in the recording, and "
+                "its real tool was not given to run it (tools=)",
+            )
+        found = self._find(name, said, turn=turn)
+        self._note(turn, name, said, found)
+        if found is None:
+            waiting = [
+                call.said()
+                for i, call in enumerate(self.recording.tool_calls)
+                if call.turn == turn and call.ran and i not in self._used
+            ]
+            has = f"; it has {', '.join(waiting)} to come" if waiting else "; it has no more"
+            where = "before the first model call" if turn < 0 else f"turn {turn}"
+            self._stop(
+                turn,
+                f"{where}: {name} {_json(said)} was called, which the recording does not have "
+                f"at this point{has}",
+            )
+        assert found is not None
+        if name in self.live_tools:
+            return await self._run_live(name, arguments, purpose)
+        return await self._serve(found)
+
+    def _find(self, name: str, said: Any, *, turn: int | None) -> RecordedToolCall | None:
+        for i, call in enumerate(self.recording.tool_calls):
+            if i in self._used or not call.ran or call.tool_name != name:
+                continue
+            if turn is not None and call.turn != turn:
+                continue
+            if _normal(call.arguments) == said:
+                self._used.add(i)
+                return call
+        return None
+
+    def _note(self, turn: int, name: str, said: Any, found: RecordedToolCall | None) -> None:
+        self._made.append(
+            RecordedToolCall(
+                turn=turn,
+                round_index=found.round_index if found is not None else -1,
+                index=found.index if found is not None else len(self._made),
+                call_id="",
+                tool_name=name,
+                arguments=said,
+                ran=True,
+                success=True,
+            )
+        )
+
+    async def _serve(self, call: RecordedToolCall) -> Any:
+        if call.cut:
+            self._stop(
+                call.turn,
+                f"the trace cut the result of {call.said()} (a long string): it cannot be given "
+                "back whole; record with max_value_chars=None, or run the tool live",
+                error=ReplayError,
+            )
+        await anyio.lowlevel.checkpoint()
+        if call.success:
+            return copy.deepcopy(call.result)
+        error = call.error or ""
+        prefix = f"tool {call.tool_name!r} raised {call.error_type}"
+        if call.error_type and error.startswith(prefix):
+            message = error[len(prefix) :].removeprefix(": ")
+            raise recorded_exception(call.error_type, message)
+        if error == f"tool {call.tool_name!r} was cancelled before it finished":
+            await anyio.sleep_forever()  # the cancellation that cut it comes again
+        if f"tool {call.tool_name!r} did not finish within" in error:
+            raise ToolTimeoutError(error)
+        raise recorded_exception("RecordedToolError", error)
+
+    async def _run_live(self, name: str, arguments: Mapping[str, Any], purpose: str | None) -> Any:
+        tool = self.real_tools.get(name)
+        checked = tool.validate(dict(arguments))
+        if tool.context_parameter is not None:
+            checked = tool.with_context(checked, purpose or "")
+        return await tool.execute(checked)
+
+    def _missing(self, before: int) -> RecordedToolCall | None:
+        """The first recorded call (that ran) of a turn before ``before`` not made yet."""
+        for i, call in enumerate(self.recording.tool_calls):
+            if i in self._used or not call.ran or call.turn >= before:
+                continue
+            if not self._reasked(call.turn):
+                return call
+        return None
+
+    def _raise_if_stopped(self) -> None:
+        if self.mismatch is not None:
+            raise self.mismatch
+
+    def _stop(
+        self,
+        turn: int | None,
+        reason: str,
+        *,
+        request_turn: int | None = None,
+        error: type[ReplayError] = ReplayMismatch,
+        upto: int | None = None,
+        ended: bool = False,
+    ) -> None:
+        """Note the first divergence, stop the run (inside :func:`replay`) and raise it."""
+        if self.mismatch is None:
+            diff = render_diff(
+                Transcript.of(self.recording),
+                self._now(ended),
+                upto=None if ended else (turn if upto is None else upto),
+                request_turn=request_turn,
+            )
+            if error is ReplayMismatch:
+                self.mismatch = ReplayMismatch(
+                    reason, diff, turn=turn, source=self.recording.source
+                )
+            else:
+                self.mismatch = error(f"{self.recording.source} cannot be replayed: {reason}")
+            if self._scope is not None:
+                self._scope.cancel()
+        raise self.mismatch
+
+    def _now(self, ended: bool) -> Transcript:
+        """What the run did so far, as a transcript."""
+        recorded = self.recording.model_calls
+        models = []
+        for position in range(self._opened):
+            summary = self._requests.get(position)
+            if position == self._asked and position != self._answered:
+                models.append(
+                    RecordedModelCall(
+                        position=position,
+                        call_index=position,
+                        error="not answered: the replay stopped the run here",
+                        request=summary,
+                    )
+                )
+            elif position < len(recorded) and not self._reasked(position):
+                models.append(replace(recorded[position], request=summary))
+            else:
+                told = self._told_model(position)
+                models.append(
+                    replace(told, request=summary)
+                    if told is not None
+                    else RecordedModelCall(position=position, call_index=position, request=summary)
+                )
+        if self.events:
+            now = Recording.from_events(self.events)
+            calls: list[RecordedToolCall] = list(now.tool_calls)
+            end = now.end if ended else None
+        else:
+            calls = list(self._made)
+            end = None
+        return Transcript(models, calls, end)
+
+    def _told_model(self, position: int) -> RecordedModelCall | None:
+        if not self.events:
+            return None
+        told = Recording.from_events(self.events).model_calls
+        return told[position] if position < len(told) else None
+
+    # -- the end --------------------------------------------------------------------------
+
+    def check(self, result: Any = None) -> None:
+        """Check the replayed run as a whole, once it returned: every recorded call made
+        (in its place, in its order), every recorded model call made, the same end.
+
+        Raises:
+            ReplayMismatch: the first difference (or the divergence that stopped the run).
+        """
+        self._raise_if_stopped()
+        recorded = self.recording
+        now = Recording.from_events(self.events) if self.events else None
+        turns = sorted(
+            {c.turn for c in recorded.tool_calls}
+            | ({c.turn for c in now.tool_calls} if now is not None else set())
+            | set(range(-1, max(recorded.turns, self._opened)))
+        )
+        for turn in turns:
+            if self._reasked(turn):
+                break
+            if now is not None:
+                reason = _calls_difference(recorded.turn(turn), now.turn(turn), turn)
+                if reason is not None:
+                    self._stop(turn, reason, upto=turn, ended=True)
+            missing = self._missing(before=turn + 1)
+            if missing is not None:
+                self._stop(
+                    missing.turn, f"the recorded call {missing.said()} was not made", ended=True
+                )
+            following = turn + 1
+            if (
+                following < recorded.turns
+                and following >= self._opened
+                and not self._reasked(following)
+            ):
+                self._stop(
+                    following,
+                    f"model call #{following} was not made: the run made {self._opened} model "
+                    f"call{'s' * (self._opened != 1)}, the recording has {recorded.turns}",
+                    ended=True,
+                )
+        if now is None or self.reask_from is not None:
+            return
+        said = _end_difference(recorded, now, result)
+        if said is not None:
+            self._stop(None, said, ended=True)
+
+    def bind(self, scope: anyio.CancelScope | None) -> None:
+        """Stop the run by cancelling ``scope`` at the first divergence (what
+        :func:`replay` does)."""
+        self._scope = scope
+
+
+async def replay(
+    recording: RecordingSource,
+    run: Callable[[ChatModel, ToolRegistry], Awaitable[R]] | None = None,
+    *,
+    tools: Iterable[Tool | Callable[..., Any]] | ToolRegistry = (),
+    live_tools: Collection[str] = (),
+    reask_from: int | None = None,
+    model: ChatModel | None = None,
+    compare_requests: CompareRequests = "shape",
+    chunk_size: int = 16,
+    timeout: float | None = DEFAULT_TIMEOUT,
+) -> R:
+    """Run a recorded run again through today's code, its model's replies and its tools'
+    results taken from the record, and check that the code does what it did.
+
+    ::
+
+        async def build(model, tools):
+            return await create_agent(model, tools).run("Weather in Lisbon?")
+
+        result = await replay("tests/fixtures/weather.jsonl", build, tools=[get_weather])
+
+    ``run(model, tools)`` makes and runs the product, as the recorded run was made, with
+    the :class:`ReplayModel` and the replayed tools it is given (any product, any
+    options). A trace written by ``toolloop run --trace`` names its product: without
+    ``run``, the product is made again from it (the CLI's :func:`toolloop.cli.rerun`).
+
+    Where the code now does something else (a call the record does not have, other
+    arguments, another order, a missing call, another request to the model, another
+    end), the run is stopped and :class:`ReplayMismatch` raised, with a diff of what was
+    recorded and what happened, turn by turn. A run that raises raises as it is (when the
+    recorded run failed too, that is what it did).
+
+    Args:
+        recording: the recorded run: a trace (a path, an open file, an
+            :class:`~toolloop.tracing.EventTrace`) or a :class:`Recording`.
+        run: makes and runs the product with the replay's model and tools.
+        tools, live_tools, reask_from, model, compare_requests, chunk_size: see
+            :class:`Replay`.
+        timeout: seconds the replay may take (a hang guard); ``None``: no limit.
+
+    Returns:
+        What ``run`` returned (the product's result).
+
+    Raises:
+        ReplayMismatch: the code now does something else.
+        ReplayError: the recording cannot be replayed (the replay did not end in time, a
+            result the trace cut, no ``run`` for a trace that names no product).
+    """
+    referee = Replay(
+        recording,
+        tools=tools,
+        live_tools=live_tools,
+        reask_from=reask_from,
+        model=model,
+        compare_requests=compare_requests,
+        chunk_size=chunk_size,
+    )
+    if run is None:
+        run = _product_of(referee.recording)
+    deadline = anyio.current_time() + timeout if timeout is not None else float("inf")
+    result: Any = None
+    with anyio.CancelScope(deadline=deadline) as scope:
+        referee.bind(scope)
+        with observe_runs(referee.observe):
+            try:
+                result = await run(referee.model, referee.tools)
+            except Exception as exc:
+                if referee.mismatch is not None:
+                    raise referee.mismatch from exc
+                if referee.recording.end.status != "failed":
+                    _ran_differently(referee, exc)
+                raise
+    referee.bind(None)
+    if referee.mismatch is not None:
+        raise referee.mismatch
+    if scope.cancelled_caught:
+        raise ReplayError(
+            f"the replay of {referee.recording.source} did not end within {timeout} s (a "
+            "recorded call that was cut off by a cancellation that does not come again?)"
+        )
+    referee.check(result)
+    return result  # type: ignore[no-any-return]
+
+
+def _ran_differently(referee: Replay, exc: Exception) -> None:
+    """The run raised where the recorded one did not: a divergence, with what it raised."""
+    try:
+        referee.check()
+    except ReplayMismatch as found:
+        raise found from exc
+    try:
+        referee._stop(
+            None,
+            f"the run raised {type(exc).__name__}: {exc}; the recorded run "
+            f"{referee.recording.end.said().removeprefix('end: ')}",
+            ended=True,
+        )
+    except ReplayMismatch as found:
+        raise found from exc
+
+
+def _product_of(recording: Recording) -> Callable[[ChatModel, ToolRegistry], Awaitable[Any]]:
+    if not recording.meta.get("agent"):
+        raise ReplayError(
+            f"{recording.source} does not say which product ran (it was not written by "
+            "`toolloop run --trace`): pass run=, a function that makes and runs the product "
+            "with the model and tools it is given"
+        )
+    from ..cli import rerun
+
+    return rerun(recording.meta)
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+def _recording_of(source: RecordingSource) -> Recording:
+    if isinstance(source, Recording):
+        return source
+    return Recording.from_trace(source)
+
+
+def _replayed(referee: Replay, name: str) -> Callable[..., Awaitable[Any]]:
+    async def replayed(**arguments: Any) -> Any:
+        return await referee.tool_call(name, arguments, None)
+
+    replayed.__name__ = name
+    return replayed
+
+
+def _live_with_context(referee: Replay, tool: Tool) -> Callable[..., Awaitable[Any]]:
+    name = tool.name
+
+    async def live(_replay_context: RunContext[Any], **arguments: Any) -> Any:
+        return await referee.tool_call(name, arguments, _replay_context.purpose)
+
+    live.__name__ = name
+    return live
+
+
+def _normal(value: Any) -> Any:
+    """Arguments as a trace keeps them (JSON data, secrets scrubbed), to compare a call
+    made now with a recorded one."""
+    return json.loads(json.dumps(redact(json_safe(value)), sort_keys=True))
+
+
+def _json(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+def _request_difference(
+    recorded: Mapping[str, Any], now: Mapping[str, Any], compare: CompareRequests
+) -> str | None:
+    keys = ["tools", "tool_choice", "structured_output", "settings", "messages"]
+    if compare == "exact":
+        keys += ["schemas", "digest"]
+    else:  # the shape: the structured output's name, not its schema
+        recorded, now = _named_output(recorded), _named_output(now)
+    said = {
+        "tools": "the tools offered",
+        "tool_choice": "tool_choice",
+        "structured_output": "the structured output",
+        "settings": "the settings",
+        "messages": "the number of messages",
+        "digest": "the messages",
+        "schemas": "the tools' schemas",
+    }
+    for key in keys:
+        if recorded.get(key) != now.get(key):
+            if key in ("digest", "schemas"):
+                return f"{said[key]} differ (compare_requests='exact')"
+            return f"{said[key]}: recorded {recorded.get(key)!r}, now {now.get(key)!r}"
+    return None
+
+
+def _named_output(summary: Mapping[str, Any]) -> Mapping[str, Any]:
+    output = summary.get("structured_output")
+    if not isinstance(output, Mapping):
+        return summary
+    return {**summary, "structured_output": output.get("name")}
+
+
+def _calls_difference(
+    recorded: list[RecordedToolCall], now: list[RecordedToolCall], turn: int
+) -> str | None:
+    """What differs first between the tool calls of one turn, in a sentence."""
+    where = "before the first model call" if turn < 0 else f"turn {turn}"
+    before = sorted(recorded, key=lambda c: (c.round_index, c.index))
+    after = sorted(now, key=lambda c: (c.round_index, c.index))
+
+    def key(call: RecordedToolCall) -> str:
+        return json.dumps([call.tool_name, _normal(call.arguments), call.ran], sort_keys=True)
+
+    if [key(c) for c in before] != [key(c) for c in after] and sorted(map(key, before)) == sorted(
+        map(key, after)
+    ):
+        return f"{where}: the same calls are made in another order"
+    for old, new in zip(before, after, strict=False):
+        if old.tool_name != new.tool_name:
+            return (
+                f"{where}: call [{new.round_index}.{new.index}] is {new.tool_name} now, "
+                f"{old.tool_name} in the recording"
+            )
+        if _normal(old.arguments) != _normal(new.arguments):
+            place = f"[{old.round_index}.{old.index}]"
+            return f"{where}: {old.tool_name} {place} is called with other arguments"
+        if (old.round_index, old.index) != (new.round_index, new.index):
+            return f"{where}: {old.tool_name} comes in another place (another order)"
+        if old.ran != new.ran:
+            if old.ran:
+                return f"{where}: {new.said()} is refused now; it ran in the recording"
+            return f"{where}: {new.tool_name} runs now; the recording refused it ({old.error})"
+    if len(after) > len(before):
+        return f"{where}: {after[len(before)].said()} is a call the recording does not have"
+    if len(before) > len(after):
+        return f"{where}: the recorded call {before[len(after)].said()} was not made"
+    return None
+
+
+def _end_difference(recorded: Recording, now: Recording, result: Any) -> str | None:
+    old, new = recorded.end, now.end
+    if old.status == "unfinished" or new.status == "unfinished":
+        return None
+    if old.status != new.status:
+        return f"the run ends otherwise: {new.said()} now, {old.said()} in the recording"
+    if old.status == "completed" and (old.stop_reason, old.records) != (
+        new.stop_reason,
+        new.records,
+    ):
+        return f"the run ends otherwise: {new.said()} now, {old.said()} in the recording"
+    return None
