@@ -28,9 +28,9 @@ from ._recording import RecordedEnd as RecordedEnd
 from ._recording import RecordedModelCall as RecordedModelCall
 from ._recording import RecordedToolCall as RecordedToolCall
 from ._recording import Recording as Recording
-from ._replay import CompareRequests as CompareRequests
 from ._replay import Replay as Replay
 from ._replay import replay as replay
+from ._replay_compare import CompareRequests as CompareRequests
 from ._replay_diff import ReplayError as ReplayError
 from ._replay_diff import ReplayMismatch as ReplayMismatch
 from ._replay_model import ReplayModel as ReplayModel

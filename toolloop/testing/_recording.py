@@ -114,7 +114,8 @@ class RecordedEnd:
 
     def said(self) -> str:
         if self.status == "completed":
-            return f"end: completed ({self.stop_reason}, {self.records} records)"
+            count = self.records or 0
+            return f"end: completed ({self.stop_reason}, {count} record{'s' * (count != 1)})"
         if self.status == "failed":
             return f"end: failed ({_short(self.error or '', 120)})"
         return f"end: {self.status}"

@@ -9,40 +9,35 @@ something else. :class:`Replay` is the piece underneath, for a harness of one's 
 
 from __future__ import annotations
 
-import copy
-import json
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import IO, Any, Literal, TypeVar
+from typing import IO, Any, TypeVar
 
 import anyio
 import anyio.lowlevel
 
-from .._errors import ToolTimeoutError
 from ..flow import FlowEvent
 from ..kernel import observe_runs
 from ..models import ChatModel, ChatRequest
-from ..runner import json_safe
-from ..tools import RunContext, Tool, ToolRegistry
-from ..tracing import EventTrace, redact
+from ..tools import Tool, ToolRegistry
+from ..tracing import EventTrace
 from ._recording import RecordedModelCall, RecordedToolCall, Recording
+from ._replay_compare import (
+    CompareRequests,
+    calls_difference,
+    end_difference,
+    normal,
+    request_difference,
+    shown,
+)
 from ._replay_diff import ReplayError, ReplayMismatch, Transcript, render_diff
-from ._replay_model import ReplayModel, recorded_exception
+from ._replay_model import ReplayModel
+from ._replay_tools import recorded_outcome, replay_tools
 
 __all__ = ["CompareRequests", "Replay", "replay"]
 
 R = TypeVar("R")
-
-CompareRequests = Literal["off", "shape", "exact"]
-"""How much of each model request a replay checks against the recorded one:
-
-- ``"shape"`` (the default): what the model is offered and asked for — the number of
-  messages, the tools (names), ``tool_choice``, the structured output (its name and
-  schema), the settings (``max_tokens``, ``temperature``, ...);
-- ``"exact"``: the messages too (their digest): any change of a prompt is a divergence;
-- ``"off"``: only the number and order of the model calls.
-"""
 
 RecordingSource = Recording | EventTrace | str | Path | IO[str]
 
@@ -123,7 +118,7 @@ class Replay:
         self._live_model = model
         self.model = ReplayModel(self, chunk_size=chunk_size)
         """The model to build the run with."""
-        self.tools = ToolRegistry(self._tools(real))
+        self.tools = ToolRegistry(replay_tools(self, real, self.recording))
         """The tools to build the run with (one for every tool given and every tool the
         recording called)."""
         self.mismatch: ReplayError | None = None
@@ -140,41 +135,6 @@ class Replay:
         self._answered = -1
 
     # -- what the run is built with -------------------------------------------------------
-
-    def _tools(self, real: ToolRegistry) -> list[Tool]:
-        out = []
-        for tool in real:
-            function = _live_with_context(self, tool) if tool.context_parameter else None
-            out.append(
-                Tool(
-                    name=tool.name,
-                    description=tool.description,
-                    parameters=tool.parameters,
-                    function=function or _replayed(self, tool.name),
-                    return_direct=tool.return_direct,
-                )
-            )
-        recording = self.recording
-        named = [str(name) for name in recording.meta.get("tools") or () if name]
-        for model_call in recording.model_calls:  # the tools each request offered
-            offered = (model_call.request or {}).get("tools")
-            named += [str(name) for name in offered or ()]
-        named += [call.tool_name for call in recording.tool_calls]
-        for name in dict.fromkeys(named):
-            if name in real.names:
-                continue
-            try:
-                out.append(
-                    Tool(
-                        name=name,
-                        description=f"A stand-in for {name}: its results come from the recording.",
-                        parameters={"type": "object"},
-                        function=_replayed(self, name),
-                    )
-                )
-            except Exception:  # a name no tool can have (it was refused when recorded)
-                continue
-        return out
 
     def observe(self, event: FlowEvent) -> None:
         """Take the replayed run's events (pass as ``on_event``): the order of its tool
@@ -211,9 +171,15 @@ class Replay:
         recorded = self.recording.model_calls
         missing = self._missing(before=position)
         if missing is not None:
+            turn = missing.turn
+            told = None  # what the run's events say of that turn's calls (refused, moved)
+            if self.events:
+                now = Recording.from_events(self.events).turn(turn)
+                told = calls_difference(self.recording.turn(turn), now, turn)
             self._stop(
-                missing.turn,
-                f"turn {missing.turn}: the recorded call {missing.said()} was not made (the run "
+                turn,
+                told
+                or f"turn {turn}: the recorded call {missing.said()} was not made (the run "
                 f"asked the model again, model call #{position}, before it)",
             )
         if position >= len(recorded):
@@ -224,7 +190,7 @@ class Replay:
             )
         call = recorded[position]
         if self.compare_requests != "off" and call.request is not None:
-            differs = _request_difference(call.request, summary, self.compare_requests)
+            differs = request_difference(call.request, summary, self.compare_requests)
             if differs:
                 self._stop(
                     position,
@@ -263,7 +229,7 @@ class Replay:
     async def _tool_call(self, name: str, arguments: Mapping[str, Any], purpose: str | None) -> Any:
         self._raise_if_stopped()
         turn = self._opened - 1
-        said = _normal(arguments)
+        said = normal(arguments)
         if self._reasked(turn):
             found = self._find(name, said, turn=None)
             self._note(turn, name, said, found)
@@ -273,7 +239,7 @@ class Replay:
                 return await self._run_live(name, arguments, purpose)
             self._stop(
                 turn,
-                f"turn {turn} (re-asked): {name} {_json(said)} is not in the recording, and "
+                f"turn {turn} (re-asked): {name} {shown(said)} is not in the recording, and "
                 "its real tool was not given to run it (tools=)",
             )
         found = self._find(name, said, turn=turn)
@@ -288,7 +254,7 @@ class Replay:
             where = "before the first model call" if turn < 0 else f"turn {turn}"
             self._stop(
                 turn,
-                f"{where}: {name} {_json(said)} was called, which the recording does not have "
+                f"{where}: {name} {shown(said)} was called, which the recording does not have "
                 f"at this point{has}",
             )
         assert found is not None
@@ -302,7 +268,7 @@ class Replay:
                 continue
             if turn is not None and call.turn != turn:
                 continue
-            if _normal(call.arguments) == said:
+            if normal(call.arguments) == said:
                 self._used.add(i)
                 return call
         return None
@@ -329,19 +295,7 @@ class Replay:
                 "back whole; record with max_value_chars=None, or run the tool live",
                 error=ReplayError,
             )
-        await anyio.lowlevel.checkpoint()
-        if call.success:
-            return copy.deepcopy(call.result)
-        error = call.error or ""
-        prefix = f"tool {call.tool_name!r} raised {call.error_type}"
-        if call.error_type and error.startswith(prefix):
-            message = error[len(prefix) :].removeprefix(": ")
-            raise recorded_exception(call.error_type, message)
-        if error == f"tool {call.tool_name!r} was cancelled before it finished":
-            await anyio.sleep_forever()  # the cancellation that cut it comes again
-        if f"tool {call.tool_name!r} did not finish within" in error:
-            raise ToolTimeoutError(error)
-        raise recorded_exception("RecordedToolError", error)
+        return await recorded_outcome(call)
 
     async def _run_live(self, name: str, arguments: Mapping[str, Any], purpose: str | None) -> Any:
         tool = self.real_tools.get(name)
@@ -451,7 +405,7 @@ class Replay:
             if self._reasked(turn):
                 break
             if now is not None:
-                reason = _calls_difference(recorded.turn(turn), now.turn(turn), turn)
+                reason = calls_difference(recorded.turn(turn), now.turn(turn), turn)
                 if reason is not None:
                     self._stop(turn, reason, upto=turn, ended=True)
             missing = self._missing(before=turn + 1)
@@ -473,7 +427,7 @@ class Replay:
                 )
         if now is None or self.reask_from is not None:
             return
-        said = _end_difference(recorded, now, result)
+        said = end_difference(recorded, now)
         if said is not None:
             self._stop(None, said, ended=True)
 
@@ -604,115 +558,3 @@ def _recording_of(source: RecordingSource) -> Recording:
     if isinstance(source, Recording):
         return source
     return Recording.from_trace(source)
-
-
-def _replayed(referee: Replay, name: str) -> Callable[..., Awaitable[Any]]:
-    async def replayed(**arguments: Any) -> Any:
-        return await referee.tool_call(name, arguments, None)
-
-    replayed.__name__ = name
-    return replayed
-
-
-def _live_with_context(referee: Replay, tool: Tool) -> Callable[..., Awaitable[Any]]:
-    name = tool.name
-
-    async def live(_replay_context: RunContext[Any], **arguments: Any) -> Any:
-        return await referee.tool_call(name, arguments, _replay_context.purpose)
-
-    live.__name__ = name
-    return live
-
-
-def _normal(value: Any) -> Any:
-    """Arguments as a trace keeps them (JSON data, secrets scrubbed), to compare a call
-    made now with a recorded one."""
-    return json.loads(json.dumps(redact(json_safe(value)), sort_keys=True))
-
-
-def _json(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
-    return text if len(text) <= 200 else text[:199] + "…"
-
-
-def _request_difference(
-    recorded: Mapping[str, Any], now: Mapping[str, Any], compare: CompareRequests
-) -> str | None:
-    keys = ["tools", "tool_choice", "structured_output", "settings", "messages"]
-    if compare == "exact":
-        keys += ["schemas", "digest"]
-    else:  # the shape: the structured output's name, not its schema
-        recorded, now = _named_output(recorded), _named_output(now)
-    said = {
-        "tools": "the tools offered",
-        "tool_choice": "tool_choice",
-        "structured_output": "the structured output",
-        "settings": "the settings",
-        "messages": "the number of messages",
-        "digest": "the messages",
-        "schemas": "the tools' schemas",
-    }
-    for key in keys:
-        if recorded.get(key) != now.get(key):
-            if key in ("digest", "schemas"):
-                return f"{said[key]} differ (compare_requests='exact')"
-            return f"{said[key]}: recorded {recorded.get(key)!r}, now {now.get(key)!r}"
-    return None
-
-
-def _named_output(summary: Mapping[str, Any]) -> Mapping[str, Any]:
-    output = summary.get("structured_output")
-    if not isinstance(output, Mapping):
-        return summary
-    return {**summary, "structured_output": output.get("name")}
-
-
-def _calls_difference(
-    recorded: list[RecordedToolCall], now: list[RecordedToolCall], turn: int
-) -> str | None:
-    """What differs first between the tool calls of one turn, in a sentence."""
-    where = "before the first model call" if turn < 0 else f"turn {turn}"
-    before = sorted(recorded, key=lambda c: (c.round_index, c.index))
-    after = sorted(now, key=lambda c: (c.round_index, c.index))
-
-    def key(call: RecordedToolCall) -> str:
-        return json.dumps([call.tool_name, _normal(call.arguments), call.ran], sort_keys=True)
-
-    if [key(c) for c in before] != [key(c) for c in after] and sorted(map(key, before)) == sorted(
-        map(key, after)
-    ):
-        return f"{where}: the same calls are made in another order"
-    for old, new in zip(before, after, strict=False):
-        if old.tool_name != new.tool_name:
-            return (
-                f"{where}: call [{new.round_index}.{new.index}] is {new.tool_name} now, "
-                f"{old.tool_name} in the recording"
-            )
-        if _normal(old.arguments) != _normal(new.arguments):
-            place = f"[{old.round_index}.{old.index}]"
-            return f"{where}: {old.tool_name} {place} is called with other arguments"
-        if (old.round_index, old.index) != (new.round_index, new.index):
-            return f"{where}: {old.tool_name} comes in another place (another order)"
-        if old.ran != new.ran:
-            if old.ran:
-                return f"{where}: {new.said()} is refused now; it ran in the recording"
-            return f"{where}: {new.tool_name} runs now; the recording refused it ({old.error})"
-    if len(after) > len(before):
-        return f"{where}: {after[len(before)].said()} is a call the recording does not have"
-    if len(before) > len(after):
-        return f"{where}: the recorded call {before[len(after)].said()} was not made"
-    return None
-
-
-def _end_difference(recorded: Recording, now: Recording, result: Any) -> str | None:
-    old, new = recorded.end, now.end
-    if old.status == "unfinished" or new.status == "unfinished":
-        return None
-    if old.status != new.status:
-        return f"the run ends otherwise: {new.said()} now, {old.said()} in the recording"
-    if old.status == "completed" and (old.stop_reason, old.records) != (
-        new.stop_reason,
-        new.records,
-    ):
-        return f"the run ends otherwise: {new.said()} now, {old.said()} in the recording"
-    return None

@@ -92,8 +92,6 @@ def render_diff(
     mine = {t for t in recorded.turns() if upto is None or t <= upto}
     theirs = set(now.turns())
     shown = sorted(mine | theirs)
-    left: list[str] = []
-    right: list[str] = []
 
     def blocks(turn: int) -> tuple[list[str], list[str]]:
         asked = turn == request_turn
@@ -102,22 +100,20 @@ def render_diff(
             now.block(turn, asked) if turn in theirs else [],
         )
 
+    out = ["--- recorded", "+++ now"]
     first = next((t for t in shown if blocks(t)[0] != blocks(t)[1]), None)
     quiet = [t for t in shown if first is not None and t < first - context]
     if quiet:
-        said = (
-            f"turns {quiet[0]} to {quiet[-1]}: as recorded"
+        out.append(
+            f"  turns {quiet[0]} to {quiet[-1]}: as recorded"
             if len(quiet) > 1
-            else f"turn {quiet[0]}: as recorded"
+            else f"  turn {quiet[0]}: as recorded"
         )
-        left.append(said)
-        right.append(said)
     for turn in shown:
-        if turn in quiet:
-            continue
-        mine_lines, their_lines = blocks(turn)
-        left += mine_lines
-        right += their_lines
+        if turn not in quiet:
+            out += _compared(*blocks(turn))
+    left: list[str] = []
+    right: list[str] = []
     if upto is not None:
         rest = [t for t in recorded.turns() if t > upto]
         if rest:
@@ -130,9 +126,16 @@ def render_diff(
             left.append(recorded.end.said())
         if now.end is not None:
             right.append(now.end.said())
-    out = ["--- recorded", "+++ now"]
-    out += [line.rstrip() for line in difflib.ndiff(left, right)]
+    out += _compared(left, right)
     return "\n".join(out)
+
+
+def _compared(left: list[str], right: list[str]) -> list[str]:
+    """The lines of one turn: the same lines once, else the lines that differ (``-``
+    recorded, ``+`` now, ``?`` where in a line)."""
+    if left == right:
+        return [f"  {line}" for line in left]
+    return [line.rstrip() for line in difflib.ndiff(left, right)]
 
 
 def _request_words(summary: object) -> str:
