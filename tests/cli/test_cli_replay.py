@@ -95,10 +95,10 @@ async def test_a_trace_of_toolloop_run_replays_offline(
 
 
 async def test_replay_refuses_what_it_cannot_do(workdir: Path, anyio_backend: str) -> None:
-    code, out, err = await toolloop(workdir, anyio_backend, "replay", "missing.jsonl")
+    code, _, err = await toolloop(workdir, anyio_backend, "replay", "missing.jsonl")
     assert code == 2
     assert "toolloop: replay: cannot read missing.jsonl" in err
     (workdir / "library.jsonl").write_text('{"toolloop_trace": 1, "meta": {}}\n')
-    code, out, err = await toolloop(workdir, anyio_backend, "replay", "library.jsonl")
+    code, _, err = await toolloop(workdir, anyio_backend, "replay", "library.jsonl")
     assert code == 2
     assert "it was not written by `toolloop run --trace`" in err

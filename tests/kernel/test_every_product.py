@@ -59,7 +59,7 @@ from toolloop.loop import (
     recover_plan_and_execute,
     resume_plan_and_execute,
 )
-from toolloop.models import ChatRequest, ReplyReader, UsageLimits, stream_chat
+from toolloop.models import ChatModel, ChatRequest, ReplyReader, UsageLimits, stream_chat
 from toolloop.planners import StructuredPlanner
 from toolloop.runner import (
     ToolCallFinished,
@@ -69,8 +69,9 @@ from toolloop.runner import (
     cancelled_error,
 )
 from toolloop.status_agent import StatusAgent, StatusView
-from toolloop.testing import ScriptedChatModel
-from toolloop.tools import RunContext
+from toolloop.testing import ReplayMismatch, ScriptedChatModel, replay
+from toolloop.tools import RunContext, Tool, ToolRegistry
+from toolloop.tracing import TraceRecorder
 
 pytestmark = pytest.mark.anyio
 
@@ -783,6 +784,40 @@ async def test_a_completed_run_tells_its_model_calls_tool_calls_checkpoints_and_
     assert (end.stop_reason, end.records) == (result.stop_reason, len(result.records))
     assert end.usage is not None and end.usage.requests == 2
     assert events.index(end) > max(events.index(e) for e in [*finished, *ended])
+
+
+@pytest.mark.parametrize("pause", [False, True])
+@pytest.mark.parametrize("make", EACH)
+async def test_a_recorded_run_replays_through_the_code_as_it_is(
+    make: type[Product], pause: bool
+) -> None:
+    product, mailer = make(), Mailer()
+    product.script_tool_call("send", to="ada")
+    product.script_answer("sent")
+    options: dict[str, Any] = {"needs_approval": ["send"]} if pause else {}
+    recorder = TraceRecorder()
+    recorded = await product.run(
+        mailer.tools, store=MemoryCheckpointStore(), on_event=recorder, **options
+    )
+    assert recorded.paused == pause and len(mailer.sent) == (0 if pause else 1)
+
+    again = make()
+
+    async def run(model: ChatModel, tools: ToolRegistry) -> RunResult:
+        again.model = model  # type: ignore[assignment]  # the replay's model, not a script
+        return await again.run(list(tools), store=MemoryCheckpointStore(), **options)
+
+    replayed = await replay(recorder.trace, run, tools=mailer.tools)
+    assert len(mailer.sent) == (0 if pause else 1)  # the tool did not run again
+    assert replayed.paused == pause
+    assert replayed.records == recorded.records
+    # the code changed: the tool's schema now refuses the recorded call
+    longer = {"type": "object", "properties": {"to": {"type": "string", "minLength": 5}}}
+    strict = Tool(name="send", description="Send.", parameters=longer, function=mailer.send)
+    refused = r"send \[\d+\.0\] is refused now|send .* \(not run: .* a call the recording does not"
+    with pytest.raises(ReplayMismatch, match=refused):  # (a paused run never ran it)
+        await replay(recorder.trace, run, tools=[strict])
+    assert len(mailer.sent) == (0 if pause else 1)
 
 
 async def paused_on_send(make: type[Product]) -> tuple[Any, list[FlowEvent]]:

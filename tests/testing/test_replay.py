@@ -420,6 +420,30 @@ async def test_replay_parts_alone_check_a_run_built_by_hand(tmp_path: Path) -> N
     with pytest.raises(ReplayMismatch, match="model call #1 was not made"):
         referee.check()
 
+    # without the events, the result says how the run ended
+    referee = Replay(trace, tools=TOOLS)
+    answered = await create_agent(referee.model, referee.tools).run(REQUEST)
+    referee.check(answered)
+    other = answered.model_copy(update={"stop_reason": "max_turns"})
+    with pytest.raises(ReplayMismatch, match="the run ends otherwise: end: completed \\(max_turns"):
+        referee.check(other)
+
+
+async def test_a_run_that_fails_otherwise_than_recorded_is_a_divergence(
+    tmp_path: Path,
+) -> None:
+    trace = tmp_path / "run.jsonl"
+    with pytest.raises(AgentModelError):
+        await record("agent", trace, model=ScriptedChatModel([ModelCallError("down")]))
+
+    async def broken(model: ChatModel, tools: ToolRegistry) -> RunResult:
+        with pytest.raises(AgentModelError):  # the same call fails the same way
+            await create_agent(model, tools).run(REQUEST)
+        raise RuntimeError("a bug")  # and then the code does something else
+
+    with pytest.raises(ReplayMismatch, match="the run raised RuntimeError: a bug; the recorded"):
+        await replay(trace, broken, tools=TOOLS)
+
 
 async def test_the_fixture_replays_a_trace_beside_the_test(tmp_path: Path) -> None:
     trace = tmp_path / "run.jsonl"

@@ -12,17 +12,17 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Any, TypeVar, overload
 
 import anyio
 import anyio.lowlevel
 
 from ..flow import FlowEvent
-from ..kernel import observe_runs
+from ..kernel import RunResult, observe_runs
 from ..models import ChatModel, ChatRequest
 from ..tools import Tool, ToolRegistry
-from ..tracing import EventTrace
-from ._recording import RecordedModelCall, RecordedToolCall, Recording
+from ..tracing import EventTrace, redact_text
+from ._recording import RecordedEnd, RecordedModelCall, RecordedToolCall, Recording
 from ._replay_compare import (
     CompareRequests,
     calls_difference,
@@ -50,10 +50,10 @@ class Replay:
 
     ::
 
-        replay = Replay("run.jsonl", tools=[get_weather])
-        agent = create_agent(replay.model, replay.tools)
-        result = await agent.run("Weather in Lisbon?", on_event=replay.observe)
-        replay.check(result)  # ReplayMismatch if the code now does something else
+        referee = Replay("run.jsonl", tools=[get_weather])
+        agent = create_agent(referee.model, referee.tools)
+        result = await agent.run("Weather in Lisbon?", on_event=referee.observe)
+        referee.check(result)  # ReplayMismatch if the code now does something else
 
     Inside :func:`replay` (which does the above) a divergence stops the run at once;
     alone, a model call that diverges raises :class:`ReplayMismatch` in the run and a tool
@@ -169,18 +169,20 @@ class Replay:
             self._answered = position
             return self._live_model
         recorded = self.recording.model_calls
+        if self.events:  # the calls of the turns before, as the run told them
+            now = Recording.from_events(self.events)
+            for turn in sorted({c.turn for c in (*self.recording.tool_calls, *now.tool_calls)}):
+                if turn >= position or self._reasked(turn):
+                    continue
+                told = calls_difference(self.recording.turn(turn), now.turn(turn), turn)
+                if told is not None:
+                    self._stop(turn, told)
         missing = self._missing(before=position)
         if missing is not None:
-            turn = missing.turn
-            told = None  # what the run's events say of that turn's calls (refused, moved)
-            if self.events:
-                now = Recording.from_events(self.events).turn(turn)
-                told = calls_difference(self.recording.turn(turn), now, turn)
             self._stop(
-                turn,
-                told
-                or f"turn {turn}: the recorded call {missing.said()} was not made (the run "
-                f"asked the model again, model call #{position}, before it)",
+                missing.turn,
+                f"turn {missing.turn}: the recorded call {missing.said()} was not made (the "
+                f"run asked the model again, model call #{position}, before it)",
             )
         if position >= len(recorded):
             self._stop(
@@ -388,7 +390,8 @@ class Replay:
 
     def check(self, result: Any = None) -> None:
         """Check the replayed run as a whole, once it returned: every recorded call made
-        (in its place, in its order), every recorded model call made, the same end.
+        (in its place, in its order, when :meth:`observe` saw the run), every recorded
+        model call made, the same end (told by the run's events, else by ``result``).
 
         Raises:
             ReplayMismatch: the first difference (or the divergence that stopped the run).
@@ -425,8 +428,10 @@ class Replay:
                     f"call{'s' * (self._opened != 1)}, the recording has {recorded.turns}",
                     ended=True,
                 )
-        if now is None or self.reask_from is not None:
+        if self.reask_from is not None:
             return
+        if now is None:  # no events: the run's result says how it ended
+            now = Recording(end=_end_of(result))
         said = end_difference(recorded, now)
         if said is not None:
             self._stop(None, said, ended=True)
@@ -435,6 +440,36 @@ class Replay:
         """Stop the run by cancelling ``scope`` at the first divergence (what
         :func:`replay` does)."""
         self._scope = scope
+
+
+@overload
+async def replay(
+    recording: RecordingSource,
+    run: Callable[[ChatModel, ToolRegistry], Awaitable[R]],
+    *,
+    tools: Iterable[Tool | Callable[..., Any]] | ToolRegistry = (),
+    live_tools: Collection[str] = (),
+    reask_from: int | None = None,
+    model: ChatModel | None = None,
+    compare_requests: CompareRequests = "shape",
+    chunk_size: int = 16,
+    timeout: float | None = DEFAULT_TIMEOUT,
+) -> R: ...
+
+
+@overload
+async def replay(
+    recording: RecordingSource,
+    run: None = None,
+    *,
+    tools: Iterable[Tool | Callable[..., Any]] | ToolRegistry = (),
+    live_tools: Collection[str] = (),
+    reask_from: int | None = None,
+    model: ChatModel | None = None,
+    compare_requests: CompareRequests = "shape",
+    chunk_size: int = 16,
+    timeout: float | None = DEFAULT_TIMEOUT,
+) -> RunResult: ...
 
 
 async def replay(
@@ -448,7 +483,7 @@ async def replay(
     compare_requests: CompareRequests = "shape",
     chunk_size: int = 16,
     timeout: float | None = DEFAULT_TIMEOUT,
-) -> R:
+) -> Any:
     """Run a recorded run again through today's code, its model's replies and its tools'
     results taken from the record, and check that the code does what it did.
 
@@ -507,9 +542,8 @@ async def replay(
             except Exception as exc:
                 if referee.mismatch is not None:
                     raise referee.mismatch from exc
-                if referee.recording.end.status != "failed":
-                    _ran_differently(referee, exc)
-                raise
+                _ran_differently(referee, exc)
+                raise  # it failed as the recorded run did
     referee.bind(None)
     if referee.mismatch is not None:
         raise referee.mismatch
@@ -519,24 +553,38 @@ async def replay(
             "recorded call that was cut off by a cancellation that does not come again?)"
         )
     referee.check(result)
-    return result  # type: ignore[no-any-return]
+    return result
 
 
 def _ran_differently(referee: Replay, exc: Exception) -> None:
-    """The run raised where the recorded one did not: a divergence, with what it raised."""
+    """The run raised: a divergence (with what it raised) unless the recorded run failed
+    with the same error, after the same calls."""
     try:
         referee.check()
     except ReplayMismatch as found:
         raise found from exc
+    end = referee.recording.end
+    if end.status == "failed" and end.error == redact_text(str(exc)):
+        return
     try:
         referee._stop(
             None,
             f"the run raised {type(exc).__name__}: {exc}; the recorded run "
-            f"{referee.recording.end.said().removeprefix('end: ')}",
+            f"{end.said().removeprefix('end: ')}",
             ended=True,
         )
     except ReplayMismatch as found:
         raise found from exc
+
+
+def _end_of(result: Any) -> RecordedEnd:
+    """How a run ended, from its result (a :class:`~toolloop.kernel.RunResult`)."""
+    if getattr(result, "paused", False):
+        return RecordedEnd("paused")
+    stop, records = getattr(result, "stop_reason", None), getattr(result, "records", None)
+    if isinstance(stop, str) and isinstance(records, list):
+        return RecordedEnd("completed", stop, len(records))
+    return RecordedEnd("unfinished")
 
 
 def _product_of(recording: Recording) -> Callable[[ChatModel, ToolRegistry], Awaitable[Any]]:
