@@ -134,7 +134,7 @@ class Replay:
         self._asked = -1
         self._answered = -1
 
-    # -- what the run is built with -------------------------------------------------------
+    # -- what the run tells ----------------------------------------------------------------
 
     def observe(self, event: FlowEvent) -> None:
         """Take the replayed run's events (pass as ``on_event``): the order of its tool
