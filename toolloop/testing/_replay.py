@@ -509,8 +509,12 @@ async def replay(
         recording: the recorded run: a trace (a path, an open file, an
             :class:`~toolloop.tracing.EventTrace`) or a :class:`Recording`.
         run: makes and runs the product with the replay's model and tools.
-        tools, live_tools, reask_from, model, compare_requests, chunk_size: see
-            :class:`Replay`.
+        tools: the real tools (see :class:`Replay`).
+        live_tools: tools that run for real (see :class:`Replay`).
+        reask_from: the model call from which ``model`` is asked (see :class:`Replay`).
+        model: the real model for ``reask_from``.
+        compare_requests: how much of each request is checked (:data:`CompareRequests`).
+        chunk_size: characters per streamed piece of a replayed reply.
         timeout: seconds the replay may take (a hang guard); ``None``: no limit.
 
     Returns:
