@@ -11,6 +11,8 @@ import pytest
 from postgres_cluster import start_cluster, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
+pytest_plugins = ["toolloop.pytest_plugin"]  # the toolloop_replay fixture
+
 DOCS_BUILD_TIMEOUT = 540
 """Seconds the docs build may take (about 10 quiet, a minute on a busy 2-core machine); the
 tests that use it are marked with a pytest-timeout above it."""

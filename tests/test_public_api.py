@@ -26,6 +26,7 @@ PUBLIC_MODULES = [
     "toolloop.mcp",
     "toolloop.models",
     "toolloop.planners",
+    "toolloop.pytest_plugin",
     "toolloop.ray",
     "toolloop.runner",
     "toolloop.status_agent",

@@ -31,9 +31,10 @@ Subpackages add their own, under these: the agents' (``toolloop.agents``:
 checkpoints' (``toolloop.checkpoints``: ``CheckpointError`` and its
 ``CheckpointConflictError``, ``CorruptCheckpointError`` under ``RunError``;
 ``RunNotFoundError``, ``RunNotResumableError``, ``DecisionError`` under ``ResumeError``),
-``toolloop.tracing.TraceError`` for an unreadable trace file, and MCP tools'
+``toolloop.tracing.TraceError`` for an unreadable trace file, MCP tools'
 (``toolloop.mcp``: ``MCPToolError`` under ``ToolCallError``, ``MCPConnectionError`` under
-``RunError``).
+``RunError``), and a replay's (``toolloop.testing``: ``ReplayError`` under ``RunError``,
+and its ``ReplayMismatch``, also an ``AssertionError``).
 
 Every message says what was expected, what came, and what to do.
 """

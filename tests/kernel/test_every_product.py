@@ -65,7 +65,7 @@ from toolloop.loop import (
     stream_recover_plan_and_execute,
     stream_resume_plan_and_execute,
 )
-from toolloop.models import ChatRequest, ReplyReader, UsageLimits, stream_chat
+from toolloop.models import ChatModel, ChatRequest, ReplyReader, UsageLimits, stream_chat
 from toolloop.planners import StructuredPlanner
 from toolloop.runner import (
     ToolCallFinished,
@@ -75,8 +75,15 @@ from toolloop.runner import (
     cancelled_error,
 )
 from toolloop.status_agent import StatusAgent, StatusView
-from toolloop.testing import FakeToolCall, ScriptedChatModel, ScriptedChatReply
-from toolloop.tools import RunContext, Tool, async_call_tool, tool
+from toolloop.testing import (
+    FakeToolCall,
+    ReplayMismatch,
+    ScriptedChatModel,
+    ScriptedChatReply,
+    replay,
+)
+from toolloop.tools import RunContext, Tool, ToolRegistry, async_call_tool, tool
+from toolloop.tracing import TraceRecorder
 
 pytestmark = pytest.mark.anyio
 
@@ -1005,6 +1012,40 @@ async def test_a_completed_run_tells_its_model_calls_tool_calls_checkpoints_and_
     assert (end.stop_reason, end.records) == (result.stop_reason, len(result.records))
     assert end.usage is not None and end.usage.requests == 2
     assert events.index(end) > max(events.index(e) for e in [*finished, *ended])
+
+
+@pytest.mark.parametrize("pause", [False, True])
+@pytest.mark.parametrize("make", EACH)
+async def test_a_recorded_run_replays_through_the_code_as_it_is(
+    make: type[Product], pause: bool
+) -> None:
+    product, mailer = make(), Mailer()
+    product.script_tool_call("send", to="ada")
+    product.script_answer("sent")
+    options: dict[str, Any] = {"needs_approval": ["send"]} if pause else {}
+    recorder = TraceRecorder()
+    recorded = await product.run(
+        mailer.tools, store=MemoryCheckpointStore(), on_event=recorder, **options
+    )
+    assert recorded.paused == pause and len(mailer.sent) == (0 if pause else 1)
+
+    again = make()
+
+    async def run(model: ChatModel, tools: ToolRegistry) -> RunResult:
+        again.model = model  # type: ignore[assignment]  # the replay's model, not a script
+        return await again.run(list(tools), store=MemoryCheckpointStore(), **options)
+
+    replayed = await replay(recorder.trace, run, tools=mailer.tools)
+    assert len(mailer.sent) == (0 if pause else 1)  # the tool did not run again
+    assert replayed.paused == pause
+    assert replayed.records == recorded.records
+    # the code changed: the tool's schema now refuses the recorded call
+    longer = {"type": "object", "properties": {"to": {"type": "string", "minLength": 5}}}
+    strict = Tool(name="send", description="Send.", parameters=longer, function=mailer.send)
+    refused = r"send \[\d+\.0\] is refused now|send .* \(not run: .* a call the recording does not"
+    with pytest.raises(ReplayMismatch, match=refused):  # (a paused run never ran it)
+        await replay(recorder.trace, run, tools=[strict])
+    assert len(mailer.sent) == (0 if pause else 1)
 
 
 async def paused_on_send(make: type[Product]) -> tuple[Any, list[FlowEvent]]:

@@ -175,6 +175,9 @@ KERNEL_ROWS: dict[str, tuple[str, ...]] = {
         "test_the_pause_event_carries_what_the_run_asks",
     ),
     "the result: a `RunResult`": ("test_the_result_is_the_kernel_s_run_result",),
+    "a recorded run replayed (`toolloop.testing.replay`, `toolloop replay`)": (
+        "test_a_recorded_run_replays_through_the_code_as_it_is",
+    ),
 }
 
 SHARED = {

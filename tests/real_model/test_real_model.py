@@ -951,3 +951,72 @@ async def test_the_middleware_agent_starts_a_tool_as_its_arguments_close(server:
     pieces = len(model.exchanges[0].tool_arguments.get(0, []))
     print(f"  the arguments came in {pieces} piece(s); the tool saw {seen}")
     assert len(seen) == (1 if result.records[0].success else 0)  # never more than once
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "real_model"
+RECORD_VAR = "TOOLLOOP_RECORD_FIXTURES"
+"""Set to 1 to keep the traces of ``test_a_real_run_replays_offline`` in ``FIXTURES``: the
+default suite replays them offline (``tests/testing/test_replay_recorded.py``)."""
+
+
+@pytest.mark.parametrize("agent", ["loop", "middleware", "status"])
+def test_a_real_run_replays_offline(
+    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, agent: str
+) -> None:
+    """A real run of each product, traced by ``toolloop run --trace``, replays offline with
+    ``toolloop replay``: the real model's replies (short-circuited, cut off, malformed as a
+    tiny model writes them) and the tool's results come from the trace, and today's code
+    does what it did. With ``TOOLLOOP_RECORD_FIXTURES=1`` the trace is kept in
+    ``tests/fixtures/real_model/``."""
+    import io
+    import shutil
+
+    from toolloop.cli import main
+    from toolloop.testing import Recording
+
+    (tmp_path / "real_cli_tools.py").write_text(CLI_TOOLS, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    trace = tmp_path / f"{agent}.jsonl"
+    flags = {  # small budgets; the middleware agent's tool call forced
+        "loop": ["--max-turns", "1", "--max-tokens", str(MAX_TOKENS)],
+        "middleware": ["--tool-choice", "required", "--max-turns", "2", "--max-tokens", "64"],
+        "status": ["--max-turns", "8", "--max-tokens", str(MAX_TOKENS)],
+    }[agent]
+    out, err = io.StringIO(), io.StringIO()
+    code = main(
+        [
+            "run",
+            "What is 2 + 3? Use the add tool.",
+            "--agent",
+            agent,
+            "--tools",
+            "real_cli_tools:TOOLS",
+            "--base-url",
+            server.url,
+            "--model",
+            server.model,
+            "--timeout",
+            str(RUN_TIMEOUT),
+            "--trace",
+            str(trace),
+            "--plain",
+            *flags,
+        ],
+        stdout=out,
+        stderr=err,
+    )
+    print(out.getvalue(), err.getvalue())
+    assert code in (0, 1, 3), err.getvalue()
+    recording = Recording.from_trace(trace)
+    calls = f"{len(recording.model_calls)} model calls, {len(recording.tool_calls)} tool calls"
+    print(f"  recorded: {calls}, {recording.end.said()}")
+    assert recording.model_calls
+
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["replay", str(trace)], stdout=out, stderr=err)
+    print(out.getvalue(), err.getvalue())
+    assert code == 0, out.getvalue() + err.getvalue()
+    assert "the code did what the recorded run did" in out.getvalue()
+    if os.environ.get(RECORD_VAR):
+        FIXTURES.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(trace, FIXTURES / f"{agent}.jsonl")

@@ -64,6 +64,7 @@ examples:
   toolloop recover RUN_ID --tools myapp.tools:TOOLS --model m --store runs.db
   toolloop graph > loop.mmd
   toolloop trace timeline run.jsonl -o run.svg
+  toolloop replay run.jsonl --live-tool get_weather
   toolloop view run.jsonl --follow --open
 
 Progress is live on a terminal, one line per event otherwise (or with --plain).
@@ -536,7 +537,61 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE.svg",
         help="where to write it (default: FILE with .svg)",
     )
+    _add_replay(commands)
     return parser
+
+
+def _add_replay(commands: Any) -> None:
+    replay = commands.add_parser(
+        "replay",
+        help="run a recorded trace again through today's code; show where it now differs",
+        description="Run the run FILE.jsonl tells (written by `toolloop run --trace`) again, "
+        "offline: the same product and options, the model's replies and the tools' results "
+        "taken from the trace. Exit status 0: the code does what the recorded run did; 1: it "
+        "does something else (a diff, turn by turn, shows where).",
+    )
+    replay.add_argument("file", type=Path, metavar="FILE.jsonl", help="a trace (--trace)")
+    replay.add_argument(
+        "--tools",
+        action="append",
+        default=[],
+        metavar="MODULE:ATTR",
+        help="the tools (default: the trace's own --tools; tools it cannot load get "
+        "stand-ins that accept any arguments)",
+    )
+    replay.add_argument(
+        "--live-tool",
+        dest="live_tools",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run this tool for real instead of taking its results from the trace (repeatable)",
+    )
+    replay.add_argument(
+        "--reask-from",
+        type=_count,
+        metavar="N",
+        help="from model call N on (0: the first), ask --model instead of the trace; the "
+        "run is checked only before it",
+    )
+    replay.add_argument("--model", metavar="NAME", help="the model asked again (--reask-from)")
+    replay.add_argument("--base-url", metavar="URL", help="its server (default: $OPENAI_BASE_URL)")
+    replay.add_argument(
+        "--api-key", metavar="KEY", help="its API key (default: $OPENAI_API_KEY); never printed"
+    )
+    replay.add_argument(
+        "--compare-requests",
+        choices=("shape", "exact", "off"),
+        default="shape",
+        help="how much of each model request is checked: its shape (messages counted, "
+        "tools, settings), exact (the messages too), or off (default: %(default)s)",
+    )
+    replay.add_argument(
+        "--backend",
+        choices=("asyncio", "trio"),
+        default="asyncio",
+        help="the event loop to run on (default: %(default)s)",
+    )
 
 
 # -- errors in one line ----------------------------------------------------------------------
@@ -757,6 +812,13 @@ def _view(args: argparse.Namespace, out: TextIO) -> int:
     return view(_options(ViewOptions, args, open_browser="open"), out=out)
 
 
+def _replay(args: argparse.Namespace, out: TextIO) -> int:
+    from ._replay import ReplayOptions, async_replay
+
+    options = _options(ReplayOptions, args)
+    return anyio.run(functools.partial(async_replay, options, out=out), backend=args.backend)
+
+
 def _demo(args: argparse.Namespace, out: TextIO) -> int:
     from ._demo import DemoOptions, async_demo
 
@@ -773,6 +835,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO], int]] = {
     "graph": _graph,
     "trace": _trace,
     "view": _view,
+    "replay": _replay,
 }
 
 

@@ -11,13 +11,13 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, Literal, TextIO
+from typing import Any, Literal, TextIO
 
 from .._errors import ToolloopError
 from ..checkpoints import CheckpointStore, HumanAnswer
 from ..kernel import RunResult
 from ..loop import LoopResult
-from ..models import ModelSettings, UsageLimits
+from ..models import ChatModel, ModelSettings, UsageLimits
 from ..planners import StructuredPlanner, ToolCallingPlanner
 from ..tools import ToolRegistry
 from ..tracing import otel_available, redact_text
@@ -32,9 +32,6 @@ from ._session import (
     print_result,
     stream_answer,
 )
-
-if TYPE_CHECKING:
-    from ..models import OpenAIChatModel
 
 __all__ = [
     "LIMIT_NAMES",
@@ -132,7 +129,26 @@ def _meta(options: RunOptions, tools: list[str], base_url: str) -> dict[str, Any
             if value is not None
         },
         **({"streaming_dispatch": True} if options.streaming_dispatch else {}),
+        **_rerun_meta(options),
     }
+
+
+def _rerun_meta(options: RunOptions) -> dict[str, Any]:
+    """What else ``toolloop replay`` needs to make the product again: where the tools come
+    from (``--tools``), the requirement, the limits and the durable options given."""
+    given: dict[str, Any] = {
+        "tool_specs": list(options.tools),
+        "requirement": options.requirement,
+        "timeout": options.timeout,
+        "tool_timeout": options.tool_timeout,
+        "model_timeout": options.model_timeout,
+        "usage_limits": limits_text(options.usage_limits) if options.usage_limits else None,
+        "needs_approval": list(options.needs_approval),
+        "idempotent_tools": list(options.idempotent_tools),
+    }
+    if options.unknown_outcome != "fail":
+        given["unknown_outcome"] = options.unknown_outcome
+    return {key: value for key, value in given.items() if value not in (None, [])}
 
 
 def limits_text(limits: UsageLimits) -> str:
@@ -220,7 +236,7 @@ def open_store(spec: str) -> CheckpointStore:
 
 
 def _planner(
-    options: RunOptions, model: OpenAIChatModel, names: list[str]
+    options: RunOptions, model: ChatModel, names: list[str]
 ) -> StructuredPlanner | ToolCallingPlanner:
     settings: ModelSettings = {}
     if options.seed is not None:
@@ -547,7 +563,7 @@ async def _tell_recover(
     ) from exc
 
 
-def _product(options: RunOptions, model: OpenAIChatModel, registry: ToolRegistry) -> Product:
+def _product(options: RunOptions, model: ChatModel, registry: ToolRegistry) -> Product:
     settings: dict[str, Any] = {}
     if options.seed is not None:
         settings["seed"] = options.seed

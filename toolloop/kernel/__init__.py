@@ -24,6 +24,7 @@ from ._drive import Ended as Ended
 from ._drive import TurnLogic as TurnLogic
 from ._drive import drive as drive
 from ._drive import finish_reason_of as finish_reason_of
+from ._drive import observe_runs as observe_runs
 from ._events import CheckpointSaved as CheckpointSaved
 from ._events import ModelCallFinished as ModelCallFinished
 from ._events import ModelCallStarted as ModelCallStarted
@@ -120,6 +121,7 @@ __all__ = [
     "interrupted_error",
     "journaled_call",
     "model_timeout_error",
+    "observe_runs",
     "option_hint",
     "output_schema",
     "own_key",

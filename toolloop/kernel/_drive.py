@@ -13,7 +13,9 @@ that recovering a completed run gives it back.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -28,7 +30,7 @@ from ._options import RunOptions
 from ._result import RunStatus
 from ._vocabulary import StopReason
 
-__all__ = ["Ended", "TurnLogic", "drive", "finish_reason_of"]
+__all__ = ["Ended", "TurnLogic", "drive", "finish_reason_of", "observe_runs"]
 
 S = TypeVar("S")
 R = TypeVar("R")
@@ -74,6 +76,28 @@ def finish_reason_of(options: RunOptions, failure: BaseException | None) -> Stop
     return None
 
 
+_OBSERVERS: ContextVar[tuple[Callable[[FlowEvent], None], ...]] = ContextVar(
+    "toolloop_run_observers", default=()
+)
+
+
+@contextmanager
+def observe_runs(observer: Callable[[FlowEvent], None]) -> Iterator[None]:
+    """Tell ``observer`` the events of every run of any product started in this block (in
+    this task and the tasks it starts: a run's tools too), besides the run's own
+    ``on_event``; a plain function, called inline, as ``on_event`` is.
+
+    What a test harness uses to watch runs it does not start itself (a replay: see
+    :func:`toolloop.testing.replay`); the events say which run they belong to
+    (``execution_id``).
+    """
+    token = _OBSERVERS.set((*_OBSERVERS.get(), observer))
+    try:
+        yield
+    finally:
+        _OBSERVERS.reset(token)
+
+
 class _ModelCalls:
     """The meter's observer: each model call of the run as its two events."""
 
@@ -90,6 +114,7 @@ class _ModelCalls:
         ctx = self._execution.context_for("model")
         reply, error = call.reply, call.error
         reasoning = reply.reasoning.text if reply.reasoning is not None else None
+        request = call.request
         tell(
             ctx,
             ModelCallFinished,
@@ -98,6 +123,7 @@ class _ModelCalls:
             usage=call.usage,
             text=reply.text,
             reasoning=reasoning or None,
+            reasoning_field=reply.reasoning.field if reply.reasoning and reasoning else None,
             refusal=reply.refusal,
             tool_calls=[
                 {"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls
@@ -105,6 +131,7 @@ class _ModelCalls:
             finish_reason=reply.finish_reason,
             closed_early=call.closed_early and error is None,
             error=None if error is None else f"{type(error).__name__}: {error}",
+            request=None if request is None else request.summary(),
         )
 
 
@@ -155,6 +182,8 @@ async def drive(
     state = execution.state
     if options.on_event is not None:
         execution.subscribe(options.on_event)
+    for observer in _OBSERVERS.get():
+        execution.subscribe(observer)
     meter = UsageMeter(
         options.usage_limits, observer=_ModelCalls(execution) if execution.observed else None
     )

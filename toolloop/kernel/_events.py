@@ -64,6 +64,9 @@ class ModelCallFinished(RunEvent):
     """This call's usage (unknown counts when the server reported none)."""
     text: str = ""
     reasoning: str | None = None
+    reasoning_field: str | None = None
+    """Where the reasoning came from (``reasoning_content``, ``reasoning``, ``thinking``,
+    ``think_tags``): how it goes back to the model in the next request."""
     refusal: str | None = None
     tool_calls: list[dict[str, Any]] = Field(default_factory=list)
     """``{"id", "name", "arguments"}`` of each tool call of the reply, arguments as text."""
@@ -72,6 +75,11 @@ class ModelCallFinished(RunEvent):
     """The reader left before the reply's end (the short-circuit, a token budget)."""
     error: str | None = None
     """What made the call fail, when it did."""
+    request: dict[str, Any] | None = None
+    """What matters of the request the call answered
+    (:meth:`ChatRequest.summary <toolloop.models.ChatRequest.summary>`: its messages' count
+    and digest, the tools offered, the structured output, the settings), so that a replay
+    can tell whether the code still asks the same."""
 
 
 class CheckpointSaved(RunEvent):

@@ -383,6 +383,8 @@ class FinishedCall:
     """The reader left before the reply's end."""
     error: BaseException | None
     """What made the call fail, when it did."""
+    request: ChatRequest | None = None
+    """The request the call answered."""
 
 
 class CallObserver(Protocol):
@@ -486,5 +488,5 @@ async def stream_chat(
             assert reader is not None
             closed_early = watched is not None and not watched.ended
             took = perf_counter() - started
-            ended = FinishedCall(index, reader.reply(), usage, took, closed_early, error)
+            ended = FinishedCall(index, reader.reply(), usage, took, closed_early, error, request)
             observer.call_finished(ended)
