@@ -27,6 +27,7 @@ PUBLIC_MODULES = [
     "toolloop.models",
     "toolloop.planners",
     "toolloop.ray",
+    "toolloop.ratelimit",
     "toolloop.runner",
     "toolloop.status_agent",
     "toolloop.testing",

@@ -5,6 +5,7 @@
 a script, offline, and records what its consumers read.
 `FakeOpenAIServer` is a local OpenAI-compatible HTTP server that the real `openai` client
 talks to, with scripted (optionally streamed) replies and a record of what happened.
+`ManualClock` is a clock a test moves by hand, for rate limits and retries.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from ._chat_model import ScriptedChatModel as ScriptedChatModel
 from ._chat_model import ScriptedChatReply as ScriptedChatReply
 from ._chat_model import ScriptedChatStream as ScriptedChatStream
+from ._clock import ManualClock as ManualClock
 from ._openai_replies import FakeErrorReply as FakeErrorReply
 from ._openai_replies import FakeRawReply as FakeRawReply
 from ._openai_replies import FakeReply as FakeReply
@@ -28,6 +30,7 @@ __all__ = [
     "FakeRawReply",
     "FakeReply",
     "FakeToolCall",
+    "ManualClock",
     "RecordedRequest",
     "Responder",
     "ScriptedChatModel",
