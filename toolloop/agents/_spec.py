@@ -104,15 +104,13 @@ class AgentSpec:
     configuration, so they share it)."""
 
     def executor_for(self, options: RunOptions) -> Executor:
-        """The executor of a run with ``options``: its ``limiter`` and ``tool_timeout``."""
+        """The executor of a run with ``options``: its ``limiter``, ``tool_timeout``, rate
+        limits and tool retries."""
         executor = self.executor
-        if (
-            executor is not None
-            and options.limiter is executor.limiter
-            and options.tool_timeout == executor.tool_timeout
-        ):
+        limits = options.tool_limits()
+        if executor is not None and executor.same_limits(**limits):
             return executor
-        return Executor(self.registry, limiter=options.limiter, tool_timeout=options.tool_timeout)
+        return Executor(self.registry, **limits)
 
     def approval_for(self, options: RunOptions) -> ApprovalCheck | None:
         """The approval rule of a run with ``options`` (compiled once for the defaults).
@@ -291,7 +289,7 @@ def build_spec(
         after_agent=having("after_agent")[::-1],
         call_model=call_model,
         call_tool=call_tool,
-        executor=Executor(registry, limiter=options.limiter, tool_timeout=options.tool_timeout),
+        executor=Executor(registry, **options.tool_limits()),
     )
     spec.openai_tools[id(offered)] = [t.openai_tool() for t in offered]
     return spec

@@ -26,6 +26,8 @@ from ._drive import finish_reason_of as finish_reason_of
 from ._events import CheckpointSaved as CheckpointSaved
 from ._events import ModelCallFinished as ModelCallFinished
 from ._events import ModelCallStarted as ModelCallStarted
+from ._events import RateLimitChanged as RateLimitChanged
+from ._events import RetryScheduled as RetryScheduled
 from ._events import RunEvent as RunEvent
 from ._events import RunFinished as RunFinished
 from ._events import tell as tell
@@ -82,7 +84,9 @@ __all__ = [
     "OnLimit",
     "OutputSchema",
     "ProviderStrategy",
+    "RateLimitChanged",
     "ResponseFormat",
+    "RetryScheduled",
     "Run",
     "RunDefaults",
     "RunEvent",

@@ -124,12 +124,7 @@ def _prepare(
         executor = _executor(registry, options)
     else:
         registry = ToolRegistry(tools)
-        executor = Executor(
-            registry,
-            concurrency=options.concurrency,
-            limiter=options.limiter,
-            tool_timeout=options.tool_timeout,
-        )
+        executor = Executor(registry, concurrency=options.concurrency, **options.tool_limits())
     loop_deps = LoopDeps(
         user_input=user_input,
         planner=planner,
@@ -167,18 +162,9 @@ def _executor(registry: ToolRegistry, options: RunOptions) -> Executor:
     """The executor of a run of ``registry`` with ``options``: an executor is configuration
     only, so runs with the same limits share one (as the agents' runs share theirs)."""
     executor = _EXECUTORS.get(registry)
-    if (
-        executor is None
-        or executor.concurrency != options.concurrency
-        or executor.limiter is not options.limiter
-        or executor.tool_timeout != options.tool_timeout
-    ):
-        executor = Executor(
-            registry,
-            concurrency=options.concurrency,
-            limiter=options.limiter,
-            tool_timeout=options.tool_timeout,
-        )
+    limits = options.tool_limits()
+    if executor is None or not executor.same_limits(concurrency=options.concurrency, **limits):
+        executor = Executor(registry, concurrency=options.concurrency, **limits)
         _EXECUTORS[registry] = executor
     return executor
 

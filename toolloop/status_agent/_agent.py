@@ -446,10 +446,7 @@ class StatusAgent(SyncTwins[StatusAgentResult]):
             scope=RunScope(run_id, options.deps) if self.registry.takes_context else None,
             steps=self.steps,
             executor=Executor(
-                self.registry,
-                concurrency=options.concurrency,
-                limiter=options.limiter,
-                tool_timeout=options.tool_timeout,
+                self.registry, concurrency=options.concurrency, **options.tool_limits()
             ),
             tools=self.registry.specs(),
             options=options,
