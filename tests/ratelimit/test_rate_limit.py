@@ -200,14 +200,16 @@ async def test_no_probe_while_nothing_waits_for_the_limiter() -> None:
     assert limit.rate == rate
 
 
-async def test_the_rate_after_a_back_off_is_what_went_through_when_less() -> None:
+async def test_the_rate_at_the_end_of_the_start_is_what_went_through() -> None:
     clock = ManualClock()
-    limit = RateLimit(100, clock=clock, decrease=0.5)
-    for _ in range(10):  # ten calls go through in the last second
+    limit = RateLimit(clock=clock, decrease=0.5)
+    for _ in range(10):  # ten calls go through in the last half second
         (await limit.acquire()).release()
-        clock.advance(0.1)
+        clock.advance(0.05)
     (await limit.acquire()).release(REFUSED)
-    assert limit.rate == pytest.approx(0.5 * 10 / 1.0)
+    assert limit.rate == pytest.approx(0.5 * 10 / 0.5)
+    (await limit.acquire()).release(REFUSED)  # then it multiplies its own rate
+    assert limit.rate == pytest.approx(0.5 * 0.5 * 10 / 0.5)
 
 
 async def test_a_retry_after_holds_every_call_until_it_has_passed() -> None:
@@ -256,22 +258,30 @@ async def test_an_unknown_rate_starts_small_and_grows_until_the_first_refusal() 
         assert limit.state().concurrency == 2 and limit.rate is None
         a, b = await limit.acquire(), await limit.acquire()
         async with anyio.create_task_group() as tg:
-            c, d = start(tg, limit), start(tg, limit)
-            await until(lambda: limit.waiting == 2)
+            c, d, e = start(tg, limit), start(tg, limit), start(tg, limit)
+            await until(lambda: limit.waiting == 3)  # held back: no room
             clock.advance(0.5)
-            a.release()  # one through while calls wait: one more at once (3), then 4
-            b.release()
-            await admitted(c)
-            await admitted(d)
+            a.release()  # through while calls were held back: one more at once (3)
+            await until(lambda: limit.admitted == 4 and limit.waiting == 1)
+            assert limit.state().concurrency == 3
+            b.release()  # and again: 4
+            await until(lambda: limit.admitted == 5)
         assert limit.state().concurrency == 4
         assert [x.reason for x in told.changes] == ["probe"]
-        assert c.permit is not None
-        c.permit.release(REFUSED)  # the first refusal: paced from now on
+        third = next(w.permit for w in (c, d, e) if w.permit is not None)
+        third.release(REFUSED)  # the first refusal: paced from now on
         assert limit.rate == pytest.approx(0.5 * 2 / 0.5)  # two went through in 0.5 s
         assert limit.state().concurrency is None
         assert told.changes[-1].reason == "slow_start_ended"
     finally:
         stop(token)
+
+
+async def test_the_start_grows_only_while_it_holds_calls_back() -> None:
+    limit = RateLimit(start=2, clock=ManualClock())
+    for _ in range(5):  # one call at a time: the room is never what holds a call back
+        (await limit.acquire()).release()
+    assert limit.state().concurrency == 2
 
 
 async def test_a_ceiling_bounds_the_probe() -> None:

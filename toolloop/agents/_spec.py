@@ -106,11 +106,7 @@ class AgentSpec:
     def executor_for(self, options: RunOptions) -> Executor:
         """The executor of a run with ``options``: its ``limiter``, ``tool_timeout``, rate
         limits and tool retries."""
-        executor = self.executor
-        limits = options.tool_limits()
-        if executor is not None and executor.same_limits(**limits):
-            return executor
-        return Executor(self.registry, **limits)
+        return options.tool_executor(self.registry, concurrency=False, reuse=self.executor)
 
     def approval_for(self, options: RunOptions) -> ApprovalCheck | None:
         """The approval rule of a run with ``options`` (compiled once for the defaults).
@@ -289,7 +285,7 @@ def build_spec(
         after_agent=having("after_agent")[::-1],
         call_model=call_model,
         call_tool=call_tool,
-        executor=Executor(registry, **options.tool_limits()),
+        executor=options.tool_executor(registry, concurrency=False),
     )
     spec.openai_tools[id(offered)] = [t.openai_tool() for t in offered]
     return spec

@@ -21,6 +21,8 @@ from ..checkpoints import CheckpointStore
 from ..flow import FlowEvent
 from ..models import UsageLimits
 from ..ratelimit import RateLimit, RetryPolicy
+from ..runner import Executor
+from ..tools import ToolRegistry
 from ._approval import ApprovalSpec
 
 __all__ = [
@@ -223,16 +225,50 @@ class RunOptions:
             return self.model_retry
         return _DEFAULT_RETRY
 
-    def tool_limits(self) -> dict[str, Any]:
-        """What the run's :class:`~toolloop.runner.Executor` takes of these options (its
-        ``concurrency`` aside): ``Executor(registry, **options.tool_limits())``."""
-        return {
-            "limiter": self.limiter,
-            "tool_timeout": self.tool_timeout,
-            "rate_limits": self.rate_limits,
-            "retry": self.tool_retry,
-            "idempotent_tools": self.idempotent_tools,
-        }
+    def tool_executor(
+        self, registry: ToolRegistry, *, concurrency: bool = True, reuse: Executor | None = None
+    ) -> Executor:
+        """The run's :class:`~toolloop.runner.Executor` of ``registry``, with the limits of
+        these options (``limiter``, ``tool_timeout``, ``rate_limits``, ``tool_retry`` for
+        the ``idempotent_tools``; ``concurrency`` unless told not to): ``reuse`` if it has
+        them (an executor is configuration only: runs with the same limits share one)."""
+        if reuse is not None and self._fits(reuse, concurrency):
+            return reuse
+        if not concurrency:
+            return Executor(
+                registry,
+                limiter=self.limiter,
+                tool_timeout=self.tool_timeout,
+                rate_limits=self.rate_limits,
+                retry=self.tool_retry,
+                idempotent_tools=self.idempotent_tools,
+            )
+        return Executor(
+            registry,
+            concurrency=self.concurrency,
+            limiter=self.limiter,
+            tool_timeout=self.tool_timeout,
+            rate_limits=self.rate_limits,
+            retry=self.tool_retry,
+            idempotent_tools=self.idempotent_tools,
+        )
+
+    def _fits(self, executor: Executor, concurrency: bool) -> bool:
+        if (
+            (concurrency and executor.concurrency != self.concurrency)
+            or executor.limiter is not self.limiter
+            or executor.tool_timeout != self.tool_timeout
+            or executor.retry is not self.tool_retry
+        ):
+            return False
+        limits = self.rate_limits
+        if (limits or executor.rate_limits) and limits is not executor.rate_limits:
+            if dict(limits) != dict(executor.rate_limits):
+                return False
+        # the idempotent tools matter only to a retry policy
+        return self.tool_retry is None or executor.idempotent_tools == frozenset(
+            self.idempotent_tools
+        )
 
     def turns(self, default: int) -> int:
         """``max_turns``, or the product's ``default`` when it is not given."""

@@ -124,7 +124,7 @@ def _prepare(
         executor = _executor(registry, options)
     else:
         registry = ToolRegistry(tools)
-        executor = Executor(registry, concurrency=options.concurrency, **options.tool_limits())
+        executor = options.tool_executor(registry)
     loop_deps = LoopDeps(
         user_input=user_input,
         planner=planner,
@@ -161,10 +161,9 @@ _EXECUTORS: weakref.WeakKeyDictionary[ToolRegistry, Executor] = weakref.WeakKeyD
 def _executor(registry: ToolRegistry, options: RunOptions) -> Executor:
     """The executor of a run of ``registry`` with ``options``: an executor is configuration
     only, so runs with the same limits share one (as the agents' runs share theirs)."""
-    executor = _EXECUTORS.get(registry)
-    limits = options.tool_limits()
-    if executor is None or not executor.same_limits(concurrency=options.concurrency, **limits):
-        executor = Executor(registry, concurrency=options.concurrency, **limits)
+    shared = _EXECUTORS.get(registry)
+    executor = options.tool_executor(registry, reuse=shared)
+    if executor is not shared:
         _EXECUTORS[registry] = executor
     return executor
 

@@ -4,18 +4,21 @@ backs off when a server refuses calls for their rate and probes back up.
 How an adaptive :class:`RateLimit` finds the rate a server allows (unknown at first):
 
 - **Start.** With no ``rate`` given it admits ``start`` calls at once, one more each time a
-  call goes through while others wait (the calls at once double with each round trip), so
-  it reaches the server's rate in a few round trips instead of sending every waiting call
-  at once.
+  call goes through while calls are held back (the calls at once double with each round
+  trip), so it reaches the server's rate in a few round trips instead of sending every
+  waiting call at once.
 - **Back off.** The first refusal (HTTP 429 or 503, or a tool's
   :class:`~toolloop.errors.RateLimitedError`) ends the start: from then on the limiter
-  paces calls at a rate, ``decrease`` times the smaller of its rate and the calls that went
-  through in the last second (what the server let through: its rate, when it refuses). A
-  refusal of a call admitted before the last back-off is of the same burst, and does not
-  lower the rate again. A ``Retry-After`` holds every call until it has passed.
-- **Probe.** While calls wait for it, the rate grows by ``increase`` (a fraction of itself)
-  each second, up to ``rate`` if one was given: gently near the rate that was refused,
-  and back from a back-off that went too low in seconds, not minutes.
+  paces calls at ``decrease`` times the rate of the calls that went through lately (what
+  the server let through: its rate, when it refuses); each later refusal multiplies the
+  rate by ``decrease`` (multiplicative decrease). A refusal of a call admitted before the
+  last back-off is of the same burst, and does not lower the rate again. A
+  ``Retry-After`` holds every call until it has passed.
+- **Probe.** While it holds calls back, the rate grows by ``increase`` (a fraction of
+  itself) each second, up to ``rate`` if one was given: gently near the rate that was
+  refused. Until the second back-off it grows ten times as fast: the rate measured at the
+  end of the start is a rough one (the calls were still growing), most often too low. A
+  limiter that holds nothing back (its callers are slower than it) does not grow.
 
 A limiter with ``adaptive=False`` keeps its ``rate`` and ``concurrency`` (it still holds
 calls for a server's ``Retry-After``). Either way calls are admitted first come, first
@@ -39,9 +42,10 @@ from ._signals import is_rate_limited, retry_after_of
 
 __all__ = ["Permit", "RateLimit"]
 
-_GOODPUT_WINDOW = 1.0  # seconds of successes the rate after a back-off is measured over
+_GOODPUT_WINDOW = 0.5  # seconds of successes the rate after a back-off is measured over
 _MIN_SPAN = 0.05  # the shortest span a rate is measured over
 _PROBE_STEP = 1.1  # a probe is told each time the rate grew by this factor since last told
+_FIRST_PROBE = 0.5  # how fast the rate grows (a fraction a second) until a second back-off
 
 
 def _positive(name: str, value: object, *, whole: bool = False) -> None:
@@ -118,9 +122,11 @@ class RateLimit:
     """
 
     __slots__ = (
+        "_bound",
         "_ceiling",
         "_clock",
         "_epoch",
+        "_fast",
         "_goodput",
         "_hold_until",
         "_in_flight",
@@ -198,6 +204,8 @@ class RateLimit:
         self._in_flight = 0
         self._queue: deque[_Waiter] = deque()
         self._epoch = 0
+        self._fast = False  # the rate grows fast: from the end of the start to a back-off
+        self._bound = False  # a call waited for the rate (or for room) since the last probe
         self._goodput: deque[float] = deque()
         self._started: float | None = None
         self._probed_at = 0.0
@@ -294,11 +302,14 @@ class RateLimit:
                 if delay == 0.0:
                     break
                 if delay is None:  # until a call ends
+                    self._bound = True
                     waiter.event = anyio.Event()
                     waiter.for_room = True
                     await waiter.event.wait()
                     waiter.for_room = False
                 else:
+                    if now >= self._hold_until:
+                        self._bound = True  # held back by the rate, not by a hold
                     await clock.sleep(delay)
         except BaseException:
             self._leave(waiter)
@@ -357,7 +368,10 @@ class RateLimit:
         goodput.append(now)
         while goodput and goodput[0] < now - _GOODPUT_WINDOW:
             goodput.popleft()
-        limited = bool(self._queue)
+        # only a limiter that held calls back probes up: one that a slow caller never
+        # reaches would grow without a refusal to tell it where the server's rate is
+        limited = self._bound
+        self._bound = False
         if self._window is not None:  # the start: one more at once for each call through
             if not limited:
                 return None
@@ -377,7 +391,7 @@ class RateLimit:
         ceiling = self._ceiling
         if ceiling is not None and rate >= ceiling:
             return None
-        rate *= 1.0 + self.increase * elapsed
+        rate *= 1.0 + (_FIRST_PROBE if self._fast else self.increase) * elapsed
         if ceiling is not None and rate > ceiling:
             rate = ceiling
         self._set_rate(rate)
@@ -401,16 +415,16 @@ class RateLimit:
             return reason  # a fixed limiter; or a call of a burst already backed off from
         self._epoch += 1
         self.backoffs += 1
-        measured = self._measured(now)
-        current = math.inf if self._rate is None else self._rate
-        if measured is not None and measured < current:
-            current = measured
-        if math.isinf(current):  # nothing went through yet, and no rate: the calls at once
-            current = float(self._room() or 1) / _GOODPUT_WINDOW
+        current = self._rate
+        if current is None:  # the end of the start: the rate that went through lately
+            current = self._measured(now)
+            if current is None:  # nothing went through yet: the calls at once, a second
+                current = float(self._room() or 1)
         rate = max(current * self.decrease, self.min_rate)
         if self._ceiling is not None and rate > self._ceiling:
             rate = self._ceiling
         started = self._window is not None
+        self._fast = started
         self._window = None
         self._set_rate(rate)
         self._told = rate

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import anyio
@@ -103,6 +104,7 @@ class _Tried:
 
 
 _Guard = tuple[RateLimit | None, RetryPolicy | None]
+_NO_LIMITS: Mapping[str, RateLimit] = MappingProxyType({})
 
 
 def _guards(
@@ -199,34 +201,11 @@ class Executor(SplitCall[ToolCommand, ToolExecutionRecord]):
         self.on_start = on_start
         self.on_finish = on_finish
         self._guards = _guards(rate_limits, retry, idempotent_tools)
-        self.rate_limits: Mapping[str, RateLimit] = dict(rate_limits or {})
+        self.rate_limits: Mapping[str, RateLimit] = (
+            _NO_LIMITS if rate_limits is None else rate_limits
+        )
         self.retry = retry
         self.idempotent_tools: frozenset[str] = frozenset(idempotent_tools)
-
-    def same_limits(
-        self,
-        *,
-        concurrency: int | None = None,
-        limiter: anyio.CapacityLimiter | None,
-        tool_timeout: float | None,
-        rate_limits: Mapping[str, RateLimit],
-        retry: RetryPolicy | None,
-        idempotent_tools: Collection[str],
-    ) -> bool:
-        """Whether this executor has these limits (so that a run with them may share it).
-        ``concurrency``: ``None`` says it does not matter."""
-        if (
-            (concurrency is not None and self.concurrency != concurrency)
-            or self.limiter is not limiter
-            or self.tool_timeout != tool_timeout
-            or self.retry is not retry
-        ):
-            return False
-        if not rate_limits and not self.rate_limits and retry is None:
-            return True  # (the idempotent tools matter only to a retry policy)
-        return self.rate_limits == dict(rate_limits) and self.idempotent_tools == frozenset(
-            idempotent_tools
-        )
 
     def batch(
         self,
