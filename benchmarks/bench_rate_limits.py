@@ -22,9 +22,9 @@ against the same server:
 - ``fixed 64``: ``RateLimit(concurrency=64, adaptive=False)``, 64 calls at once;
 - ``no limit``: no limiter.
 
-Each row says: runs that failed, requests made, the share the server answered 429, and the
-rate the server admitted as a share of its allowed rate (admitted requests over the
-phase's wall time, over ``--rate``). Targets for ``adaptive``: no failed run, <= 5 % of
+Each row says: runs that failed, requests made, the share the server answered 429, and what
+the server admitted as a share of the most it would have admitted (its burst, then
+``--rate`` a second for the phase's wall time). Targets for ``adaptive``: no failed run, <= 5 % of
 requests answered 429, >= 90 % of the allowed rate.
 
 Run it with::
@@ -125,6 +125,7 @@ class Row:
     refused: int
     seconds: float
     rate: float
+    burst: float
     limiter: str
 
     @property
@@ -137,7 +138,9 @@ class Row:
 
     @property
     def rate_share(self) -> float:
-        return self.admitted / self.seconds / self.rate
+        """What the server admitted, of the most it would have: its burst, then its rate
+        for the phase's time."""
+        return self.admitted / (self.burst + self.rate * self.seconds)
 
 
 async def control(base_url: str, command: str) -> dict[str, int]:
@@ -160,7 +163,7 @@ async def lookup(key: str) -> str:
     return f"value of {key}"
 
 
-async def phase(mode: str, base_url: str, runs: int, rate: float) -> Row:
+async def phase(mode: str, base_url: str, runs: int, rate: float, burst: float) -> Row:
     from toolloop.agents import create_agent
     from toolloop.models import OpenAIChatModel
     from toolloop.ratelimit import RateLimit, RetryPolicy
@@ -197,7 +200,7 @@ async def phase(mode: str, base_url: str, runs: int, rate: float) -> Row:
         state = limit.state()
         rate_now = "-" if state.rate is None else f"{state.rate:.0f}/s"
         said = f"rate {rate_now}, {state.backoffs} back-offs"
-    return Row(mode, runs, failed, stats["admitted"], stats["refused"], seconds, rate, said)
+    return Row(mode, runs, failed, stats["admitted"], stats["refused"], seconds, rate, burst, said)
 
 
 TRACE = False
@@ -233,7 +236,7 @@ def table(rows: list[Row]) -> str:
 async def calibrate(args: argparse.Namespace) -> float:
     """The requests a second the client makes with no limit anywhere (its CPU's bound)."""
     async with serving(1e9, 1e9, args.latency) as base_url:  # (no limit)
-        row = await phase("no limit", base_url, max(args.runs // 5, 50), 1e9)
+        row = await phase("no limit", base_url, max(args.runs // 5, 50), 1e9, 1e9)
     return row.admitted / row.seconds
 
 
@@ -280,7 +283,7 @@ async def bench(args: argparse.Namespace) -> list[Row]:
     async with serving(args.rate, args.burst, args.latency) as base_url:
         rows = []
         for mode in args.only or MODES:
-            rows.append(await phase(mode, base_url, args.runs, args.rate))
+            rows.append(await phase(mode, base_url, args.runs, args.rate, args.burst))
             print(table(rows[-1:]).splitlines()[-1], flush=True)
         return rows
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import BaseModel, ConfigDict
 
 from .._errors import UsageLimitError
-from ..ratelimit import RateLimit, RetryPolicy, Tries
+from ..ratelimit import Permit, RateLimit, RetryPolicy, Tries
 from ._chat import ChatDelta, ChatModel, ChatRequest
 
 if TYPE_CHECKING:
@@ -470,6 +470,10 @@ class _MeteredDeltas:
         return delta
 
 
+_REFUSED = Usage(requests=1)
+"""A try the server refused (it opened no stream): a request, without tokens."""
+
+
 @asynccontextmanager
 async def stream_chat(
     model: ChatModel, request: ChatRequest
@@ -480,92 +484,51 @@ async def stream_chat(
     that is passed closes it; when it ends its usage is added (unknown when the server
     reported none), and the meter's observer, if any, is told of the call.
 
+    With the meter's ``rate_limit`` or ``retry`` (a run's ``model_rate_limit``,
+    ``model_retry``), each try is admitted by the limiter and checked against the budget
+    first; a try whose stream could not be opened is counted as a request (without
+    tokens), told to the observer, and made again if the policy says so. Once a stream is
+    open, what happens to it is the call's: a stream that breaks later is not tried again
+    (its reader has read part of it).
+
     Raises:
-        UsageLimitError: a limit of the run was reached before the call, or passed during
-            it (the stream is closed).
+        UsageLimitError: a limit of the run was reached before the call (or a try), or
+            passed during it (the stream is closed).
     """
     meter = _METER.get()
     if meter is None:
         async with model.stream(request) as deltas:
             yield deltas
         return
-    if meter.rate_limit is not None or meter.retry is not None:
-        async with _tried(model, request, meter) as deltas:
-            yield deltas
-        return
     meter.check_before_call()
-    observer = meter.observer
-    reader: ReplyReader | None = None
-    index, started = 0, 0.0
-    if observer is not None:
-        from ._reply import ReplyReader  # (it imports this module)
-
-        index = meter.started
-        meter.started = index + 1
-        observer.call_started(index)
-        started = perf_counter()
-        reader = ReplyReader()
-    error: BaseException | None = None
-    watched: _MeteredDeltas | None = None
-    usage: Usage | None = None
-    try:
-        async with model.stream(request) as deltas:
-            watched = _MeteredDeltas(deltas, meter, reader)
-            try:
-                yield watched
-            finally:
-                reported = watched.reported
-                usage = Usage.unknown() if reported is None else reported
-                meter.add(usage)
-    except BaseException as exc:
-        error = exc
-        raise
-    finally:
-        if observer is not None:
-            assert reader is not None
-            closed_early = watched is not None and not watched.ended
-            took = perf_counter() - started
-            ended = FinishedCall(index, reader.reply(), usage, took, closed_early, error)
-            observer.call_finished(ended)
-
-
-_REFUSED = Usage(requests=1)
-"""A try the server refused (it opened no stream): a request, without tokens."""
-
-
-@asynccontextmanager
-async def _tried(
-    model: ChatModel, request: ChatRequest, meter: UsageMeter
-) -> AsyncIterator[AsyncIterator[ChatDelta]]:
-    """:func:`stream_chat` for a meter with a limiter or a retry policy: each try admitted
-    by the limiter and checked against the budget; a try whose stream could not be opened
-    is counted as a request, told to the observer, and tried again if the policy says so.
-    Once a stream is open, what happens to it is the call's (a stream that breaks later is
-    not tried again: its reader has read part of it)."""
     observer = meter.observer
     index = meter.started
     if observer is not None:
         meter.started = index + 1
-    tries = Tries(meter.rate_limit, meter.retry, "model", index=index)
+    tries: Tries | None = None
+    if meter.rate_limit is not None or meter.retry is not None:
+        tries = Tries(meter.rate_limit, meter.retry, "model", index=index)
+    permit: Permit | None = None
+    attempt = 1
     while True:
-        meter.check_before_call()
-        permit = await tries.admit()
+        if tries is not None:
+            if tries.attempt:
+                meter.check_before_call()  # a retry is a model call of the run
+            permit = await tries.admit()
+            attempt = tries.attempt
         reader: ReplyReader | None = None
         started = 0.0
         if observer is not None:
             from ._reply import ReplyReader  # (it imports this module)
 
-            observer.call_started(index, tries.attempt)
+            observer.call_started(index, attempt)
             started = perf_counter()
             reader = ReplyReader()
-        opened = False
         watched: _MeteredDeltas | None = None
         usage: Usage | None = None
-        failure: Exception | None = None
-        outcome: BaseException | None = None
+        error: BaseException | None = None
         try:
             async with model.stream(request) as deltas:
-                opened = True
                 watched = _MeteredDeltas(deltas, meter, reader)
                 try:
                     yield watched
@@ -574,26 +537,26 @@ async def _tried(
                     usage = Usage.unknown() if reported is None else reported
                     meter.add(usage)
         except Exception as exc:
-            outcome = exc
-            if opened:
+            error = exc
+            if watched is not None or tries is None:
                 raise
-            failure = exc
-            meter.add(_REFUSED)
+            meter.add(_REFUSED)  # (retried below, or raised: outside this block)
         except BaseException as exc:
-            outcome = exc
+            error = exc
             raise
         finally:
-            tries.release(permit, outcome)
+            if tries is not None:
+                tries.release(permit, error)
             if observer is not None:
                 assert reader is not None
                 closed_early = watched is not None and not watched.ended
                 took = perf_counter() - started
-                observer.call_finished(
-                    FinishedCall(
-                        index, reader.reply(), usage, took, closed_early, outcome, tries.attempt
-                    )
+                ended = FinishedCall(
+                    index, reader.reply(), usage, took, closed_early, error, attempt
                 )
-        if failure is None:
+                observer.call_finished(ended)
+        if error is None:
             return
-        if not await tries.again(failure):
-            raise failure
+        assert tries is not None and isinstance(error, Exception)
+        if not await tries.again(error):
+            raise error
