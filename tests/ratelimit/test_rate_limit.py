@@ -336,3 +336,19 @@ async def test_many_waiting_calls_cost_one_timer() -> None:
             clock.advance(1.0)
             await until(lambda n=n: limit.admitted == 3 + n)  # type: ignore[misc]
     assert limit.admitted == 52 and all(w.admitted.is_set() for w in done)
+
+
+def test_a_limiter_outlives_an_event_loop() -> None:
+    """Sync calls one after another each run a loop of their own (trio's clock starts at a
+    random point each time): a limiter paced in one is not thrown off in the next."""
+    limit = RateLimit(1000, adaptive=False)
+
+    async def two_calls() -> None:
+        with anyio.fail_after(10):  # a hang guard: two calls at 1,000 a second
+            for _ in range(2):
+                async with limit.slot():
+                    pass
+
+    for backend in ("trio", "asyncio", "trio", "trio"):
+        anyio.run(two_calls, backend=backend)
+    assert limit.admitted == 8

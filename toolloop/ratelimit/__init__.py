@@ -19,7 +19,7 @@ This package knows only the error hierarchy: the model layer and the runner use 
 from __future__ import annotations
 
 from ._clock import Clock as Clock
-from ._clock import EventLoopClock as EventLoopClock
+from ._clock import SystemClock as SystemClock
 from ._limiter import Permit as Permit
 from ._limiter import RateLimit as RateLimit
 from ._observe import ChangeReason as ChangeReason
@@ -44,7 +44,6 @@ __all__ = [
     "RETRY_STATUSES",
     "ChangeReason",
     "Clock",
-    "EventLoopClock",
     "LimitObserver",
     "Permit",
     "RateLimit",
@@ -52,6 +51,7 @@ __all__ = [
     "RetryPolicy",
     "RetryTarget",
     "ScheduledRetry",
+    "SystemClock",
     "Tries",
     "current_observer",
     "is_rate_limited",

@@ -1,12 +1,14 @@
-"""The clock a limiter and a retry policy read and sleep on: anyio's, or one a test moves."""
+"""The clock a limiter and a retry policy read and sleep on: the system's, or one a test
+moves."""
 
 from __future__ import annotations
 
+import time
 from typing import Protocol, runtime_checkable
 
 import anyio
 
-__all__ = ["Clock", "EventLoopClock"]
+__all__ = ["Clock", "SystemClock"]
 
 
 @runtime_checkable
@@ -14,7 +16,7 @@ class Clock(Protocol):
     """What a :class:`~toolloop.ratelimit.RateLimit` and a
     :class:`~toolloop.ratelimit.RetryPolicy` need of time: its reading, and a sleep.
 
-    The default is the event loop's own (:class:`EventLoopClock`);
+    The default is the system's (:class:`SystemClock`);
     :class:`toolloop.testing.ManualClock` is one a test moves by hand.
     """
 
@@ -27,19 +29,20 @@ class Clock(Protocol):
         ...
 
 
-class EventLoopClock:
-    """The event loop's clock: :func:`anyio.current_time` and :func:`anyio.sleep`."""
+class SystemClock:
+    """The system's monotonic clock (:func:`time.monotonic`: the same in every event loop,
+    so a limiter may outlive one, as a sync call's does) and :func:`anyio.sleep`."""
 
     __slots__ = ()
 
     def now(self) -> float:
-        return anyio.current_time()
+        return time.monotonic()
 
     async def sleep(self, seconds: float) -> None:
         await anyio.sleep(seconds)
 
     def __repr__(self) -> str:
-        return "EventLoopClock()"
+        return "SystemClock()"
 
 
-EVENT_LOOP_CLOCK = EventLoopClock()
+SYSTEM_CLOCK = SystemClock()

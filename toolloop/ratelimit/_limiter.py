@@ -36,7 +36,7 @@ from typing import Any
 
 import anyio
 
-from ._clock import EVENT_LOOP_CLOCK, Clock
+from ._clock import SYSTEM_CLOCK, Clock
 from ._observe import ChangeReason, RateLimitState, current_observer
 from ._signals import is_rate_limited, retry_after_of
 
@@ -99,7 +99,9 @@ class RateLimit:
     Give it to a run: ``model_rate_limit=`` limits the run's model calls,
     ``rate_limits={"search": limit, "fetch": limit}`` the calls of those tools (one object
     for several tools limits them as a group). See the module docs for how an adaptive
-    limiter finds the server's rate.
+    limiter finds the server's rate. One limiter serves the runs of one event loop at a
+    time (those of a process's loop, or sync calls one after another); give each thread
+    that runs a loop of its own a limiter of its own.
 
     Args:
         rate: the most calls a second (``None``: no bound but what the server's refusals
@@ -114,7 +116,7 @@ class RateLimit:
         max_hold: the longest ``Retry-After`` honoured, in seconds (a longer one holds this
             long).
         name: how its events name it.
-        clock: the clock it paces on (the event loop's by default; a test's
+        clock: the clock it paces on (the system's by default; a test's
             :class:`~toolloop.testing.ManualClock`).
 
     Raises:
@@ -193,7 +195,7 @@ class RateLimit:
         self.admitted = 0
         self.refused = 0
         self.backoffs = 0
-        self._clock: Clock = EVENT_LOOP_CLOCK if clock is None else clock
+        self._clock: Clock = SYSTEM_CLOCK if clock is None else clock
         self._ceiling = None if rate is None else float(rate)
         self._rate = self._ceiling
         self._interval = 0.0 if rate is None else 1.0 / rate

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import anyio
 
 from .._errors import ModelCallError, RateLimitedError
-from ._clock import EVENT_LOOP_CLOCK, Clock
+from ._clock import SYSTEM_CLOCK, Clock
 from ._limiter import Permit, RateLimit
 from ._observe import RetryTarget, ScheduledRetry, current_observer
 from ._signals import retry_after_of, status_of
@@ -71,7 +71,7 @@ class RetryPolicy:
             always retried.
         max_retry_after: a ``Retry-After`` longer than this many seconds is not waited for:
             the call fails at once.
-        clock: the clock the waits sleep on (the event loop's by default).
+        clock: the clock the waits sleep on (the system's by default).
 
     Raises:
         ValueError: a value out of range.
@@ -213,6 +213,6 @@ class Tries:
                     retry_after=retry_after,
                 )
             )
-        clock = retry.clock or EVENT_LOOP_CLOCK
+        clock = retry.clock or SYSTEM_CLOCK
         await clock.sleep(wait)
         return True
