@@ -28,6 +28,7 @@ PUBLIC_MODULES = [
     "toolloop.planners",
     "toolloop.pytest_plugin",
     "toolloop.ray",
+    "toolloop.ratelimit",
     "toolloop.runner",
     "toolloop.status_agent",
     "toolloop.testing",

@@ -35,6 +35,7 @@ from toolloop.errors import (
     ExecutionError,
     ModelCallError,
     PlannerError,
+    RateLimitedError,
     StepFailedError,
     UsageLimitError,
 )
@@ -45,7 +46,9 @@ from toolloop.kernel import (
     CheckpointSaved,
     ModelCallFinished,
     ModelCallStarted,
+    RateLimitChanged,
     ResponseFormat,
+    RetryScheduled,
     RunFinished,
     RunResult,
     RunStream,
@@ -67,6 +70,7 @@ from toolloop.loop import (
 )
 from toolloop.models import ChatModel, ChatRequest, ReplyReader, UsageLimits, stream_chat
 from toolloop.planners import StructuredPlanner
+from toolloop.ratelimit import RateLimit, RetryPolicy
 from toolloop.runner import (
     ToolCallFinished,
     ToolCallStarted,
@@ -986,6 +990,192 @@ async def test_deps_reach_a_tool_s_run_context(make: type[Product]) -> None:
     assert result.status == "completed" and result.run_id
     assert len(seen) == 1 and seen[0][0] is deps and seen[0][1] == result.run_id
     assert [r.result for r in result.records] == ["me"]
+
+
+# -- rate limits and retries ------------------------------------------------------------------
+
+NOW = RetryPolicy(backoff=0, jitter=0)
+"""Retries without a wait."""
+
+
+def refused(retry_after: float | None = None) -> ModelCallError:
+    return ModelCallError("HTTP 429: slow down", status=429, retry_after=retry_after)
+
+
+class Refusing(Mailer):
+    """``send`` refused for its rate ``times`` times, then sent."""
+
+    def __init__(self, times: int) -> None:
+        super().__init__()
+        self.times = times
+
+    async def send(self, to: str) -> str:
+        """Send a mail.
+
+        Args:
+            to: who gets it.
+        """
+        self.sent.append(to)
+        if len(self.sent) <= self.times:
+            raise RateLimitedError("the mail server is busy", retry_after=0)
+        return f"sent to {to}"
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_model_call_refused_for_its_rate_is_tried_again_every_try_told(
+    make: type[Product],
+) -> None:
+    product, mailer = make(), Mailer()
+    product.model.add_error(refused())
+    product.script_answer("done")
+    limit = RateLimit(10, name="model")
+    events: list[FlowEvent] = []
+    result = await product.run(
+        mailer.tools, model_rate_limit=limit, model_retry=NOW, on_event=events.append
+    )
+    assert result.status == "completed" and len(product.model.requests) == 2
+    started = [(e.call_index, e.attempt) for e in of(events, ModelCallStarted)]
+    assert started == [(0, 1), (0, 2)]
+    finished = of(events, ModelCallFinished)
+    assert [(e.attempt, e.error is None) for e in finished] == [(1, False), (2, True)]
+    (retry,) = of(events, RetryScheduled)
+    assert (retry.target, retry.call_index, retry.attempt, retry.status, retry.wait) == (
+        "model",
+        0,
+        1,
+        429,
+        0.0,
+    )
+    (change,) = of(events, RateLimitChanged)
+    assert (change.name, change.reason, change.rate, change.backoffs) == ("model", "backoff", 9, 1)
+    assert result.usage.requests == 2  # the refused try is a request of the run
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_model_retries_stop_at_the_run_s_budget(make: type[Product]) -> None:
+    product, mailer = make(), Mailer()
+    for _ in range(3):
+        product.model.add_error(refused())
+    product.script_answer("never asked")
+    result = await product.run(
+        mailer.tools,
+        model_retry=RetryPolicy(tries=5, backoff=0),
+        usage_limits=UsageLimits(max_requests=2),
+        on_usage_limit="finish",
+    )
+    assert result.stop_reason == "usage_limit" and len(product.model.requests) == 2
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_model_retries_never_wait_past_the_run_s_timeout(make: type[Product]) -> None:
+    product, mailer = make(), Mailer()
+    product.model.add_error(refused(retry_after=50))  # the next try would come after it
+    product.script_answer("never asked")
+    with pytest.raises(ExecutionError) as caught:
+        await product.run(mailer.tools, model_retry=NOW, timeout=30)
+    error = caught.value
+    assert isinstance(error, product.model_error)
+    assert isinstance(error.__cause__, ModelCallError) and error.__cause__.status == 429
+    assert len(product.model.requests) == 1  # failed at once, with the server's answer
+
+
+@pytest.mark.parametrize("make", EACH)
+@pytest.mark.parametrize("durable", [False, True], ids=["plain", "durable"])
+async def test_an_idempotent_tool_is_retried_and_its_record_keeps_its_tries(
+    make: type[Product], durable: bool
+) -> None:
+    product, mailer = make(), Refusing(times=1)
+    product.script_tool_call("send", to="ada")
+    product.script_answer("sent")
+    events: list[FlowEvent] = []
+    limit = RateLimit(concurrency=2, name="mail")
+    result = await product.run(
+        mailer.tools,
+        idempotent_tools=["send"],
+        tool_retry=NOW,
+        rate_limits={"send": limit},
+        on_event=events.append,
+        store=MemoryCheckpointStore() if durable else None,
+    )
+    (record,) = sends(result)
+    assert record.success and record.attempts == 2 and mailer.sent == ["ada", "ada"]
+    (retry,) = of(events, RetryScheduled)
+    assert (retry.target, retry.tool_name, retry.attempt) == ("tool", "send", 1)
+    assert "the mail server is busy" in retry.error
+    assert (limit.admitted, limit.refused, limit.in_flight) == (2, 1, 0)
+    (ended,) = of(events, ToolCallFinished)
+    assert ended.record.attempts == 2
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_tool_that_is_not_idempotent_is_never_retried(make: type[Product]) -> None:
+    product, mailer = make(), Refusing(times=1)
+    product.script_tool_call("send", to="ada")
+    product.script_answer("not sent")
+    events: list[FlowEvent] = []
+    result = await product.run(mailer.tools, tool_retry=NOW, on_event=events.append)
+    (record,) = sends(result)
+    assert not record.success and record.attempts == 1 and mailer.sent == ["ada"]
+    assert of(events, RetryScheduled) == []
+
+
+async def test_one_rate_limit_is_shared_by_runs_of_every_product() -> None:
+    """One limiter for the runs of the three products at once: at most one model call open
+    at a time among them all, every try admitted by it, and a refusal in one run's call
+    (told in that run's events) holds the others back for its ``Retry-After``."""
+    limit = RateLimit(concurrency=1, adaptive=False, name="shared")
+    products = [make() for make in PRODUCTS]
+    open_now, most = 0, 0
+
+    class Counted:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        async def __aenter__(self) -> Any:
+            nonlocal open_now, most
+            deltas = await self.inner.__aenter__()
+            open_now += 1
+            most = max(most, open_now)
+            await anyio.sleep(0.01)  # (room for another run's call to overlap, if it could)
+            return deltas
+
+        async def __aexit__(self, *exc: Any) -> Any:
+            nonlocal open_now
+            open_now -= 1
+            return await self.inner.__aexit__(*exc)
+
+    def counted(stream: Callable[[ChatRequest], Any]) -> Callable[[ChatRequest], Any]:
+        return lambda request: Counted(stream(request))
+
+    products[1].model.add_error(refused(retry_after=0.05))  # the agent's first try
+    for product in products:
+        product.model.stream = counted(product.model.stream)  # type: ignore[method-assign,assignment]
+        product.script_tool_call("send", to=product.name)
+        product.script_answer("sent")
+    mailers = [Mailer() for _ in products]
+    results: dict[str, RunResult] = {}
+    events: dict[str, list[FlowEvent]] = {p.name: [] for p in products}
+
+    async def run(product: Product, mailer: Mailer) -> None:
+        results[product.name] = await product.run(
+            mailer.tools,
+            model_rate_limit=limit,
+            model_retry=NOW,
+            on_event=events[product.name].append,
+        )
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            for product, mailer in zip(products, mailers, strict=True):
+                tg.start_soon(run, product, mailer)
+    assert all(r.status == "completed" for r in results.values())
+    calls = sum(len(p.model.requests) for p in products)
+    assert most == 1 and limit.admitted == calls and limit.in_flight == 0
+    assert limit.refused == 1
+    (held,) = of(events["agent"], RateLimitChanged)
+    assert (held.name, held.reason) == ("shared", "hold")
+    assert of(events["loop"], RateLimitChanged) == of(events["status"], RateLimitChanged) == []
+    assert [m.sent for m in mailers] == [["loop"], ["agent"], ["status"]]
 
 
 # -- events and result -------------------------------------------------------------------------

@@ -162,6 +162,18 @@ KERNEL_ROWS: dict[str, tuple[str, ...]] = {
     ),
     "`deps` (tools' `ctx.deps`)": ("test_deps_reach_a_tool_s_run_context",),
     (
+        "rate limits and retries: `model_rate_limit`, `model_retry` (every model call, each try "
+        "told with its `attempt`), `rate_limits`, `tool_retry` (for `idempotent_tools`; a "
+        "record's `attempts`), `RetryScheduled` and `RateLimitChanged` events "
+        "([guide](guides/real-apis-at-scale.md))"
+    ): (
+        "test_a_model_call_refused_for_its_rate_is_tried_again_every_try_told",
+        "test_model_retries_stop_at_the_run_s_budget",
+        "test_model_retries_never_wait_past_the_run_s_timeout",
+        "test_an_idempotent_tool_is_retried_and_its_record_keeps_its_tries",
+        "test_a_tool_that_is_not_idempotent_is_never_retried",
+    ),
+    (
         "structured output: `response_format` (`ToolStrategy`, `ProviderStrategy`), retried, "
         "`structured_response`, `StructuredOutputError`"
     ): ("test_a_structured_answer_is_retried_counted_and_kept",),

@@ -111,15 +111,9 @@ class AgentSpec:
     calls start while the model still writes the reply."""
 
     def executor_for(self, options: RunOptions) -> Executor:
-        """The executor of a run with ``options``: its ``limiter`` and ``tool_timeout``."""
-        executor = self.executor
-        if (
-            executor is not None
-            and options.limiter is executor.limiter
-            and options.tool_timeout == executor.tool_timeout
-        ):
-            return executor
-        return Executor(self.registry, limiter=options.limiter, tool_timeout=options.tool_timeout)
+        """The executor of a run with ``options``: its ``limiter``, ``tool_timeout``, rate
+        limits and tool retries."""
+        return options.tool_executor(self.registry, concurrency=False, reuse=self.executor)
 
     def approval_for(self, options: RunOptions) -> ApprovalCheck | None:
         """The approval rule of a run with ``options`` (compiled once for the defaults).
@@ -310,7 +304,7 @@ def build_spec(
         after_agent=having("after_agent")[::-1],
         call_model=call_model,
         call_tool=call_tool,
-        executor=Executor(registry, limiter=options.limiter, tool_timeout=options.tool_timeout),
+        executor=options.tool_executor(registry, concurrency=False),
         approvers=approvers,
         streams_calls=not readers,
     )

@@ -28,6 +28,8 @@ from ._drive import observe_runs as observe_runs
 from ._events import CheckpointSaved as CheckpointSaved
 from ._events import ModelCallFinished as ModelCallFinished
 from ._events import ModelCallStarted as ModelCallStarted
+from ._events import RateLimitChanged as RateLimitChanged
+from ._events import RetryScheduled as RetryScheduled
 from ._events import RunEvent as RunEvent
 from ._events import RunFinished as RunFinished
 from ._events import tell as tell
@@ -91,7 +93,9 @@ __all__ = [
     "OnLimit",
     "OutputSchema",
     "ProviderStrategy",
+    "RateLimitChanged",
     "ResponseFormat",
+    "RetryScheduled",
     "Run",
     "RunDefaults",
     "RunEvent",

@@ -3,7 +3,9 @@
 :func:`drive` runs (or resumes) one execution of a product's flow and does everything a run
 has besides its turns: the caller's observer, the usage meter (seeded with what the run
 spent before a pause or a crash, so a budget holds across them; every model call told as
-``ModelCallStarted`` / ``ModelCallFinished``), the tools' run context, what a timeout or a
+``ModelCallStarted`` / ``ModelCallFinished``; its ``model_rate_limit`` and retry policy),
+the retries and limiter changes of its calls told as ``RetryScheduled`` and
+``RateLimitChanged``, the tools' run context, what a timeout or a
 spent budget does (``on_timeout``, ``on_usage_limit``), the store's bookkeeping of a durable
 run (paused, completed, failed, or left to be recovered; the calls its own end cut off
 noted), and the ``RunFinished`` event. The product builds its result from the
@@ -23,9 +25,23 @@ from .._errors import ExecutionTimeoutError, UsageLimitError
 from ..checkpoints import CheckpointedRun, note_cut_off
 from ..flow import Execution, FlowEvent, FlowResult
 from ..models import FinishedCall, Usage, UsageMeter
+from ..ratelimit import (
+    RateLimitState,
+    ScheduledRetry,
+    current_observer,
+    observe,
+    stop_observing,
+)
 from ..runner import ToolExecutionRecord, json_safe
 from ..tools import RunScope
-from ._events import ModelCallFinished, ModelCallStarted, RunFinished, tell
+from ._events import (
+    ModelCallFinished,
+    ModelCallStarted,
+    RateLimitChanged,
+    RetryScheduled,
+    RunFinished,
+    tell,
+)
 from ._options import RunOptions
 from ._result import RunStatus
 from ._vocabulary import StopReason
@@ -106,9 +122,9 @@ class _ModelCalls:
     def __init__(self, execution: Execution[Any]) -> None:
         self._execution = execution
 
-    def call_started(self, index: int) -> None:
+    def call_started(self, index: int, attempt: int = 1) -> None:
         ctx = self._execution.context_for("model")
-        tell(ctx, ModelCallStarted, call_index=index)
+        tell(ctx, ModelCallStarted, call_index=index, attempt=attempt)
 
     def call_finished(self, call: FinishedCall) -> None:
         ctx = self._execution.context_for("model")
@@ -119,6 +135,7 @@ class _ModelCalls:
             ctx,
             ModelCallFinished,
             call_index=call.index,
+            attempt=call.attempt,
             duration=call.duration,
             usage=call.usage,
             text=reply.text,
@@ -132,6 +149,46 @@ class _ModelCalls:
             closed_early=call.closed_early and error is None,
             error=None if error is None else f"{type(error).__name__}: {error}",
             request=None if request is None else request.summary(),
+        )
+
+
+class _Limits:
+    """The run's observer of retries and limiters: each as its event."""
+
+    __slots__ = ("_execution",)
+
+    def __init__(self, execution: Execution[Any]) -> None:
+        self._execution = execution
+
+    def retry_scheduled(self, retry: ScheduledRetry) -> None:
+        tell(
+            self._execution.context_for(retry.target),
+            RetryScheduled,
+            target=retry.target,
+            tool_name=retry.name,
+            call_index=retry.index,
+            attempt=retry.attempt,
+            wait=retry.wait,
+            error=retry.error,
+            status=retry.status,
+            retry_after=retry.retry_after,
+        )
+
+    def rate_limit_changed(self, state: RateLimitState) -> None:
+        assert state.reason is not None
+        tell(
+            self._execution.context_for("rate_limit"),
+            RateLimitChanged,
+            name=state.name,
+            reason=state.reason,
+            rate=state.rate,
+            concurrency=state.concurrency,
+            in_flight=state.in_flight,
+            waiting=state.waiting,
+            hold=state.hold,
+            admitted=state.admitted,
+            refused=state.refused,
+            backoffs=state.backoffs,
         )
 
 
@@ -184,8 +241,12 @@ async def drive(
         execution.subscribe(options.on_event)
     for observer in _OBSERVERS.get():
         execution.subscribe(observer)
+    observed = execution.observed
     meter = UsageMeter(
-        options.usage_limits, observer=_ModelCalls(execution) if execution.observed else None
+        options.usage_limits,
+        observer=_ModelCalls(execution) if observed else None,
+        rate_limit=options.model_rate_limit,
+        retry=options.model_tries,
     )
     spent = _usage_of(state)
     if spent is not None:  # a resumed run: its budget counts what came before
@@ -197,6 +258,10 @@ async def drive(
         # the meter is entered and left by hand: a with block would hold its bound __exit__
         # for the whole run
         meter.__enter__()
+        # told to this run's observer, or to none (not to a run this one runs inside)
+        told = None
+        if observed or current_observer() is not None:
+            told = observe(_Limits(execution) if observed else None)
         try:
             if scope is None:
                 result = await _started(execution, start, options)
@@ -204,6 +269,8 @@ async def drive(
                 with scope.active():
                     result = await _started(execution, start, options)
         finally:
+            if told is not None:
+                stop_observing(told)
             meter.__exit__()
     except Exception as exc:
         execution.on_close(None)  # (the hook refers to the execution: no cycle is left)

@@ -119,12 +119,7 @@ def _prepare(
         executor = _executor(registry, options)
     else:
         registry = ToolRegistry(tools)
-        executor = Executor(
-            registry,
-            concurrency=options.concurrency,
-            limiter=options.limiter,
-            tool_timeout=options.tool_timeout,
-        )
+        executor = options.tool_executor(registry)
     loop_deps = LoopDeps(
         user_input=user_input,
         planner=planner,
@@ -161,19 +156,9 @@ _EXECUTORS: weakref.WeakKeyDictionary[ToolRegistry, Executor] = weakref.WeakKeyD
 def _executor(registry: ToolRegistry, options: RunOptions) -> Executor:
     """The executor of a run of ``registry`` with ``options``: an executor is configuration
     only, so runs with the same limits share one (as the agents' runs share theirs)."""
-    executor = _EXECUTORS.get(registry)
-    if (
-        executor is None
-        or executor.concurrency != options.concurrency
-        or executor.limiter is not options.limiter
-        or executor.tool_timeout != options.tool_timeout
-    ):
-        executor = Executor(
-            registry,
-            concurrency=options.concurrency,
-            limiter=options.limiter,
-            tool_timeout=options.tool_timeout,
-        )
+    shared = _EXECUTORS.get(registry)
+    executor = options.tool_executor(registry, reuse=shared)
+    if executor is not shared:
         _EXECUTORS[registry] = executor
     return executor
 

@@ -220,6 +220,9 @@ class DurableLoop:
             concurrency=inner.concurrency,
             limiter=inner.limiter,
             tool_timeout=inner.tool_timeout,
+            rate_limits=inner.rate_limits,
+            retry=inner.retry,
+            idempotent_tools=inner.idempotent_tools,
         )
         executor.durable = self
         self.scope = deps.scope

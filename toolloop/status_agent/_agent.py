@@ -74,7 +74,7 @@ from ..kernel import (
     stream_run,
 )
 from ..models import ChatModel, Usage
-from ..runner import Executor, ToolExecutionRecord, progress_reporter
+from ..runner import ToolExecutionRecord, progress_reporter
 from ..tools import RunScope, Tool, ToolRegistry
 from ._flow import status_agent_flow
 from ._human import HUMAN_EVENT
@@ -477,12 +477,7 @@ class StatusAgent(SyncTwins[StatusAgentResult], StreamTwins[StatusAgentResult]):
         return StatusDeps(
             scope=RunScope(run_id, options.deps) if self.registry.takes_context else None,
             steps=self.steps,
-            executor=Executor(
-                self.registry,
-                concurrency=options.concurrency,
-                limiter=options.limiter,
-                tool_timeout=options.tool_timeout,
-            ),
+            executor=options.tool_executor(self.registry),
             tools=self.registry.specs(),
             options=options,
             approval=approval_rule(options.needs_approval, self.registry.names),

@@ -9,6 +9,7 @@ talks to, with scripted (optionally streamed) replies and a record of what happe
 the tools' results taken from the record, and raises `ReplayMismatch` (a diff, turn by
 turn) where the code now does something else; `Replay`, `ReplayModel` and `Recording` are
 its parts.
+`ManualClock` is a clock a test moves by hand, for rate limits and retries.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 from ._chat_model import ScriptedChatModel as ScriptedChatModel
 from ._chat_model import ScriptedChatReply as ScriptedChatReply
 from ._chat_model import ScriptedChatStream as ScriptedChatStream
+from ._clock import ManualClock as ManualClock
 from ._openai_replies import FakeErrorReply as FakeErrorReply
 from ._openai_replies import FakeRawReply as FakeRawReply
 from ._openai_replies import FakeReply as FakeReply
@@ -43,6 +45,7 @@ __all__ = [
     "FakeRawReply",
     "FakeReply",
     "FakeToolCall",
+    "ManualClock",
     "RecordedEnd",
     "RecordedModelCall",
     "RecordedRequest",
