@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 import urllib.request
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -328,8 +327,8 @@ async def durable_on_the_command_line(product: str, tmp_path: Path, backend: str
 
 
 def served_events(url: str, run_id: str) -> list[dict[str, Any]]:
-    """The events the viewer at ``url`` serves, up to the end of run ``run_id``."""
-    deadline = time.monotonic() + 60  # a hang guard
+    """The events the viewer at ``url`` serves, up to the end of run ``run_id`` (a stalled
+    stream ends by the read timeout; the module's timeout mark guards the rest)."""
     events: list[dict[str, Any]] = []
     with urllib.request.urlopen(url + "events", timeout=60) as stream:
         for raw in stream:
@@ -339,7 +338,6 @@ def served_events(url: str, run_id: str) -> list[dict[str, Any]]:
                 last = events[-1]
                 if last.get("kind") == "run_finished" and last.get("execution_id") == run_id:
                     return events
-            assert time.monotonic() < deadline, "the viewer never served the run's end"
     raise AssertionError("the viewer's stream ended before the run's end")
 
 
