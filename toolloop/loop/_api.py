@@ -267,17 +267,21 @@ _OWN = ("user_extra_requirement", "max_commands", "streaming_dispatch", "answer_
 
 
 _KNOWN = frozenset((*RunOverrides.__annotations__, *_OWN))
+_OWN_NAMES = frozenset(_OWN)
 _NONE_OWN: Mapping[str, Any] = types.MappingProxyType({})
 """The loop's own arguments of a call that gives none (read only)."""
 
 
 def _split(given: Mapping[str, Any], verb: str) -> tuple[RunOptions, Mapping[str, Any]]:
     """The run options of a call (checked) and the loop's own arguments."""
-    for name in given:
-        if name not in _KNOWN:
-            hint = option_hint(name, _KNOWN)
-            raise TypeError(f"{verb}() got an unexpected keyword argument {name!r}{hint}")
-    own = {k: given[k] for k in _OWN if k in given} or _NONE_OWN
+    if not _KNOWN.issuperset(given):
+        for name in given:
+            if name not in _KNOWN:
+                hint = option_hint(name, _KNOWN)
+                raise TypeError(f"{verb}() got an unexpected keyword argument {name!r}{hint}")
+    if _OWN_NAMES.isdisjoint(given):  # run options only
+        return RunOptions.over_defaults(**given), _NONE_OWN
+    own = {k: given[k] for k in _OWN if k in given}
     options = RunOptions.over_defaults(**{k: v for k, v in given.items() if k not in own})
     if "max_commands" in own and (
         not isinstance(own["max_commands"], int) or own["max_commands"] < 1
