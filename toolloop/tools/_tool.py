@@ -271,7 +271,7 @@ class Tool:
             ToolTimeoutError: the call did not finish in time and was cancelled.
             Exception: whatever the function raised, unchanged.
         """
-        limit = _min_timeout(timeout, self.timeout)
+        limit = timeout if self.timeout is None else _min_timeout(timeout, self.timeout)
         if limit is None:
             if self._is_async:  # the function's own coroutine: no frame of ours around it
                 return self.function(**arguments)  # type: ignore[no-any-return]
