@@ -169,11 +169,12 @@ async def drive(
         # for the whole run
         meter.__enter__()
         try:
+            session = execution.run(timeout=options.timeout) if start is None else start()
             if scope is None:
-                result = await _started(execution, start, options)
+                result = await session
             else:
                 with scope.active():
-                    result = await _started(execution, start, options)
+                    result = await session
         finally:
             meter.__exit__()
     except Exception as exc:
@@ -206,16 +207,9 @@ async def drive(
         request = result.waiting[0].request if result.waiting else None
         return result_of(Ended("paused", state, None, result, request, execution))
     ended = Ended("completed", state, logic.stop_reason(state), result, execution=execution)
+    if run is None:
+        return result_of(ended)
     return await _completed(ended, result_of, run)
-
-
-def _started(
-    execution: Execution[S],
-    start: Callable[[], Awaitable[FlowResult[S]]] | None,
-    options: RunOptions,
-) -> Awaitable[FlowResult[S]]:
-    """What a session awaits: ``start()``, or the execution run from the start."""
-    return execution.run(timeout=options.timeout) if start is None else start()
 
 
 class _Closing(Generic[S]):
