@@ -188,28 +188,6 @@ def _reporter(execution: Execution[RoundState]) -> Callable[[Progress], None]:
     return progress_reporter(execution.context_for("execute"))
 
 
-def _result(execution: Execution[RoundState], ended: Ended[RoundState]) -> LoopResult:
-    deps: LoopDeps = execution.deps
-    state = ended.state
-    request = None
-    if ended.status == "paused" and isinstance(ended.request, dict):
-        request = HumanRequest.model_validate(ended.request)
-    return LoopResult.build(
-        deps.user_input,
-        state.done_plans,
-        rounds=state.round_index,
-        stop_reason=ended.stop_reason,  # type: ignore[arg-type]  # the loop's own reasons
-        notes=state.notes,
-        planner_text=state.planner_text,
-        run_id=execution.id,
-        request=request,
-        usage=state.usage,
-        text=state.answer,
-        status=ended.status,
-        structured_response=state.structured_response,
-    )
-
-
 def _drive(
     execution: Execution[RoundState],
     options: RunOptions,
@@ -232,10 +210,27 @@ def _drive(
 
 def _result_of(ended: Ended[RoundState]) -> LoopResult:
     """The result of a session of the run."""
-    if ended.stop_reason is not None:  # (a limit's finish: the state says so too)
-        ended.state.stop_reason = ended.stop_reason  # type: ignore[assignment]  # the loop's
-    assert ended.execution is not None  # (the kernel says which)
-    return _result(ended.execution, ended)
+    state, stop, execution = ended.state, ended.stop_reason, ended.execution
+    assert execution is not None  # (the kernel says which)
+    if stop is not None and state.stop_reason != stop:  # a limit's finish: the state says so
+        state.stop_reason = stop  # type: ignore[assignment]  # the loop's own reasons
+    request = None
+    if ended.status == "paused" and isinstance(ended.request, dict):
+        request = HumanRequest.model_validate(ended.request)
+    return LoopResult.build(
+        execution.deps.user_input,
+        state.done_plans,
+        rounds=state.round_index,
+        stop_reason=stop,  # type: ignore[arg-type]  # the loop's own reasons
+        notes=state.notes,
+        planner_text=state.planner_text,
+        run_id=execution.id,
+        request=request,
+        usage=state.usage,
+        text=state.answer,
+        status=ended.status,
+        structured_response=state.structured_response,
+    )
 
 
 def _raised(state: RoundState, exc: Exception) -> None:

@@ -158,9 +158,10 @@ class DurableHooks(Protocol):
         """As the run pauses for a human, before its snapshot is taken."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LoopDeps:
-    """A run's configuration and services: nothing here changes during the run."""
+    """A run's configuration and services: nothing here changes during the run (it is made
+    for the run, and not frozen only because a frozen one costs more to make)."""
 
     user_input: str
     planner: PlannerLike
@@ -328,7 +329,9 @@ def _decided(
     text = output.get("content") if isinstance(output, dict) else None
     if reply is not None and reply.refusal is not None:
         text = reply.refusal
-    state.planner_text = text if isinstance(text, str) and text.strip() else None
+    text = text if isinstance(text, str) and text.strip() else None
+    if text != state.planner_text:  # (most planners write none: nothing to set)
+        state.planner_text = text
     if ctx.observed:
         tell(
             ctx,
