@@ -197,7 +197,8 @@ class Execution(Generic[S]):
                 f"execution {self.id} is {self.status}; an execution runs once "
                 "(make another with flow.execution(), or resume() a paused one)"
             )
-        self._flow.validate()
+        if not self._flow._valid:
+            self._flow.validate()
         self.status = "running"  # claimed now: a second run() is refused at once
         session = self._drive(self._flow._start, value, "start", session=True, timeout=timeout)
         return session  # type: ignore[return-value]  # a session's outcome: a FlowResult
@@ -346,7 +347,8 @@ class Execution(Generic[S]):
             if self._observers:
                 self._closed("completed", None, elapsed)
                 self._publish(ExecutionFinished(execution_id=self.id, at=elapsed, duration=elapsed))
-            self._close_observers()
+            if self._closers:
+                self._close_observers()
             return FlowResult("completed", self._result, self.state, self._trace, self.id)
         self.status = "paused"
         if self._observers:
@@ -413,6 +415,8 @@ class Execution(Generic[S]):
                                 raise error from error.__cause__
                             step._succeeded(self, started, trigger)
                             nodes: Sequence[Node] = step.out
+                        elif node.sync:  # it decides at once: no coroutine of its own
+                            nodes, value = node.advance(self, value, trigger)
                         else:
                             nodes, value = await node.run(self, value, trigger)
                         if not nodes:
