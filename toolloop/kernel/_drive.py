@@ -201,7 +201,7 @@ async def drive(
         raise
     execution.on_close(None)
     _keep_usage(state, meter)
-    if result.paused:
+    if result.status == "paused":
         if run is not None:
             await run.pause(result)
         request = result.waiting[0].request if result.waiting else None
