@@ -324,8 +324,8 @@ def _decided(
     if meter is not None and meter.calls > mark:  # the planner called a model
         state.usage = meter.usage
         used = meter.since(mark)
-    if notes:
-        state.notes.extend(f"round {index}: {note}" for note in notes)
+    for note in notes:
+        state.notes.append(f"round {index}: {note}")
     text = output.get("content") if isinstance(output, dict) else None
     if reply is not None and reply.refusal is not None:
         text = reply.refusal

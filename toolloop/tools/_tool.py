@@ -244,7 +244,7 @@ class Tool:
             ToolArgumentsError: ``kwargs`` is not a dict, or does not fit the schema (the
                 message lists every violation: where, what was expected, what came).
         """
-        if not isinstance(kwargs, dict):
+        if type(kwargs) is not dict and not isinstance(kwargs, dict):
             raise ToolArgumentsError(
                 f"arguments for tool {self.name!r} must be a JSON object (argument names to "
                 f"values), got {describe_value(kwargs)}"
