@@ -146,9 +146,7 @@ def _prepare(
         scope=RunScope("", options.deps) if registry.takes_context else None,
         answer=answer,
     )
-    execution = Execution(
-        loop_flow, RoundState() if state is None else state, loop_deps, id=run_id
-    )
+    execution = Execution(loop_flow, RoundState() if state is None else state, loop_deps, id=run_id)
     scope = loop_deps.scope
     if scope is not None:
         scope.run_id = execution.id
