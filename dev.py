@@ -13,7 +13,8 @@ Needs only Python 3.10+. The first call creates ``.venv`` and installs toolloop 
   Debian's ``postgresql`` binaries, installed the same way (or set ``TOOLLOOP_POSTGRES_URL``).
 - ``bench``: the benchmarks, printing their figures.
 - ``docs``: build the documentation site into ``site/`` (``mkdocs build --strict``);
-  ``serve`` to browse it live.
+  ``serve`` to browse it live; ``viewer-png``: make the docs' picture of the live viewer
+  (``docs/assets/viewer.png``) from the viewer as it is, in the headless ``chromium``.
 - ``peers``: the loop's workload in toolloop and in its peers (LangGraph, pydantic-ai, ...),
   installed in ``.venv-peers`` of their own; writes the table into ``docs/benchmarks.md``.
 - ``real-model``: the opt-in suite against a real small model served on 127.0.0.1 (the first
@@ -123,6 +124,7 @@ JOBS: dict[str, list[list[str]]] = {
     "bench": [["python", "benchmarks/run_all.py"]],
     "docs": [["mkdocs", "build", "--strict"]],
     "serve": [["mkdocs", "serve"]],
+    "viewer-png": [["python", "docs/_viewer_png.py"]],
     # opt-in: installs llama-cpp-python (its first build takes ~30 min) and a small model
     # into .venv-model, serves it, runs the real_model tests against it, stops the server
     "real-model": [["python", "tests/real_model/run.py"]],
@@ -137,7 +139,7 @@ def main(argv: list[str]) -> None:
         sys.exit(__doc__)
     setup()
     job, *rest = argv
-    if job in ("test", "docs", "serve"):
+    if job in ("test", "docs", "serve", "viewer-png"):
         ensure_system_packages(job)
     steps = JOBS.get(job, [[job]])
     for i, step in enumerate(steps):

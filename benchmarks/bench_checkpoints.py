@@ -10,10 +10,12 @@ checkpoint of each run.
 - ``plain``: ``async_plan_and_execute`` without a store (the baseline, measured in the same
   run).
 - ``memory``: :class:`~toolloop.checkpoints.MemoryCheckpointStore`.
-- ``sqlite`` / ``sqlite (durable=False)``: one file, ``synchronous=FULL`` / ``NORMAL``.
+- ``sqlite`` / ``sqlite (durable=False)``: one file, ``synchronous=FULL`` / ``NORMAL``, with
+  group commit (the default: the writes of concurrent runs committed together).
 - ``postgres``: :class:`~toolloop.checkpoints.PostgresCheckpointStore` with a pool of 10,
   against ``TOOLLOOP_POSTGRES_URL`` if set, else a throwaway local cluster (unix socket,
   ``fsync=off`` as the tests run it: set the URL to measure a real server's disk).
+- ``... (group_commit=False)``: the same store with one transaction per write.
 
 Printed: wall time, rounds per second over all runs, and the overhead per round
 (``(t_store - t_plain) / rounds``, in µs). The median of the repetitions.
@@ -112,10 +114,16 @@ async def main(repeat: int, pg_url: str | None) -> None:
         "sqlite (durable=False)": lambda: SQLiteCheckpointStore(
             folder / f"{uuid.uuid4().hex}.db", timeout=60, durable=False
         ),
+        "sqlite (group_commit=False)": lambda: SQLiteCheckpointStore(
+            folder / f"{uuid.uuid4().hex}.db", timeout=60, group_commit=False
+        ),
     }
     if pg_url is not None:
         sides["postgres"] = lambda: PostgresCheckpointStore(
             pg_url, schema=f"b_{uuid.uuid4().hex[:12]}", max_size=10
+        )
+        sides["postgres (group_commit=False)"] = lambda: PostgresCheckpointStore(
+            pg_url, schema=f"b_{uuid.uuid4().hex[:12]}", max_size=10, group_commit=False
         )
     times: dict[str, list[float]] = {name: [] for name in sides}
     await batch(None)  # warm-up
@@ -130,11 +138,11 @@ async def main(repeat: int, pg_url: str | None) -> None:
     rounds = RUNS * ROUNDS
     plain = statistics.median(times["plain"])
     print(f"{RUNS} runs at once x {ROUNDS} rounds (one tool call each); median of {repeat}")
-    print(f"{'store':<24}{'wall s':>9}{'rounds/s':>11}{'overhead µs/round':>20}")
+    print(f"{'store':<32}{'wall s':>9}{'rounds/s':>11}{'overhead µs/round':>20}")
     for name, values in times.items():
         wall = statistics.median(values)
         over = "" if name == "plain" else f"{(wall - plain) / rounds * 1e6:,.0f}"
-        print(f"{name:<24}{wall:>9.3f}{rounds / wall:>11,.0f}{over:>20}")
+        print(f"{name:<32}{wall:>9.3f}{rounds / wall:>11,.0f}{over:>20}")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ SCRIPTS = [
     "bench_planner.py",
     "bench_agent.py",
     "bench_checkpoints.py",
+    "bench_rate_limits.py",  # starts a rate-limited server of its own
     "bench_ray.py",  # starts and stops a local Ray cluster of its own
 ]
 TAKES_QUICK = {
@@ -25,6 +26,7 @@ TAKES_QUICK = {
     "bench_planner.py",
     "bench_agent.py",
     "bench_checkpoints.py",
+    "bench_rate_limits.py",
     "bench_ray.py",
 }
 

@@ -11,6 +11,8 @@ import pytest
 from postgres_cluster import start_cluster, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
+pytest_plugins = ["toolloop.pytest_plugin"]  # the toolloop_replay fixture
+
 DOCS_BUILD_TIMEOUT = 540
 """Seconds the docs build may take (about 10 quiet, a minute on a busy 2-core machine); the
 tests that use it are marked with a pytest-timeout above it."""
@@ -252,6 +254,7 @@ class RayClusters:
         quiet = {"log_to_driver": False, "configure_logging": False, "namespace": "toolloop"}
         if kind == "local":
             ray.init(
+                address="local",  # a cluster of its own, whatever else runs on the machine
                 num_cpus=2,
                 include_dashboard=False,
                 object_store_memory=256 * 1024**2,

@@ -31,6 +31,26 @@ KNOWS_NOTHING_OF = {
     "status_agent": {"loop", "agents", "ray"},
     # reach: Ray runs the loop's runs and any job; it needs neither agent package
     "ray": {"agents", "status_agent", "checkpoints", "cli"},
+    # rate limits and retries: used by the runner and the model layer alike, they know
+    # only the errors
+    "ratelimit": {
+        "flow",
+        "tools",
+        "runner",
+        "models",
+        "planners",
+        "checkpoints",
+        "kernel",
+        "loop",
+        "agents",
+        "status_agent",
+        "mcp",
+        "cli",
+        "tracing",
+        "viewer",
+        "testing",
+        "ray",
+    },
     # MCP tools are tools: they know nothing of what runs them
     "mcp": {
         "flow",

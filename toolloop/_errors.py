@@ -20,7 +20,8 @@ Definition mistakes (how something was built) are kept apart from failures while
         ├── ToolCallError               one tool call failed (becomes a record's error)
         │   ├── ToolNotFoundError
         │   ├── ToolArgumentsError      kwargs that fail the tool's schema; the tool did not run
-        │   └── ToolTimeoutError
+        │   ├── ToolTimeoutError
+        │   └── RateLimitedError        a tool's service refused a call for its rate (retry_after)
         ├── ModelCallError              the model could not be reached, or answered an error
         └── ModelOutputError            the model's output is unusable (malformed, truncated, empty)
             └── ModelRefusalError       the model refused to answer (its refusal is kept)
@@ -31,9 +32,10 @@ Subpackages add their own, under these: the agents' (``toolloop.agents``:
 checkpoints' (``toolloop.checkpoints``: ``CheckpointError`` and its
 ``CheckpointConflictError``, ``CorruptCheckpointError`` under ``RunError``;
 ``RunNotFoundError``, ``RunNotResumableError``, ``DecisionError`` under ``ResumeError``),
-``toolloop.tracing.TraceError`` for an unreadable trace file, and MCP tools'
+``toolloop.tracing.TraceError`` for an unreadable trace file, MCP tools'
 (``toolloop.mcp``: ``MCPToolError`` under ``ToolCallError``, ``MCPConnectionError`` under
-``RunError``).
+``RunError``), and a replay's (``toolloop.testing``: ``ReplayError`` under ``RunError``,
+and its ``ReplayMismatch``, also an ``AssertionError``).
 
 Every message says what was expected, what came, and what to do.
 """
@@ -57,6 +59,7 @@ __all__ = [
     "ModelOutputError",
     "ModelRefusalError",
     "PlannerError",
+    "RateLimitedError",
     "ResponseFormatError",
     "ResumeError",
     "RunError",
@@ -240,19 +243,53 @@ class ToolTimeoutError(ToolCallError, TimeoutError):
     """A tool call ran out of time and was cancelled."""
 
 
+class RateLimitedError(ToolCallError):
+    """A tool's service refused the call for its rate: raise it from a tool (an HTTP 429 or
+    503 that the tool's client raised is read the same way).
+
+    A :class:`~toolloop.ratelimit.RateLimit` given to the tool backs off when a call raises
+    it, and admits no call before ``retry_after`` seconds; a
+    :class:`~toolloop.ratelimit.RetryPolicy` (for idempotent tools) tries the call again, not
+    before then.
+
+    Attributes:
+        retry_after: seconds the service asked to wait (``None``: it did not say).
+        status: the HTTP status it answered (429 unless told otherwise).
+    """
+
+    def __init__(
+        self,
+        message: str = "the service refused the call for its rate",
+        *,
+        retry_after: float | None = None,
+        status: int = 429,
+    ) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.status = status
+
+
 class ModelCallError(RunError):
     """The model could not be reached, or its server answered with an error (after the
-    client's own retries). ``status`` is the HTTP status when there was one, ``request_id``
-    the server's id of the request when it gave one (for its support). The message is
+    client's own retries, or toolloop's: see :class:`~toolloop.ratelimit.RetryPolicy`).
+    ``status`` is the HTTP status when there was one, ``request_id`` the server's id of the
+    request when it gave one (for its support), ``retry_after`` the seconds the server asked
+    to wait before the next request (its ``Retry-After``), when it said. The message is
     scrubbed of the caller's secrets, and so is the whole chain: the client's own exception,
     which keeps what the server echoed (a key, in a 401's body), is never chained."""
 
     def __init__(
-        self, message: str, *, status: int | None = None, request_id: str | None = None
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        request_id: str | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.request_id = request_id
+        self.retry_after = retry_after
 
 
 class ModelOutputError(RunError):

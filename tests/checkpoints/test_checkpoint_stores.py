@@ -14,6 +14,7 @@ from postgres_cluster import fresh_schema
 from toolloop.checkpoints import (
     Checkpoint,
     CheckpointConflictError,
+    CheckpointedRun,
     CheckpointError,
     CheckpointStore,
     CorruptCheckpointError,
@@ -27,16 +28,38 @@ from toolloop.flow import FlowSnapshot, Wait
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
+class OldSQLiteStore(SQLiteCheckpointStore):
+    """A SQLite store as on a SQLite before 3.35 (no ``UPDATE ... RETURNING``)."""
+
+    _RETURNING = False
+
+
+@pytest.fixture(
+    params=[
+        "memory",
+        "sqlite",
+        "sqlite-per-write",
+        "sqlite-no-returning",
+        "postgres",
+        "postgres-per-write",
+    ]
+)
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[CheckpointStore]:
-    if request.param == "memory":
+    """Every store, with group commit (the default) and with one transaction per write."""
+    kind, _, how = request.param.partition("-")
+    grouped = how != "per-write"
+    if kind == "memory":
         yield MemoryCheckpointStore()
-    elif request.param == "sqlite":
-        async with SQLiteCheckpointStore(tmp_path / "runs.db") as sqlite_store:
+    elif kind == "sqlite":
+        cls = OldSQLiteStore if how == "no-returning" else SQLiteCheckpointStore
+        async with cls(tmp_path / "runs.db", group_commit=grouped) as sqlite_store:
             yield sqlite_store
     else:
         url = request.getfixturevalue("postgres_url")
-        async with fresh_schema(url) as schema, PostgresCheckpointStore(url, schema=schema) as pg:
+        async with (
+            fresh_schema(url) as schema,
+            PostgresCheckpointStore(url, schema=schema, group_commit=grouped) as pg,
+        ):
             yield pg
 
 
@@ -138,6 +161,41 @@ async def test_the_journal_records_intent_then_outcome_once(store: CheckpointSto
     assert read.journal == [done]
     assert read.entry("call-1") == done
     assert read.entry("call-2") is None
+
+
+async def test_a_note_is_journaled_finished_in_one_write(store: CheckpointStore) -> None:
+    run = CheckpointedRun(store, await store.put(checkpoint(), expected_revision=None))
+    note = await run.record_note("plan/0", "<planner>", {"commands": [1, "two"]})
+    assert (note.state, note.outcome) == ("finished", {"commands": [1, "two"]})
+    assert note.finished_at is not None
+    assert "plan/0" not in run.open_calls  # a note runs nothing
+    # once: written again, the stored one comes back, unchanged
+    again = await run.record_note("plan/0", "<planner>", {"commands": []})
+    assert again == note
+    read = await store.get("r1")
+    assert read is not None and read.journal == [note]
+    # an intent journaled before (e.g. by an older toolloop) gets the note's outcome
+    await store.record_intent("r1", JournalEntry(call_id="usage/1", tool_name="<usage>"))
+    done = await run.record_note("usage/1", "<usage>", {"n": 1})
+    assert (done.state, done.outcome) == ("finished", {"n": 1})
+    with pytest.raises(CheckpointError, match="is not JSON data"):
+        await run.record_note("bad", "<planner>", {1, 2})
+    read = await store.get("r1")
+    assert read is not None and [e.call_id for e in read.journal] == ["plan/0", "usage/1"]
+
+
+async def test_a_note_on_a_store_that_writes_intents_only_is_intent_then_outcome() -> None:
+    class IntentsOnly(MemoryCheckpointStore):
+        async def record_intent(self, run_id: str, entry: JournalEntry) -> JournalEntry:
+            started = entry.model_copy(update={"state": "started", "outcome": None})
+            return await super().record_intent(run_id, started)
+
+    store = IntentsOnly()
+    run = CheckpointedRun(store, await store.put(checkpoint(), expected_revision=None))
+    note = await run.record_note("plan/0", "<planner>", {"x": 1})
+    assert (note.state, note.outcome) == ("finished", {"x": 1})
+    read = await store.get("r1")
+    assert read is not None and read.journal == [note]
 
 
 async def test_a_put_never_touches_the_journal(store: CheckpointStore) -> None:

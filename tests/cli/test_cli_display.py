@@ -166,6 +166,7 @@ def test_the_live_display_shows_a_tool_s_progress_on_its_running_line() -> None:
             round_index=0,
             tool_name="get_weather",
             purpose="weather",
+            call_id="0.0",
             message="asking\nthe station with sk-proj-0123456789abcdefghijkl",
         )
     )

@@ -229,6 +229,7 @@ def test_a_tool_progress_report_is_one_plain_line() -> None:
         round_index=2,
         tool_name="fetch",
         purpose="read",
+        call_id="2.0",
         message="3 of 10\npages",
         data={"done": 3},
     )

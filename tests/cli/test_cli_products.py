@@ -8,16 +8,22 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import anyio
 import pytest
+from cli_runs import (
+    CALL,
+    PRODUCTS,
+    REJECTED,
+    Model,
+    calls,
+    make_workdir,
+    printed_command,
+    product_flags,
+    toolloop,
+)
 
-from toolloop.testing import FakeErrorReply, FakeOpenAIServer, FakeReply, FakeToolCall
-from toolloop.testing._http import RecordedRequest
+from toolloop.testing import FakeOpenAIServer
 
 pytestmark = [
     pytest.mark.anyio,
@@ -28,117 +34,10 @@ pytestmark = [
     ),
 ]
 
-PRODUCTS = ("loop", "middleware", "status")
-REJECTED = "not to Ann, please"
-
-TOOLS_SOURCE = '''
-import json
-import pathlib
-
-LOG = pathlib.Path(__file__).with_name("calls.log")
-
-
-def send_email(to: str, body: str) -> dict:
-    """Send an email.
-
-    Args:
-        to: the address.
-        body: the text.
-    """
-    with LOG.open("a", encoding="utf-8") as log:
-        log.write(json.dumps({"to": to, "body": body}) + "\\n")
-    return {"receipt": f"RCPT-{to}"}
-
-
-TOOLS = [send_email]
-'''
-
-CALL = {"to": "ann@example.com", "body": "hi"}
-
-
-@dataclass
-class Model:
-    """Answers each product's model calls from what the request holds: the tool call
-    first; once a receipt (or the rejection) is in what the model is told, the answer.
-    ``fail_after_tool``: a call after the tool ran fails (HTTP 500)."""
-
-    product: str
-    fail_after_tool: bool = False
-
-    def __call__(self, request: RecordedRequest) -> FakeReply | FakeErrorReply | str:
-        seen = json.dumps(request.body)
-        done = "RCPT-" in seen or REJECTED in seen
-        if done and self.fail_after_tool:
-            return FakeErrorReply(status=500, message="the model server broke down")
-        if self.product == "loop":
-            if done:
-                return '{"next_action": "response", "execution_commands": []}'
-            command = {"purpose": "mail", "tool_name": "send_email", "tool_kwargs": CALL}
-            return json.dumps({"next_action": "execute", "execution_commands": [command]})
-        if self.product == "middleware":
-            if done:
-                return "Done."
-            return FakeReply(tool_calls=(FakeToolCall("send_email", json.dumps(CALL)),))
-        system = request.body["messages"][0]["content"]
-        if "Analyze the request" in system:
-            return "The user wants an email sent."
-        if "Write a plan" in system:
-            return '{"steps": ["send the email"]}'
-        if "Decide the next move" in system and not done:
-            call = {"tool_name": "send_email", "arguments": CALL, "purpose": "mail"}
-            return json.dumps(
-                {"action": "call_tools", "tool_calls": [call], "reason": "", "answer": None}
-            )
-        if "Decide the next move" in system:
-            finish = {"action": "finish", "tool_calls": [], "reason": "", "answer": "Done."}
-            return json.dumps(finish)
-        if "Reflect on the last results" in system:
-            return json.dumps({"verdict": "finish", "note": "", "answer": "Done."})
-        return "Done."
-
 
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
-    (tmp_path / "tools.py").write_text(TOOLS_SOURCE, encoding="utf-8")
-    return tmp_path
-
-
-def calls(workdir: Path) -> list[dict[str, Any]]:
-    log = workdir / "calls.log"
-    if not log.exists():
-        return []
-    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
-
-
-async def toolloop(workdir: Path, backend: str, *argv: str) -> tuple[int, str, str]:
-    """``python -m toolloop ARGV --backend BACKEND`` in ``workdir``."""
-    command = [sys.executable, "-m", "toolloop", *argv, "--backend", backend]
-    process = await anyio.run_process(command, cwd=workdir, check=False)
-    return process.returncode, process.stdout.decode(), process.stderr.decode()
-
-
-def product_flags(server: FakeOpenAIServer, product: str) -> list[str]:
-    return [
-        "--agent",
-        product,
-        "--tools",
-        "tools:TOOLS",
-        "--base-url",
-        server.base_url,
-        "--model",
-        "fake-model",
-        "--max-retries",
-        "0",
-    ]
-
-
-def printed_command(stdout: str, prefix: str) -> list[str]:
-    """The ``toolloop ...`` command the output gives after ``prefix``."""
-    found = re.search(rf"^{re.escape(prefix)}(toolloop .*)$", stdout, re.M)
-    assert found, stdout
-    words = shlex.split(found.group(1))
-    assert words[0] == "toolloop"
-    return words[1:]
+    return make_workdir(tmp_path)
 
 
 @pytest.mark.parametrize("product", PRODUCTS)
@@ -156,6 +55,18 @@ async def test_run_each_product_to_its_end(workdir: Path, anyio_backend: str, pr
         assert "\nanswer:\nDone.\n" in out
         turn = "model call" if product == "middleware" else "step"
         assert re.search(rf"finished: answered after \d+ {turn}s?, 1 record", out)
+
+
+@pytest.mark.parametrize("product", PRODUCTS)
+async def test_streaming_dispatch_is_every_product_s(
+    workdir: Path, anyio_backend: str, product: str
+) -> None:
+    async with FakeOpenAIServer(responder=Model(product)) as server:
+        flags = [*product_flags(server, product), "--streaming-dispatch"]
+        code, out, err = await toolloop(workdir, anyio_backend, "run", "Mail Ann", *flags)
+    assert (code, err) == (0, ""), out
+    assert calls(workdir) == [CALL]  # once
+    assert "\nstop: answered · " in out
 
 
 @pytest.mark.parametrize("decision", ["approve", "reject", "edit"])

@@ -14,6 +14,7 @@ import functools
 import json
 import re
 from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Literal
 
 import anyio
@@ -34,18 +35,23 @@ from toolloop.errors import (
     ExecutionError,
     ModelCallError,
     PlannerError,
+    RateLimitedError,
     StepFailedError,
     UsageLimitError,
 )
 from toolloop.flow import ExecutionPaused, FlowEvent
 from toolloop.kernel import (
+    ENGINE_EVENTS,
     Approval,
     CheckpointSaved,
     ModelCallFinished,
     ModelCallStarted,
+    RateLimitChanged,
     ResponseFormat,
+    RetryScheduled,
     RunFinished,
     RunResult,
+    RunStream,
     cut_off_error,
     interrupted_error,
     rejected_error,
@@ -58,9 +64,13 @@ from toolloop.loop import (
     plan_and_execute,
     recover_plan_and_execute,
     resume_plan_and_execute,
+    stream_plan_and_execute,
+    stream_recover_plan_and_execute,
+    stream_resume_plan_and_execute,
 )
-from toolloop.models import ChatRequest, ReplyReader, UsageLimits, stream_chat
+from toolloop.models import ChatModel, ChatRequest, ReplyReader, UsageLimits, stream_chat
 from toolloop.planners import StructuredPlanner
+from toolloop.ratelimit import RateLimit, RetryPolicy
 from toolloop.runner import (
     ToolCallFinished,
     ToolCallStarted,
@@ -69,13 +79,22 @@ from toolloop.runner import (
     cancelled_error,
 )
 from toolloop.status_agent import StatusAgent, StatusView
-from toolloop.testing import ScriptedChatModel
-from toolloop.tools import RunContext
+from toolloop.testing import (
+    FakeToolCall,
+    ReplayMismatch,
+    ScriptedChatModel,
+    ScriptedChatReply,
+    replay,
+)
+from toolloop.tools import RunContext, Tool, ToolRegistry, async_call_tool, tool
+from toolloop.tracing import TraceRecorder
 
 pytestmark = pytest.mark.anyio
 
 Tools = Sequence[Callable[..., Any]]
 Backend = Literal["asyncio", "trio"]
+Streamed = AbstractAsyncContextManager[RunStream[Any]]
+"""What a product's stream verbs give: the run's stream, in an ``async with`` block."""
 
 CANCELLED = "the run's cancellation"
 """What cut a call off when its run was cancelled (the journal's words)."""
@@ -115,6 +134,15 @@ class Product:
         """The next model call answers ``text`` (no tool call)."""
         raise NotImplementedError
 
+    def script_held_calls(self, calls: Sequence[tuple[str, dict[str, Any]]], gate: Any) -> None:
+        """The next model call asks for ``calls``; its stream waits once the first one is
+        complete, until ``gate`` (an ``anyio.Event``) is set."""
+        raise NotImplementedError
+
+    def model_decides(self) -> None:
+        """The product's model writes its decisions as it streams them (the status agent:
+        its own decision step, not this test's); a no-op where it always does."""
+
     def script_hang(self) -> None:
         """The next model call never ends (past any model_timeout: a hang guard, 120x)."""
         self.model.add_reply("never", first_delay=60)
@@ -147,8 +175,29 @@ class Product:
     ) -> RunResult:
         raise NotImplementedError
 
+    def stream(self, tools: Tools, **options: Any) -> Streamed:
+        raise NotImplementedError
+
+    def stream_resume(
+        self, run_id: str, decision: object, tools: Tools, **options: Any
+    ) -> Streamed:
+        raise NotImplementedError
+
+    def stream_recover(self, run_id: str, tools: Tools, **options: Any) -> Streamed:
+        raise NotImplementedError
+
 
 REQUEST = "mail ada"
+
+
+def first_item_end(text: str, key: str) -> int:
+    """Where the first object of the list ``key`` of the JSON ``text`` closes (after it)."""
+    depth = 0
+    for at in range(text.index(f'"{key}": [') + len(key) + 5, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[at], 0)
+        if depth == 0:
+            return at + 1
+    raise ValueError(f"no item in {key!r}")
 
 
 class Loop(Product):
@@ -175,6 +224,15 @@ class Loop(Product):
 
     def script_answer(self, text: str) -> None:
         self.model.add_reply(json.dumps({"content": text, "next_action": "response"}))
+
+    def script_held_calls(self, calls: Sequence[tuple[str, dict[str, Any]]], gate: Any) -> None:
+        commands = [
+            {"purpose": f"call {tool}", "tool_name": tool, "tool_kwargs": arguments}
+            for tool, arguments in calls
+        ]
+        text = json.dumps({"next_action": "execute", "execution_commands": commands})
+        cut = first_item_end(text, "execution_commands")
+        self.model.add_reply(chunks=(text[:cut], text[cut:]), gates={1: gate})
 
     async def run(self, tools: Tools, **options: Any) -> RunResult:
         return await async_plan_and_execute(
@@ -212,6 +270,23 @@ class Loop(Product):
             run_id, planner=self.planner(), tools=tools, backend=backend, **options
         )
 
+    def stream(self, tools: Tools, **options: Any) -> Streamed:
+        return stream_plan_and_execute(
+            REQUEST, planner=self.planner(), tools=tools, **self.answering(options)
+        )
+
+    def stream_resume(
+        self, run_id: str, decision: object, tools: Tools, **options: Any
+    ) -> Streamed:
+        return stream_resume_plan_and_execute(
+            run_id, decision, planner=self.planner(), tools=tools, **options
+        )
+
+    def stream_recover(self, run_id: str, tools: Tools, **options: Any) -> Streamed:
+        return stream_recover_plan_and_execute(
+            run_id, planner=self.planner(), tools=tools, **self.answering(options)
+        )
+
 
 class ToolCalling(Product):
     """A product whose model asks for tools with tool calls."""
@@ -227,6 +302,11 @@ class ToolCalling(Product):
 
     def script_answer(self, text: str) -> None:
         self.model.add_reply(text)
+
+    def script_held_calls(self, calls: Sequence[tuple[str, dict[str, Any]]], gate: Any) -> None:
+        asked = [FakeToolCall(tool, json.dumps(arguments)) for tool, arguments in calls]
+        end = ScriptedChatReply(tool_calls=tuple(asked), chunk_size=4).tool_call_end(0)
+        self.model.add_reply(tool_calls=asked, chunk_size=4, gates={end: gate})
 
 
 class Agent(ToolCalling):
@@ -263,6 +343,19 @@ class Agent(ToolCalling):
     ) -> RunResult:
         return create_agent(self.model, tools).recover_sync(run_id, backend=backend, **options)
 
+    def stream(self, tools: Tools, **options: Any) -> Streamed:
+        agent = create_agent(self.model, tools, response_format=self.response_format)
+        return agent.stream(REQUEST, **options)
+
+    def stream_resume(
+        self, run_id: str, decision: object, tools: Tools, **options: Any
+    ) -> Streamed:
+        return create_agent(self.model, tools).stream_resume(run_id, decision, **options)
+
+    def stream_recover(self, run_id: str, tools: Tools, **options: Any) -> Streamed:
+        agent = create_agent(self.model, tools, response_format=self.response_format)
+        return agent.stream_recover(run_id, **options)
+
 
 class Status(ToolCalling):
     """The status agent: its decision step asks the model (a tool call becomes the call to
@@ -277,6 +370,25 @@ class Status(ToolCalling):
     def __init__(self) -> None:
         super().__init__()
         self.store: CheckpointStore | None = None
+        self.decides_by_model = False
+
+    def model_decides(self) -> None:
+        self.decides_by_model = True
+
+    def script_answer(self, text: str) -> None:
+        if not self.decides_by_model:
+            return super().script_answer(text)
+        finish = {"action": "finish", "tool_calls": [], "reason": "", "answer": text}
+        self.model.add_reply(json.dumps(finish))
+
+    def script_held_calls(self, calls: Sequence[tuple[str, dict[str, Any]]], gate: Any) -> None:
+        assert self.decides_by_model, "the status agent's own decision step streams"
+        asked = [{"tool_name": t, "arguments": a, "purpose": t} for t, a in calls]
+        text = json.dumps(
+            {"action": "call_tools", "tool_calls": asked, "reason": "", "answer": None}
+        )
+        cut = first_item_end(text, "tool_calls")
+        self.model.add_reply(chunks=(text[:cut], text[cut:]), gates={1: gate})
 
     async def decide(self, view: StatusView) -> dict[str, Any]:
         request = ChatRequest(messages=[{"role": "user", "content": view.user_input}])
@@ -298,17 +410,18 @@ class Status(ToolCalling):
         return {"verdict": "continue" if view.last_records else "finish"}
 
     def agent(self, tools: Tools) -> StatusAgent:
+        steps: dict[str, Any] = {"converse": lambda view: "nothing to say"}
+        if self.response_format is not None:
+            steps = {"model": self.model, "response_format": self.response_format}
+        if self.decides_by_model:
+            steps["model"] = self.model  # its own decision step asks it
         agent = StatusAgent(
             tools=tools,
             analyze=lambda view: "the user wants a mail sent",
             plan=lambda view: ["send the mail"],
-            decide=self.decide,
+            decide=None if self.decides_by_model else self.decide,
             reflect=self.reflect,
-            **(
-                {"converse": lambda view: "nothing to say"}
-                if self.response_format is None
-                else {"model": self.model, "response_format": self.response_format}
-            ),
+            **steps,
             store=self.store,
         )
         self.store = agent.store
@@ -337,6 +450,17 @@ class Status(ToolCalling):
         self, run_id: str, tools: Tools, *, backend: Backend, **options: Any
     ) -> RunResult:
         return self.agent(tools).recover_sync(run_id, backend=backend, **options)
+
+    def stream(self, tools: Tools, **options: Any) -> Streamed:
+        return self.agent(tools).stream(REQUEST, **options)
+
+    def stream_resume(
+        self, run_id: str, decision: object, tools: Tools, **options: Any
+    ) -> Streamed:
+        return self.agent(tools).stream_resume(run_id, decision, **options)
+
+    def stream_recover(self, run_id: str, tools: Tools, **options: Any) -> Streamed:
+        return self.agent(tools).stream_recover(run_id, **options)
 
 
 PRODUCTS: tuple[type[Product], ...] = (Loop, Agent, Status)
@@ -382,6 +506,41 @@ def of(events: list[FlowEvent], kind: type[Any]) -> list[Any]:
 
 def sends(result: RunResult) -> list[ToolExecutionRecord]:
     return [r for r in result.records if r.tool_name == "send"]
+
+
+# -- streaming dispatch ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", EACH)
+@pytest.mark.parametrize("streaming", [True, False], ids=["dispatch", "whole"])
+async def test_streaming_dispatch_starts_a_call_while_the_model_still_writes(
+    make: type[Product], streaming: bool
+) -> None:
+    product, mailer = make(), Mailer(inside=anyio.Event())
+    product.model_decides()
+    release = anyio.Event()
+    product.script_held_calls([("send", {"to": "ada"}), ("send", {"to": "bob"})], release)
+    product.script_answer("sent")
+    done: list[RunResult] = []
+
+    async def run() -> None:
+        done.append(await product.run(mailer.tools, streaming_dispatch=streaming))
+
+    async with anyio.create_task_group() as task_group:
+        task_group.start_soon(run)
+        with anyio.fail_after(10):  # a hang guard
+            if streaming:
+                assert mailer.inside is not None
+                await mailer.inside.wait()
+            await anyio.wait_all_tasks_blocked()
+        held = [s for s in product.model.streams if s.held.is_set()]
+        assert len(held) == 1 and not held[0].completed  # the model still writes
+        assert mailer.sent == (["ada"] if streaming else [])
+        release.set()
+    (result,) = done
+    assert mailer.sent == ["ada", "bob"]
+    assert [r.success for r in sends(result)] == [True, True]
+    assert result.text == "sent"
 
 
 # -- options ---------------------------------------------------------------------------------
@@ -737,6 +896,80 @@ async def test_unknown_outcome_retry_runs_an_idempotent_call_again(make: type[Pr
     assert (recovered.status, recovered.stop_reason) == ("completed", "answered")
 
 
+# -- idempotency keys --------------------------------------------------------------------------
+
+
+class KeyedMailer(Mailer):
+    """A mailer whose ``send`` notes its call's idempotency key, as an outside system that
+    does a side effect once per key would be handed it."""
+
+    def __init__(self, *, hold: bool = False, inside: anyio.Event | None = None) -> None:
+        super().__init__(hold=hold, inside=inside)
+        self.keys: list[str] = []
+
+    async def keyed_send(self, to: str, ctx: RunContext[Any]) -> str:
+        """Send a mail.
+
+        Args:
+            to: who gets it.
+        """
+        self.keys.append(ctx.idempotency_key)
+        return await self.send(to)
+
+    @property
+    def tools(self) -> list[Callable[..., Any]]:
+        send = tool(name="send")(self.keyed_send)
+        return [send]
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_call_s_idempotency_key_is_the_same_when_it_runs_again(
+    make: type[Product],
+) -> None:
+    product, store = make(), MemoryCheckpointStore()
+    mailer = KeyedMailer(hold=True, inside=anyio.Event())
+    product.script_tool_call("send", to="ada")
+    run = functools.partial(product.run, mailer.tools, store=store, run_id="keyed")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        assert mailer.inside is not None
+        with anyio.fail_after(30):  # a hang guard
+            await mailer.inside.wait()
+        tg.cancel_scope.cancel()  # cut off while the call runs: its outcome unknown
+    mailer.hold = False
+    product.script_answer("sent")
+    recovered = await product.recover(
+        "keyed", mailer.tools, store=store, unknown_outcome="retry", idempotent_tools=["send"]
+    )
+    assert recovered.stop_reason == "answered" and mailer.sent == ["ada", "ada"]
+    first, again = mailer.keys
+    assert first == again  # the same call: an outside system does its effect once
+    assert re.fullmatch("[0-9a-f]{32}", first)
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_every_other_call_has_another_idempotency_key(make: type[Product]) -> None:
+    product, mailer = make(), KeyedMailer()
+    product.script_tool_call("send", to="ada")
+    product.script_tool_call("send", to="ada")  # the same arguments, another call
+    product.script_answer("sent twice")
+    await product.run(mailer.tools, run_id="one")
+    other = make()
+    other.script_tool_call("send", to="ada")
+    other.script_answer("sent")
+    await other.run(mailer.tools, run_id="two")  # the same call of another run
+    assert len(mailer.keys) == 3 and len(set(mailer.keys)) == 3, mailer.keys
+
+
+async def test_a_tool_called_outside_a_run_gets_a_fresh_key_per_call() -> None:
+    mailer = KeyedMailer()
+    (send,) = mailer.tools
+    assert isinstance(send, Tool)
+    await async_call_tool(send, {"to": "ada"})
+    await async_call_tool(send, {"to": "ada"})
+    assert len(set(mailer.keys)) == 2
+
+
 # -- deps --------------------------------------------------------------------------------------
 
 
@@ -757,6 +990,192 @@ async def test_deps_reach_a_tool_s_run_context(make: type[Product]) -> None:
     assert result.status == "completed" and result.run_id
     assert len(seen) == 1 and seen[0][0] is deps and seen[0][1] == result.run_id
     assert [r.result for r in result.records] == ["me"]
+
+
+# -- rate limits and retries ------------------------------------------------------------------
+
+NOW = RetryPolicy(backoff=0, jitter=0)
+"""Retries without a wait."""
+
+
+def refused(retry_after: float | None = None) -> ModelCallError:
+    return ModelCallError("HTTP 429: slow down", status=429, retry_after=retry_after)
+
+
+class Refusing(Mailer):
+    """``send`` refused for its rate ``times`` times, then sent."""
+
+    def __init__(self, times: int) -> None:
+        super().__init__()
+        self.times = times
+
+    async def send(self, to: str) -> str:
+        """Send a mail.
+
+        Args:
+            to: who gets it.
+        """
+        self.sent.append(to)
+        if len(self.sent) <= self.times:
+            raise RateLimitedError("the mail server is busy", retry_after=0)
+        return f"sent to {to}"
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_model_call_refused_for_its_rate_is_tried_again_every_try_told(
+    make: type[Product],
+) -> None:
+    product, mailer = make(), Mailer()
+    product.model.add_error(refused())
+    product.script_answer("done")
+    limit = RateLimit(10, name="model")
+    events: list[FlowEvent] = []
+    result = await product.run(
+        mailer.tools, model_rate_limit=limit, model_retry=NOW, on_event=events.append
+    )
+    assert result.status == "completed" and len(product.model.requests) == 2
+    started = [(e.call_index, e.attempt) for e in of(events, ModelCallStarted)]
+    assert started == [(0, 1), (0, 2)]
+    finished = of(events, ModelCallFinished)
+    assert [(e.attempt, e.error is None) for e in finished] == [(1, False), (2, True)]
+    (retry,) = of(events, RetryScheduled)
+    assert (retry.target, retry.call_index, retry.attempt, retry.status, retry.wait) == (
+        "model",
+        0,
+        1,
+        429,
+        0.0,
+    )
+    (change,) = of(events, RateLimitChanged)
+    assert (change.name, change.reason, change.rate, change.backoffs) == ("model", "backoff", 9, 1)
+    assert result.usage.requests == 2  # the refused try is a request of the run
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_model_retries_stop_at_the_run_s_budget(make: type[Product]) -> None:
+    product, mailer = make(), Mailer()
+    for _ in range(3):
+        product.model.add_error(refused())
+    product.script_answer("never asked")
+    result = await product.run(
+        mailer.tools,
+        model_retry=RetryPolicy(tries=5, backoff=0),
+        usage_limits=UsageLimits(max_requests=2),
+        on_usage_limit="finish",
+    )
+    assert result.stop_reason == "usage_limit" and len(product.model.requests) == 2
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_model_retries_never_wait_past_the_run_s_timeout(make: type[Product]) -> None:
+    product, mailer = make(), Mailer()
+    product.model.add_error(refused(retry_after=50))  # the next try would come after it
+    product.script_answer("never asked")
+    with pytest.raises(ExecutionError) as caught:
+        await product.run(mailer.tools, model_retry=NOW, timeout=30)
+    error = caught.value
+    assert isinstance(error, product.model_error)
+    assert isinstance(error.__cause__, ModelCallError) and error.__cause__.status == 429
+    assert len(product.model.requests) == 1  # failed at once, with the server's answer
+
+
+@pytest.mark.parametrize("make", EACH)
+@pytest.mark.parametrize("durable", [False, True], ids=["plain", "durable"])
+async def test_an_idempotent_tool_is_retried_and_its_record_keeps_its_tries(
+    make: type[Product], durable: bool
+) -> None:
+    product, mailer = make(), Refusing(times=1)
+    product.script_tool_call("send", to="ada")
+    product.script_answer("sent")
+    events: list[FlowEvent] = []
+    limit = RateLimit(concurrency=2, name="mail")
+    result = await product.run(
+        mailer.tools,
+        idempotent_tools=["send"],
+        tool_retry=NOW,
+        rate_limits={"send": limit},
+        on_event=events.append,
+        store=MemoryCheckpointStore() if durable else None,
+    )
+    (record,) = sends(result)
+    assert record.success and record.attempts == 2 and mailer.sent == ["ada", "ada"]
+    (retry,) = of(events, RetryScheduled)
+    assert (retry.target, retry.tool_name, retry.attempt) == ("tool", "send", 1)
+    assert "the mail server is busy" in retry.error
+    assert (limit.admitted, limit.refused, limit.in_flight) == (2, 1, 0)
+    (ended,) = of(events, ToolCallFinished)
+    assert ended.record.attempts == 2
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_tool_that_is_not_idempotent_is_never_retried(make: type[Product]) -> None:
+    product, mailer = make(), Refusing(times=1)
+    product.script_tool_call("send", to="ada")
+    product.script_answer("not sent")
+    events: list[FlowEvent] = []
+    result = await product.run(mailer.tools, tool_retry=NOW, on_event=events.append)
+    (record,) = sends(result)
+    assert not record.success and record.attempts == 1 and mailer.sent == ["ada"]
+    assert of(events, RetryScheduled) == []
+
+
+async def test_one_rate_limit_is_shared_by_runs_of_every_product() -> None:
+    """One limiter for the runs of the three products at once: at most one model call open
+    at a time among them all, every try admitted by it, and a refusal in one run's call
+    (told in that run's events) holds the others back for its ``Retry-After``."""
+    limit = RateLimit(concurrency=1, adaptive=False, name="shared")
+    products = [make() for make in PRODUCTS]
+    open_now, most = 0, 0
+
+    class Counted:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        async def __aenter__(self) -> Any:
+            nonlocal open_now, most
+            deltas = await self.inner.__aenter__()
+            open_now += 1
+            most = max(most, open_now)
+            await anyio.sleep(0.01)  # (room for another run's call to overlap, if it could)
+            return deltas
+
+        async def __aexit__(self, *exc: Any) -> Any:
+            nonlocal open_now
+            open_now -= 1
+            return await self.inner.__aexit__(*exc)
+
+    def counted(stream: Callable[[ChatRequest], Any]) -> Callable[[ChatRequest], Any]:
+        return lambda request: Counted(stream(request))
+
+    products[1].model.add_error(refused(retry_after=0.05))  # the agent's first try
+    for product in products:
+        product.model.stream = counted(product.model.stream)  # type: ignore[method-assign,assignment]
+        product.script_tool_call("send", to=product.name)
+        product.script_answer("sent")
+    mailers = [Mailer() for _ in products]
+    results: dict[str, RunResult] = {}
+    events: dict[str, list[FlowEvent]] = {p.name: [] for p in products}
+
+    async def run(product: Product, mailer: Mailer) -> None:
+        results[product.name] = await product.run(
+            mailer.tools,
+            model_rate_limit=limit,
+            model_retry=NOW,
+            on_event=events[product.name].append,
+        )
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            for product, mailer in zip(products, mailers, strict=True):
+                tg.start_soon(run, product, mailer)
+    assert all(r.status == "completed" for r in results.values())
+    calls = sum(len(p.model.requests) for p in products)
+    assert most == 1 and limit.admitted == calls and limit.in_flight == 0
+    assert limit.refused == 1
+    (held,) = of(events["agent"], RateLimitChanged)
+    assert (held.name, held.reason) == ("shared", "hold")
+    assert of(events["loop"], RateLimitChanged) == of(events["status"], RateLimitChanged) == []
+    assert [m.sent for m in mailers] == [["loop"], ["agent"], ["status"]]
 
 
 # -- events and result -------------------------------------------------------------------------
@@ -783,6 +1202,40 @@ async def test_a_completed_run_tells_its_model_calls_tool_calls_checkpoints_and_
     assert (end.stop_reason, end.records) == (result.stop_reason, len(result.records))
     assert end.usage is not None and end.usage.requests == 2
     assert events.index(end) > max(events.index(e) for e in [*finished, *ended])
+
+
+@pytest.mark.parametrize("pause", [False, True])
+@pytest.mark.parametrize("make", EACH)
+async def test_a_recorded_run_replays_through_the_code_as_it_is(
+    make: type[Product], pause: bool
+) -> None:
+    product, mailer = make(), Mailer()
+    product.script_tool_call("send", to="ada")
+    product.script_answer("sent")
+    options: dict[str, Any] = {"needs_approval": ["send"]} if pause else {}
+    recorder = TraceRecorder()
+    recorded = await product.run(
+        mailer.tools, store=MemoryCheckpointStore(), on_event=recorder, **options
+    )
+    assert recorded.paused == pause and len(mailer.sent) == (0 if pause else 1)
+
+    again = make()
+
+    async def run(model: ChatModel, tools: ToolRegistry) -> RunResult:
+        again.model = model  # type: ignore[assignment]  # the replay's model, not a script
+        return await again.run(list(tools), store=MemoryCheckpointStore(), **options)
+
+    replayed = await replay(recorder.trace, run, tools=mailer.tools)
+    assert len(mailer.sent) == (0 if pause else 1)  # the tool did not run again
+    assert replayed.paused == pause
+    assert replayed.records == recorded.records
+    # the code changed: the tool's schema now refuses the recorded call
+    longer = {"type": "object", "properties": {"to": {"type": "string", "minLength": 5}}}
+    strict = Tool(name="send", description="Send.", parameters=longer, function=mailer.send)
+    refused = r"send \[\d+\.0\] is refused now|send .* \(not run: .* a call the recording does not"
+    with pytest.raises(ReplayMismatch, match=refused):  # (a paused run never ran it)
+        await replay(recorder.trace, run, tools=[strict])
+    assert len(mailer.sent) == (0 if pause else 1)
 
 
 async def paused_on_send(make: type[Product]) -> tuple[Any, list[FlowEvent]]:
@@ -818,12 +1271,15 @@ async def test_the_pause_event_carries_what_the_run_asks(make: type[Product]) ->
 
 @pytest.mark.parametrize("make", EACH)
 async def test_a_tool_s_report_is_a_progress_event_of_its_call(make: type[Product]) -> None:
+    told: list[str] = []
+
     async def send(ctx: RunContext[None], to: str) -> str:
         """Send a mail.
 
         Args:
             to: who gets it.
         """
+        told.append(ctx.call_id)
         ctx.report("sending", to=to)
         return f"sent to {to}"
 
@@ -842,6 +1298,9 @@ async def test_a_tool_s_report_is_a_progress_event_of_its_call(make: type[Produc
     )
     assert progress.execution_id == result.run_id
     assert progress.round_index == started.round_index  # the turn of the call it reports on
+    assert started.call_id  # the call it reports on, by the id the events tell it by
+    assert told == [started.call_id] and progress.call_id == started.call_id
+    assert progress.purpose == started.command.purpose
     assert (
         events.index(started)
         < events.index(progress)
@@ -890,15 +1349,16 @@ async def test_a_structured_answer_is_retried_counted_and_kept(make: type[Produc
         product.script_answer("Ada has her mail.")
     product.script_structured("Receipt", to=["ada"])  # fails the schema: sent back
     product.script_structured("Receipt", to="ada")
-    done: Any = await product.run(mailer.tools, store=store)
+    done = await product.run(mailer.tools, store=store)
     assert (done.status, mailer.sent) == ("completed", ["ada"])
-    assert done.structured_response == Receipt(to="ada")
+    assert done.structured_response == Receipt(to="ada")  # the same field of every result
+    assert done.text is not None and Receipt.model_validate_json(done.text) == Receipt(to="ada")
     assert done.usage.requests == len(product.model.requests)  # every try counted
     told = product.model.requests[-1].messages
     assert any(m["role"] == "tool" and "does not fit Receipt" in str(m["content"]) for m in told), (
         told
     )
-    again: Any = await product.recover(done.run_id, mailer.tools, store=store)
+    again = await product.recover(done.run_id, mailer.tools, store=store)
     assert to_jsonable_python(again.structured_response) == {"to": "ada"}
     assert again.usage == done.usage and mailer.sent == ["ada"]
 
@@ -939,6 +1399,239 @@ def test_the_sync_twins_take_the_same_options_on_either_backend(
     recovered = product.recover_sync("failed", mailer.tools, backend=backend, store=store)
     assert (recovered.status, recovered.stop_reason) == ("completed", "answered")
     assert mailer.sent == ["ada"] and len(product.model.requests) == 3
+
+
+# -- streaming ---------------------------------------------------------------------------------
+
+
+class Gate:
+    """``send`` waits for ``gate`` (set by the test once it saw the call start), or, with
+    ``hold``, forever; ``inside`` is set once it waits, ``cancelled`` notes a cancellation
+    and ``left`` is set when the call ends, however it ends."""
+
+    def __init__(self, *, hold: bool = False) -> None:
+        self.gate = anyio.Event()
+        self.inside = anyio.Event()
+        self.left = anyio.Event()
+        self.hold = hold
+        self.sent: list[str] = []
+        self.cancelled: list[str] = []
+
+    async def send(self, to: str) -> str:
+        """Send a mail.
+
+        Args:
+            to: who gets it.
+        """
+        self.inside.set()
+        try:
+            if self.hold:
+                await anyio.sleep_forever()
+            await self.gate.wait()
+        except anyio.get_cancelled_exc_class():
+            self.cancelled.append(to)
+            raise
+        finally:
+            self.left.set()
+        self.sent.append(to)
+        return f"sent to {to}"
+
+    @property
+    def tools(self) -> list[Callable[..., Any]]:
+        return [self.send]
+
+
+async def read(stream: RunStream[Any]) -> list[FlowEvent]:
+    """Every event of ``stream``, to its end (a hang guard: 10 s)."""
+    with anyio.fail_after(10):
+        return [event async for event in stream]
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_stream_tells_the_events_while_the_run_is_in_progress(
+    make: type[Product],
+) -> None:
+    product, gated = make(), Gate()
+    product.script_tool_call("send", to="ada")
+    product.script_answer("sent")
+    events: list[FlowEvent] = []
+    with anyio.fail_after(10):  # a hang guard
+        async with product.stream(gated.tools) as run:
+            async for event in run:
+                events.append(event)
+                if isinstance(event, ToolCallStarted):
+                    # the tool waits for the gate, which only this reader opens: the run is
+                    # still in progress while its events arrive
+                    await gated.inside.wait()
+                    assert gated.sent == [] and not of(events, ToolCallFinished)
+                    with pytest.raises(RuntimeError, match="the run has not finished"):
+                        run.result  # noqa: B018
+                    gated.gate.set()
+    result = run.result
+    assert (result.status, result.stop_reason, gated.sent) == ("completed", "answered", ["ada"])
+    (started,) = of(events, ToolCallStarted)
+    (finished,) = of(events, ToolCallFinished)
+    (end,) = of(events, RunFinished)
+    assert events.index(started) < events.index(finished) < events.index(end)
+    assert finished.record == result.records[0]
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_stream_s_result_is_what_run_returns(make: type[Product]) -> None:
+    results: list[RunResult] = []
+    for streamed in (False, True):
+        product, mailer = make(), Mailer()
+        product.script_tool_call("send", to="ada")
+        product.script_answer("sent")
+        options: dict[str, Any] = {"run_id": "same", "store": MemoryCheckpointStore()}
+        if streamed:
+            async with product.stream(mailer.tools, **options) as run:
+                await read(run)
+            results.append(run.result)
+        else:
+            results.append(await product.run(mailer.tools, **options))
+    ran, streamed_result = results
+    assert type(streamed_result) is type(ran)
+    assert stable(streamed_result.model_dump(mode="json")) == stable(ran.model_dump(mode="json"))
+
+
+def stable(data: Any) -> Any:
+    """``data`` without what differs from one run to the next: times, and the message ids
+    the middleware agent makes up."""
+    if isinstance(data, dict):
+        return {
+            key: "msg" if key == "id" and str(value).startswith("msg_") else stable(value)
+            for key, value in data.items()
+            if key not in ("at", "started", "ended", "duration")
+        }
+    if isinstance(data, list):
+        return [stable(value) for value in data]
+    return data
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_leaving_a_stream_early_cancels_the_run(make: type[Product]) -> None:
+    product, gated = make(), Gate(hold=True)
+    product.script_tool_call("send", to="ada")
+    with anyio.fail_after(10):  # a hang guard
+        async with product.stream(gated.tools) as run:
+            async for event in run:
+                if isinstance(event, ToolCallStarted):
+                    await gated.inside.wait()
+                    break
+    # the block was left once the run's task ended: the tool saw its cancellation by then
+    assert gated.left.is_set() and gated.cancelled == ["ada"] and gated.sent == []
+    with pytest.raises(RuntimeError, match="cancelled when its block was left"):
+        run.result  # noqa: B018
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_stream_raises_the_run_s_error_as_its_block_exits(make: type[Product]) -> None:
+    product, mailer = make(), Mailer()
+    product.script_failure()
+    events: list[FlowEvent] = []
+
+    async def consume() -> None:
+        async with product.stream(mailer.tools) as run:
+            events.extend(await read(run))  # the events end: the run is over
+            with pytest.raises(RuntimeError, match=r"the run raised \w+, so it has no result"):
+                run.result  # noqa: B018
+
+    with pytest.raises(product.model_error):
+        await consume()
+    assert [e.call_index for e in of(events, ModelCallFinished)] == [0]
+    assert of(events, ModelCallFinished)[0].error is not None
+    assert of(events, RunFinished) == []
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_an_error_of_the_stream_s_block_is_raised_as_it_is(make: type[Product]) -> None:
+    product, gated = make(), Gate(hold=True)
+    product.script_tool_call("send", to="ada")
+
+    async def consume() -> None:
+        async with product.stream(gated.tools) as run:
+            async for event in run:
+                if isinstance(event, ToolCallStarted):
+                    await gated.inside.wait()
+                    raise LookupError("mine")
+
+    with anyio.fail_after(10), pytest.raises(LookupError, match=r"^mine$"):  # in no group
+        await consume()
+    assert gated.cancelled == ["ada"]  # the run was cancelled
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_stream_gives_every_event_to_the_caller_s_on_event_too(
+    make: type[Product],
+) -> None:
+    for engine_events in (True, False):
+        product, mailer = make(), Mailer()
+        product.script_tool_call("send", to="ada")
+        product.script_answer("sent")
+        seen: list[FlowEvent] = []
+        async with product.stream(
+            mailer.tools, on_event=seen.append, engine_events=engine_events
+        ) as run:
+            streamed = await read(run)
+        assert run.result.status == "completed"
+        assert any(type(e) in ENGINE_EVENTS for e in seen)  # on_event sees the engine's
+        if engine_events:
+            assert streamed == seen
+        else:  # the run's own events only: model and tool calls, progress, the end
+            assert streamed == [e for e in seen if type(e) not in ENGINE_EVENTS]
+            assert of(streamed, ToolCallStarted) and of(streamed, ModelCallStarted)
+            assert isinstance(streamed[-1], RunFinished)
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_paused_run_streams_its_pause_and_its_resume_streams_the_rest(
+    make: type[Product],
+) -> None:
+    product, mailer, store = make(), Mailer(), MemoryCheckpointStore()
+    product.script_tool_call("send", to="ada")
+    product.script_answer("sent")
+    async with product.stream(
+        mailer.tools, store=store, needs_approval=["send"], engine_events=False
+    ) as run:
+        paused_events = await read(run)
+    paused = run.result
+    assert paused.status == "paused" and paused.request is not None and mailer.sent == []
+    pause = paused_events[-1]  # the last event, the only pause
+    assert isinstance(pause, ExecutionPaused) and of(paused_events, ExecutionPaused) == [pause]
+    assert pause.requests == [paused.request.model_dump(mode="json")]
+
+    async with product.stream_resume(
+        paused.run_id, Approve(), mailer.tools, store=store, engine_events=False
+    ) as resumed:
+        events = await read(resumed)
+    done = resumed.result
+    assert (done.status, done.stop_reason, mailer.sent) == ("completed", "answered", ["ada"])
+    (started,) = of(events, ToolCallStarted)
+    assert started.call_id == paused.request.tool_calls[0].call_id
+    assert isinstance(events[-1], RunFinished) and events[-1].stop_reason == "answered"
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_recovered_run_streams_too(make: type[Product]) -> None:
+    product, mailer, store = make(), Mailer(), MemoryCheckpointStore()
+    product.script_failure()
+    with pytest.raises(product.model_error):
+        await product.run(mailer.tools, store=store, run_id="failed")
+    product.script_tool_call("send", to="ada")
+    product.script_answer("sent")
+    async with product.stream_recover("failed", mailer.tools, store=store) as run:
+        events = await read(run)
+    recovered = run.result
+    assert (recovered.status, recovered.stop_reason, mailer.sent) == (
+        "completed",
+        "answered",
+        ["ada"],
+    )
+    assert recovered.run_id == "failed"
+    assert of(events, ToolCallFinished)[0].record == sends(recovered)[0]
+    (end,) = of(events, RunFinished)
+    assert end.records == len(recovered.records)
 
 
 # -- bad values, kept or refused the same in every product ----------------------------------------

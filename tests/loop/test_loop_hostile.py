@@ -295,7 +295,7 @@ async def test_the_stream_can_give_the_loops_own_events_only() -> None:
     for only in (True, False):
         planner = ScriptedPlanner([{"next_action": "execute", "execution_commands": [command]}])
         async with stream_plan_and_execute(
-            "?", tools=[echo], planner=planner, loop_events_only=only
+            "?", tools=[echo], planner=planner, engine_events=not only
         ) as run:
             kinds = [event.kind async for event in run]
         loop_kinds = {"round_started", "plan_decided", "tool_call_started",

@@ -36,6 +36,7 @@ from toolloop.models import UsageLimits
 from toolloop.planners import StructuredPlanner
 from toolloop.runner import ToolCallFinished, ToolCallStarted
 from toolloop.testing import ScriptedChatModel, ScriptedPlanner
+from toolloop.tools import RunContext
 
 pytestmark = pytest.mark.anyio
 
@@ -47,6 +48,7 @@ class Desk:
         self.done: list[str] = []
         self.looking = anyio.Event()
         self.gate: anyio.Event | None = None
+        self.keys: list[str] = []
 
     async def look(self, key: str) -> str:
         """Look something up.
@@ -60,12 +62,13 @@ class Desk:
         self.done.append(f"look {key}")
         return f"saw {key}"
 
-    def send(self, to: str) -> str:
+    def send(self, to: str, ctx: RunContext[None]) -> str:
         """Send a mail.
 
         Args:
             to: who gets it.
         """
+        self.keys.append(ctx.idempotency_key)
         self.done.append(f"send {to}")
         return f"sent to {to}"
 
@@ -254,7 +257,7 @@ async def test_a_stream_of_a_durable_run() -> None:
         planner=ScriptedPlanner(PLAN),
         store=store,
         run_id="streamed",
-        loop_events_only=True,
+        engine_events=False,
     ) as run:
         kinds = [event.kind async for event in run]
     assert run.result.stop_reason == "answered" and desk.done == ["look a", "send ada"]
@@ -341,6 +344,8 @@ async def test_a_streamed_call_of_a_plan_never_kept_is_not_handed_to_another_cal
         store=store,
     )
     assert desk.done == ["send ada", "send bob"]
+    ada, bob = desk.keys  # another call at the same place: another idempotency key
+    assert ada != bob
     assert [r.result for r in recovered.done_plans] == ["sent to bob"]
     (note,) = [n for n in recovered.notes if "before the round's plan was kept" in n]
     assert "call 0.0 ran" in note and '"to":"ada"' in note
@@ -457,7 +462,7 @@ async def test_a_paused_stream_of_loop_events_ends_with_the_pause() -> None:
         planner=ScriptedPlanner(PLAN),
         store=store,
         needs_approval=["send"],
-        loop_events_only=True,
+        engine_events=False,
     ) as run:
         kinds = [event.kind async for event in run]
     assert run.result.paused and kinds[-1] == "execution_paused"

@@ -233,7 +233,7 @@ async def test_usage_goes_into_the_trace_and_back(tmp_path: Path) -> None:
             tools=[get_weather],
             planner=StructuredPlanner(model, short_circuit=False),
             on_event=recorder,
-            loop_events_only=True,
+            engine_events=False,
         ) as run:
             async for _ in run:
                 pass

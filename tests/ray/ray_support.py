@@ -21,6 +21,7 @@ from toolloop.agents import create_agent
 from toolloop.models import ChatRequest
 from toolloop.ray import Host
 from toolloop.testing import FakeToolCall, ScriptedChatModel, ScriptedChatReply, ScriptedPlanner
+from toolloop.tools import RunContext
 
 PROBE = "toolloop-test-probe"
 
@@ -286,3 +287,83 @@ def make_agent() -> Any:
 
 def command(tool_name: str, **kwargs: Any) -> ToolCommand:
     return ToolCommand(purpose=f"call {tool_name}", tool_name=tool_name, tool_kwargs=kwargs)
+
+
+# --- one durable task for every product's job ----------------------------------------------
+# "mail ada": one call of send(to="ada"), then the answer "sent"; the model of each product
+# answers from what it is told (so one agent, or planner, serves every run of an actor)
+
+
+def send(ctx: RunContext[Any], to: str) -> str:
+    """Send a mail (and tell the run's deps, when they are a function).
+
+    Args:
+        to: who gets it.
+    """
+    if callable(ctx.deps):
+        ctx.deps(to)
+    return f"sent to {to}"
+
+
+def _mailed(request: ChatRequest) -> bool:
+    return "sent to " in json.dumps(request.messages)
+
+
+def plan_mail(context: Any) -> dict[str, Any]:
+    """The loop's planner: mail the person the request names, then answer."""
+    if context.done_plans:
+        return {"next_action": "response", "content": "sent"}
+    to = context.user_input.split()[-1]
+    command = {"purpose": "mail", "tool_name": "send", "tool_kwargs": {"to": to}}
+    return {"next_action": "execute", "execution_commands": [command]}
+
+
+def mail_planner(item: Any) -> Any:
+    """The loop job's planner factory (the same planner for every item)."""
+    return plan_mail
+
+
+def _agent_mail(request: ChatRequest) -> ScriptedChatReply | str:
+    if _mailed(request):
+        return "sent"
+    to = request.messages[-1]["content"].split()[-1]
+    return ScriptedChatReply(tool_calls=(FakeToolCall("send", json.dumps({"to": to})),))
+
+
+def _status_mail(request: ChatRequest) -> str:
+    system = request.messages[0]["content"]
+    if "Analyze the request" in system:
+        return "the user wants a mail sent"
+    if "Write a plan" in system:
+        return '{"steps": ["send the mail"]}'
+    if "Reflect on the last results" in system:
+        return json.dumps({"verdict": "finish", "note": "", "answer": "sent"})
+    if _mailed(request):
+        return json.dumps({"action": "finish", "tool_calls": [], "reason": "", "answer": "sent"})
+    asked = json.dumps(request.messages)
+    to = "bob" if "mail bob" in asked else "ada"
+    call = {"tool_name": "send", "arguments": {"to": to}, "purpose": "mail"}
+    return json.dumps({"action": "call_tools", "tool_calls": [call], "reason": "", "answer": None})
+
+
+def make_mail_agent() -> Any:
+    """The middleware agent of the mail task, made in the actor."""
+    return create_agent(ScriptedChatModel(responder=_agent_mail), [send])
+
+
+def make_mail_status_agent() -> Any:
+    """The status agent of the mail task, made in the actor."""
+    from toolloop.status_agent import StatusAgent
+
+    return StatusAgent(model=ScriptedChatModel(responder=_status_mail), tools=[send])
+
+
+def mail_job(product: str, **given: Any) -> Any:
+    """The job of ``product`` (``loop``, ``middleware``, ``status``) for the mail task."""
+    from toolloop.ray import AgentJob, LoopJob, StatusAgentJob
+
+    if product == "loop":
+        return LoopJob(planner=mail_planner, tools=[send], **given)
+    if product == "middleware":
+        return AgentJob(agent=make_mail_agent, **given)
+    return StatusAgentJob(agent=make_mail_status_agent, **given)

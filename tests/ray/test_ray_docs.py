@@ -24,3 +24,5 @@ def test_the_ray_guide_examples_run(capsys: pytest.CaptureFixture[str]) -> None:
     assert "{'length of the draft': {'words': 4}}" in out
     assert "[1, 2]" in out
     assert "'owls': {'owls': {'topic': 'owls', 'answer': 'OWLS'}}" in out
+    approved = "{'look up': {'topic': 'tea', 'answer': 'TEA'}}, {'look up': {'topic': 'ink', '"
+    assert approved in out  # paused on the pool, resumed there through the actors' store

@@ -4,6 +4,8 @@ reported, never missing), on asyncio and trio."""
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -12,9 +14,10 @@ import ray
 import ray_support as rs
 
 from toolloop import LoopResult, async_plan_and_execute
+from toolloop.checkpoints import Approve, SQLiteCheckpointStore
 from toolloop.kernel import RunFinished
 from toolloop.loop import RoundStarted
-from toolloop.ray import AgentJob, LoopJob, RayRunPool, RunOutcome
+from toolloop.ray import AgentJob, LoopJob, RayRunPool, RunOutcome, StatusAgentJob
 from toolloop.runner import ToolCallFinished
 
 pytestmark = [pytest.mark.anyio, pytest.mark.ray, pytest.mark.usefixtures("ray_local")]
@@ -182,6 +185,39 @@ async def test_agent_runs_on_ray() -> None:
     assert [o.result.records[0].result for o in outcomes] == [  # the tool's values, as they came
         {"topic": "tea", "fact": "aet"},
         {"topic": "owls", "fact": "slwo"},
+    ]
+
+
+async def test_status_agent_runs_on_ray() -> None:
+    job = StatusAgentJob(agent=rs.make_mail_status_agent)
+    with anyio.fail_after(HANG_GUARD):
+        async with RayRunPool(job, actors=1, actor_options=SMALL) as pool:
+            outcomes = await pool.run_all(["mail ada", "mail bob"])
+    assert all(o.ok for o in outcomes), [o.error for o in outcomes]
+    assert [o.result.text for o in outcomes] == ["sent", "sent"]
+    assert [o.result.records[0].result for o in outcomes] == ["sent to ada", "sent to bob"]
+
+
+@pytest.mark.parametrize("product", ["loop", "middleware", "status"])
+async def test_a_run_paused_in_one_pool_is_resumed_in_another(product: str, tmp_path: Path) -> None:
+    """The job's store is made in each actor: a run paused there is resumed by an actor of
+    another pool (another process), which runs the approved call once."""
+    store = functools.partial(SQLiteCheckpointStore, tmp_path / "runs.db")
+    job = rs.mail_job(product, options={"needs_approval": ["send"]}, store=store)
+    with anyio.fail_after(HANG_GUARD):
+        async with RayRunPool(job, actors=1, actor_options=SMALL) as pool:
+            (paused,) = await pool.run_all([{"user_input": "mail ada", "run_id": "r1"}])
+        async with RayRunPool(job, actors=1, actor_options=SMALL) as pool:
+            (done,) = await pool.run_all([{"resume": "r1", "decision": Approve()}])
+    assert paused.ok and done.ok, (paused.error, done.error)
+    assert (paused.result.status, done.result.status) == ("paused", "completed")
+    assert done.result.stop_reason == "answered"
+    assert [(r.tool_name, r.result) for r in done.result.records] == [("send", "sent to ada")]
+    async with SQLiteCheckpointStore(tmp_path / "runs.db") as kept:
+        stored = await kept.get("r1")
+    assert stored is not None and stored.status == "completed"
+    assert [(e.tool_name, e.state) for e in stored.journal if e.tool_name == "send"] == [
+        ("send", "finished")
     ]
 
 

@@ -187,5 +187,7 @@ def test_definitions_say_what_is_wrong() -> None:
         ray_tool(num_cpus=-1)(rs.square)
     with pytest.raises(ToolDefinitionError, match="max_retries must be an int >= 0"):
         ray_tool(max_retries=-1)(rs.square)
+    with pytest.raises(ToolDefinitionError, match="unknown num_cpu; the options are num_cpus, "):
+        ray_tool(num_cpu=2)(rs.square)  # type: ignore[call-overload]
     with pytest.raises(ToolDefinitionError, match="actor must be an actor handle or the name"):
         actor_tool(rs.Counter.add, actor=3)  # type: ignore[arg-type]

@@ -843,3 +843,180 @@ def test_the_cli_runs_each_agent_against_the_real_model(
         assert "paused: run " in text and "to continue: toolloop resume " in text
     else:  # a run that failed says so in one line, with the command that recovers it
         assert code == 1 and "toolloop recover" in err.getvalue() + text, (code, err.getvalue())
+
+
+# --- streaming dispatch in the agents --------------------------------------------------------
+
+
+class _Forced:
+    """A :class:`ChatModel` around a recording one that narrows the status agent's decision
+    schema to one call of ``get_weather`` with a city: a base model under a grammar then
+    writes a call that can run (what it writes otherwise is nonsense)."""
+
+    def __init__(self, inner: RecordingModel) -> None:
+        self.inner = inner
+
+    def stream(self, request: ChatRequest) -> Any:
+        output = request.structured_output
+        if output is not None and output.name == "decide":
+            schema = copy.deepcopy(output.schema)
+            properties = schema["properties"]
+            properties["action"] = {"type": "string", "enum": ["call_tools"]}
+            call = properties["tool_calls"]["items"]
+            call["properties"]["arguments"] = {
+                "type": "object",
+                "properties": {"city": {"type": "string", "maxLength": 12}},
+                "required": ["city"],
+                "additionalProperties": False,
+            }
+            call["properties"]["purpose"] = {"type": "string", "maxLength": 12}
+            properties["tool_calls"]["minItems"] = 1
+            properties["tool_calls"]["maxItems"] = 1
+            properties["reason"] = {"type": "string", "minLength": 40, "maxLength": 80}
+            request = replace(request, structured_output=replace(output, schema=schema))
+        return self.inner.stream(request)
+
+
+Seen = list[tuple[bool, str | None, int]]
+"""At each tool start: whether the last stream was read to its end, its finish reason,
+and how many deltas it had given."""
+
+
+def _weather_probe(model: RecordingModel, seen: Seen) -> Any:
+    async def get_weather(city: str) -> dict[str, str]:
+        """The weather forecast for a city.
+
+        Args:
+            city: the city's name.
+        """
+        last = model.exchanges[-1]
+        seen.append((last.read_to_end, last.finish_reason, last.deltas))
+        return {"city": city, "sky": "sunny"}
+
+    return get_weather
+
+
+async def test_the_status_agent_starts_a_tool_before_the_decision_ends(server: Server) -> None:
+    """With streaming dispatch, the decision's call starts the moment its object closes in
+    the real stream: the model is still writing the decision's reason then."""
+    from toolloop.status_agent import StatusAgent
+
+    seen: Seen = []
+    async with openai_model(server) as inner:
+        model = RecordingModel(inner)
+        agent = StatusAgent(
+            tools=[_weather_probe(model, seen)],
+            model=_Forced(model),
+            analyze=lambda view: "the weather of a city",
+            plan=lambda view: ["look it up"],
+            reflect=lambda view: {"verdict": "finish", "note": "", "answer": "done"},
+            streaming_dispatch=True,
+            timeout=RUN_TIMEOUT,
+        )
+        result = await agent.run("The weather in Paris?")
+    model.report("the status agent, streaming dispatch")
+    assert result.text == "done"
+    assert len(result.records) == 1 and result.records[0].success, result.records
+    ((ended, finish, deltas),) = seen
+    decision = model.exchanges[0]
+    print(f"  the tool started after {deltas} of the decision's {decision.deltas} deltas")
+    assert not ended and finish is None, "the tool started after the decision's stream ended"
+    assert deltas < decision.deltas  # the model went on writing the decision
+
+
+async def test_the_middleware_agent_starts_a_tool_as_its_arguments_close(server: Server) -> None:
+    """A forced native tool call through the real server, with streaming dispatch: the
+    call runs once, its record made. Whether it starts before the reply's end is read
+    depends on the server: the arguments' last piece and the finish may come in one read
+    (the order is reported; the status agent's test above proves it on a real stream)."""
+    from toolloop.agents import create_agent
+
+    seen: Seen = []
+    async with openai_model(server) as inner:
+        model = RecordingModel(inner)
+        agent = create_agent(
+            model,
+            [_weather_probe(model, seen)],
+            tool_choice={"type": "function", "function": {"name": "get_weather"}},
+            max_tokens=MAX_TOKENS,
+            max_turns=1,
+            streaming_dispatch=True,
+            timeout=RUN_TIMEOUT,
+        )
+        result = await agent.run("The weather in Paris?")
+    model.report("the middleware agent, streaming dispatch")
+    assert model.exchanges[0].tool_names, "the server did not call the forced tool"
+    assert result.stop_reason == "max_turns"
+    assert len(result.records) == 1
+    pieces = len(model.exchanges[0].tool_arguments.get(0, []))
+    print(f"  the arguments came in {pieces} piece(s); the tool saw {seen}")
+    assert len(seen) == (1 if result.records[0].success else 0)  # never more than once
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "real_model"
+RECORD_VAR = "TOOLLOOP_RECORD_FIXTURES"
+"""Set to 1 to keep the traces of ``test_a_real_run_replays_offline`` in ``FIXTURES``: the
+default suite replays them offline (``tests/testing/test_replay_recorded.py``)."""
+
+
+@pytest.mark.parametrize("agent", ["loop", "middleware", "status"])
+def test_a_real_run_replays_offline(
+    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, agent: str
+) -> None:
+    """A real run of each product, traced by ``toolloop run --trace``, replays offline with
+    ``toolloop replay``: the real model's replies (short-circuited, cut off, malformed as a
+    tiny model writes them) and the tool's results come from the trace, and today's code
+    does what it did. With ``TOOLLOOP_RECORD_FIXTURES=1`` the trace is kept in
+    ``tests/fixtures/real_model/``."""
+    import io
+    import shutil
+
+    from toolloop.cli import main
+    from toolloop.testing import Recording
+
+    (tmp_path / "real_cli_tools.py").write_text(CLI_TOOLS, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    trace = tmp_path / f"{agent}.jsonl"
+    flags = {  # small budgets; the middleware agent's tool call forced
+        "loop": ["--max-turns", "1", "--max-tokens", str(MAX_TOKENS)],
+        "middleware": ["--tool-choice", "required", "--max-turns", "2", "--max-tokens", "64"],
+        "status": ["--max-turns", "8", "--max-tokens", str(MAX_TOKENS)],
+    }[agent]
+    out, err = io.StringIO(), io.StringIO()
+    code = main(
+        [
+            "run",
+            "What is 2 + 3? Use the add tool.",
+            "--agent",
+            agent,
+            "--tools",
+            "real_cli_tools:TOOLS",
+            "--base-url",
+            server.url,
+            "--model",
+            server.model,
+            "--timeout",
+            str(RUN_TIMEOUT),
+            "--trace",
+            str(trace),
+            "--plain",
+            *flags,
+        ],
+        stdout=out,
+        stderr=err,
+    )
+    print(out.getvalue(), err.getvalue())
+    assert code in (0, 1, 3), err.getvalue()
+    recording = Recording.from_trace(trace)
+    calls = f"{len(recording.model_calls)} model calls, {len(recording.tool_calls)} tool calls"
+    print(f"  recorded: {calls}, {recording.end.said()}")
+    assert recording.model_calls
+
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["replay", str(trace)], stdout=out, stderr=err)
+    print(out.getvalue(), err.getvalue())
+    assert code == 0, out.getvalue() + err.getvalue()
+    assert "the code did what the recorded run did" in out.getvalue()
+    if os.environ.get(RECORD_VAR):
+        FIXTURES.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(trace, FIXTURES / f"{agent}.jsonl")

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from toolloop import ToolCommand, ToolExecutionRecord
-from toolloop.runner import Executor
+from toolloop.runner import CallTries, Executor
 from toolloop.tools import Tool, ToolRegistry, tool
 
 pytestmark = pytest.mark.anyio
@@ -533,10 +533,12 @@ async def test_a_call_whose_awaitable_cannot_be_awaited_is_a_failed_record() -> 
     class Broken(Executor):
         __slots__ = ()
 
-        def execute(self, tool: Tool, arguments: dict[str, Any]) -> Any:
+        def execute(
+            self, tool: Tool, arguments: dict[str, Any], *, tries: CallTries | None = None
+        ) -> Any:
             if tool.name == "bad":
                 return 42  # not awaitable
-            return super().execute(tool, arguments)
+            return super().execute(tool, arguments, tries=tries)
 
     gate = anyio.Event()
 

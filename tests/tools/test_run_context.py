@@ -135,12 +135,12 @@ async def test_the_loop_hands_each_call_its_context() -> None:
         "label": "x",
     }
     progress = [e for e in events if isinstance(e, ToolProgress)]
-    told = [(p.round_index, p.tool_name, p.purpose, p.message, p.data) for p in progress]
-    assert told[0] == (0, "lookup", "first", "looking up", {"key": "a"})
+    told = [(p.round_index, p.call_id, p.tool_name, p.purpose, p.message, p.data) for p in progress]
+    assert told[0] == (0, "0.0", "lookup", "first", "looking up", {"key": "a"})
     # round 1's two calls run at once: either may report first
-    assert sorted(told[1:], key=lambda t: t[2]) == [
-        (1, "lookup", "second", "looking up", {"key": "b"}),
-        (1, "where", "where", "in round 1", {}),
+    assert sorted(told[1:], key=lambda t: t[1]) == [
+        (1, "1.0", "lookup", "second", "looking up", {"key": "b"}),
+        (1, "1.1", "where", "where", "in round 1", {}),
     ]
     assert {p.execution_id for p in progress} == {result.run_id}
 
@@ -239,4 +239,5 @@ async def test_the_agent_hands_its_tools_the_deps() -> None:
     assert result.text == "It is 41."
     assert deps.asked == ["a"]
     progress = [e for e in events if isinstance(e, ToolProgress)]
-    assert [(p.round_index, p.purpose, p.message) for p in progress] == [(0, "c1", "looking up")]
+    told = [(p.round_index, p.call_id, p.purpose, p.message) for p in progress]
+    assert told == [(0, "c1", "lookup", "looking up")]  # its call's id, and its tool's name

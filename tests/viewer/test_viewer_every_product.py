@@ -14,7 +14,11 @@ import pytest
 from conftest import Browser
 from product_runs import MODEL_CALLS, PRODUCTS, Driven
 
+from toolloop.agents import create_agent
+from toolloop.errors import ModelCallError
 from toolloop.kernel import RunResult
+from toolloop.ratelimit import RateLimit, RetryPolicy
+from toolloop.testing import ScriptedChatModel
 from toolloop.tracing import TraceRecorder, write_timeline
 from toolloop.viewer import ViewerSink
 
@@ -184,5 +188,53 @@ def test_the_timeline_shows_each_product(
     if product == "status":
         assert answered_svg["statuses"][0] == "analysis_completed"
         assert on_hold["statuses"][-1] == "waiting_for_human"
+    _, errors = chromium.drain()
+    assert not errors, errors
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_viewer_shows_each_try_the_retries_and_the_rate_limit(
+    chromium: Browser, backend: str
+) -> None:
+    """A model call refused for its rate and tried again: each try is a bar of its own, the
+    retry and the limiter's back-off are said above the timeline."""
+    model = ScriptedChatModel()
+    model.add_error(ModelCallError("HTTP 429: slow down", status=429, retry_after=0.01))
+    model.add_reply("done")
+    agent = create_agent(model)
+    with ViewerSink() as sink:
+        assert sink.server is not None
+        chromium.open(sink.url)
+        assert sink.server.wait_for_pages(1, timeout=30)
+        result = anyio.run(
+            functools.partial(
+                agent.run,
+                "go",
+                model_rate_limit=RateLimit(10, name="api"),
+                model_retry=RetryPolicy(backoff=0, jitter=0),
+                on_event=sink,
+            ),
+            backend=backend,
+        )
+        _wait_state(chromium, result.run_id, "finished")
+        shown = chromium.js(
+            """
+            const run = document.querySelector(`article.run[data-execution-id="${arguments[0]}"]`);
+            const q = (s) => [...run.querySelectorAll(s)];
+            return {
+              bars: q('.bar.model').map(b => b.dataset.attempt + ':' + b.dataset.state),
+              labels: q('.model-row .label').map(l => l.textContent),
+              retries: (run.querySelector('.retries') || {}).textContent || null,
+              limit: q('.rate-limit').map(l => l.dataset.limit + ':' + l.dataset.reason),
+              limitText: (run.querySelector('.rate-limit') || {}).textContent || null,
+            };
+            """,
+            result.run_id,
+        )
+    assert shown["bars"] == ["1:failed", "2:ok"]
+    assert shown["labels"] == ["model call #0", "model call #0 (try 2)"]
+    assert shown["retries"].startswith("1 retry · last: model call #0 try 1 failed")
+    assert shown["limit"] == ["api:backoff"]
+    assert "9.0/s" in shown["limitText"] and "1 refused, 1 back-off" in shown["limitText"]
     _, errors = chromium.drain()
     assert not errors, errors

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from typing_extensions import Unpack
@@ -22,11 +23,14 @@ from ..kernel import (
     RunDefaults,
     RunOptions,
     RunOverrides,
+    RunStream,
     StopReason,
+    StreamTwins,
     SyncTwins,
     decide,
     drive,
     run_sync,
+    stream_run,
 )
 from ..models import ChatModel, ModelSettings, Usage, check_settings
 from ..runner import ToolExecutionRecord, progress_reporter
@@ -67,13 +71,15 @@ class _Logic:
 _LOGIC = _Logic()
 
 
-class Agent(SyncTwins[AgentResult]):
+class Agent(SyncTwins[AgentResult], StreamTwins[AgentResult]):
     """A reusable agent made by :func:`create_agent`: each :meth:`run` is independent.
 
     Runs are executions of the shared :data:`~toolloop.agents.agent_flow`; the agent holds
     only configuration (its run options are each run's defaults), so one agent serves many
     concurrent runs. The sync twins for scripts: :meth:`run_sync`, and ``resume_sync`` and
-    ``recover_sync`` (:class:`~toolloop.kernel.SyncTwins`, the same in both agents).
+    ``recover_sync`` (:class:`~toolloop.kernel.SyncTwins`, the same in both agents). The
+    stream twins, to read a run's events as they happen: :meth:`stream`, and
+    ``stream_resume`` and ``stream_recover`` (:class:`~toolloop.kernel.StreamTwins`).
     """
 
     __slots__ = ("_spec",)
@@ -359,7 +365,34 @@ class Agent(SyncTwins[AgentResult]):
         started = functools.partial(execution.resume, event, value, timeout=opts.timeout)
         return await self._session(execution, started, opts, run)
 
-    # -- the sync twins -------------------------------------------------------------------------
+    # -- the stream and sync twins ----------------------------------------------------------------
+
+    def stream(
+        self,
+        messages: MessageLike | Iterable[MessageLike],
+        *,
+        state: AgentState | None = None,
+        metadata: dict[str, Any] | None = None,
+        engine_events: bool = True,
+        **options: Unpack[RunOverrides],
+    ) -> AbstractAsyncContextManager[RunStream[AgentResult]]:
+        """The stream twin of :meth:`run`: the run beside the block, its typed events read
+        as they happen, then its result::
+
+            async with agent.stream("Mail Ada") as run:
+                async for event in run:
+                    print(event.kind)
+            print(run.result.text)
+
+        Takes the arguments of :meth:`run` (``on_event`` is called with every event as
+        well), and ``engine_events``: with ``False``, read only the run's own events (model
+        and tool calls, tool progress, checkpoints, the middleware's, a pause, the end), not
+        the engine's (:data:`~toolloop.kernel.ENGINE_EVENTS`). Leaving the block before the
+        events ended cancels the run (``result`` then raises); an error of the run is raised
+        when the block exits (see :func:`~toolloop.kernel.stream_run`).
+        """
+        call = functools.partial(self.run, messages, state=state, metadata=metadata)
+        return stream_run(call, options, engine_events=engine_events)
 
     def run_sync(
         self,

@@ -26,7 +26,7 @@ bookkeeping) is the kernel's (:func:`toolloop.kernel.drive`).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -35,24 +35,16 @@ from ..checkpoints import CheckpointedRun, record_usage
 from ..flow import Context, Flow, Step, Target
 from ..kernel import (
     CheckpointSaved,
-    Interrupted,
     RunOptions,
     StopReason,
     cut_off_error,
-    journaled_call,
     record_interrupted,
     tell,
-    tell_call_finished,
-    tell_call_started,
 )
 from ..models import current_meter
-from ..runner import (
-    CallSource,
-    Executor,
-    ToolBatch,
-    cancelled_error,
-)
+from ..runner import Executor
 from ..tools import RunScope
+from ._dispatch import StreamedTurn, TurnTools
 from ._durable import (
     RECOVER,
     RECOVERY,
@@ -73,11 +65,12 @@ from ._messages import (
     pending_tool_calls,
 )
 from ._middleware import AgentMiddleware, ModelRequest, Pause, Runtime, call_hook, hook_outcome
+from ._model_call import stream_model
 from ._routing import Route, route_after_model, route_after_tools
 from ._spec import AgentSpec, ApprovalCheck
 from ._state import AgentState, JumpTo, apply_update, check_update
 from ._structured_turn import structured_answer
-from ._tool_call import ToolOutcome, command_of, error_message, record_of, run_tool_call
+from ._tool_call import ToolOutcome, error_message, record_of
 
 __all__ = ["ANSWERED", "MAX_TURNS", "AgentDeps", "agent_flow", "settle", "stop_reason"]
 
@@ -151,9 +144,27 @@ def _close_calls(state: AgentState, error: Callable[[ToolCall], str]) -> None:
         _note_answers(state, start)
 
 
+def _answer_ran(state: AgentState) -> None:
+    """Answer (and record) the waiting calls that ran while the model streamed (their
+    outcomes kept in the state): the run ends before its tools step answers them."""
+    live, saved = state._ran, state.streamed
+    if not live and not saved:
+        return
+    for call in pending_tool_calls(state.messages):
+        outcome = live.get(call.id)
+        if outcome is None and call.id in saved:
+            outcome = load_outcome(saved[call.id])
+        if outcome is not None:
+            state.messages.append(outcome.message)
+            state.records.append(outcome.record)
+    live.clear()
+    saved.clear()
+
+
 def settle(state: AgentState, stop: StopReason) -> None:
     """A run the kernel finished mid-turn (its timeout, its budget): the calls it cut off
     are answered (and recorded) in the kernel's words."""
+    _answer_ran(state)
     _close_calls(state, lambda call: cut_off_error(call.name, stop))
 
 
@@ -283,8 +294,11 @@ def _unique_ids(
     return message.model_copy(update={"tool_calls": calls}), answered
 
 
-async def _call_model(ctx: AgentContext, deps: AgentDeps) -> JumpTo | None:
-    """One model call; the answer is appended. A structured-output retry jumps to the model."""
+async def _call_model(
+    ctx: AgentContext, deps: AgentDeps, turn: StreamedTurn | None = None
+) -> JumpTo | None:
+    """One model call; the answer is appended. A structured-output retry jumps to the model.
+    With a streamed ``turn``, the reply's tool calls are handed to it as they stream."""
     spec, state, runtime = deps.spec, ctx.state, deps.runtime
     assert runtime is not None
     index = state.model_calls
@@ -303,7 +317,13 @@ async def _call_model(ctx: AgentContext, deps: AgentDeps) -> JumpTo | None:
     meter = current_meter()
     mark = meter.calls if meter is not None else 0
     try:
-        response = await spec.call_model(request)
+        if turn is None:
+            response = await spec.call_model(request)
+        else:  # no middleware wraps the model call (see StreamedTurn)
+            timeout = deps.options.model_timeout
+            response = await stream_model(
+                request, timeout=timeout, cache=spec.openai_tools, dispatch=turn
+            )
     except UsageLimitError as exc:
         exc.state = state
         raise
@@ -354,6 +374,8 @@ async def _model_turn(
         if routed is not None:
             return routed  # the model is not called
         try:
+            if deps.options.streaming_dispatch and deps.spec.streams_calls:
+                return await _streamed_turn(ctx, deps)
             retry = await _call_model(ctx, deps)
         except UsageLimitError as exc:
             if deps.options.on_usage_limit == "raise":
@@ -364,6 +386,24 @@ async def _model_turn(
         after_from = 0
     routed = await _model_hooks(deps, state, "after_model", after_from, retry)
     return routed if routed is not None else route_after_model(state, retry)
+
+
+async def _streamed_turn(ctx: AgentContext, deps: AgentDeps) -> Route:
+    """A model turn whose tool calls start while the model writes them (streaming dispatch,
+    see :mod:`toolloop.agents._dispatch`): the model call and the ``after_model`` hooks
+    (approvals only) with the turn's batch open; where the turn goes next."""
+    state = ctx.state
+    async with await StreamedTurn.open(ctx) as turn:
+        retry = await _call_model(ctx, deps, turn)
+        routed = await _model_hooks(deps, state, "after_model", 0, retry)
+        route = routed if routed is not None else route_after_model(state, retry)
+    if not state._ran:
+        return route
+    if route == "pause":  # a call waits for a human: the snapshot keeps what ran
+        state.streamed.update({key: dump_outcome(o) for key, o in state._ran.items()})
+    elif route != "tools":  # no tools step follows: the calls that ran are answered now
+        _answer_ran(state)
+    return route
 
 
 async def _model_hooks(
@@ -442,81 +482,52 @@ async def _answered(where: dict[str, Any], answer: Any, ctx: AgentContext) -> Ro
     return await _model_turn(ctx, deps, after_from=index + 1, retry=retry)
 
 
-def _cancelled(call: ToolCall) -> ToolOutcome:
-    return ToolOutcome.failed(call, cancelled_error(call.name))
-
-
 async def tools_step(_: Any, ctx: AgentContext) -> Route:
     """Run the calls of the last assistant message that have no answer yet, through the
     runner (each through the ``wrap_tool_call`` onion, at most ``concurrency`` at once, with
-    a store each through the kernel's journal); then :func:`after_tools`."""
+    a store each through the kernel's journal); then :func:`after_tools`. A call that ran
+    while the model streamed (streaming dispatch) is answered with its outcome."""
     state, deps = ctx.state, ctx.deps
-    spec, runtime, options = deps.spec, deps.runtime, deps.options
-    assert runtime is not None
+    assert deps.runtime is not None
     calls = pending_tool_calls(state.messages)
-    observed = ctx.observed
     turn = state.model_calls - 1
     if deps.scope is not None:
         deps.scope.round_index = turn
-
+    ran = _ran(state, calls)
+    todo = [(k, c) for k, c in enumerate(calls) if c.id not in ran] if ran else enumerate(calls)
     run = deps.run
     journal = await run.journal() if run is not None else {}
-    rerun = frozenset(state.rerun)  # approved by a human to run again
-    asked: list[tuple[ToolCall, Interrupted]] = []  # unknown outcomes, for a human
-    sources: dict[str, CallSource] = {}
-
-    async def call_tool(call: ToolCall, started: Callable[[], None]) -> ToolOutcome:
-        started()  # the onion (middleware included) is the call
-
-        def onion() -> Awaitable[ToolOutcome]:
-            return run_tool_call(call, spec.call_tool, spec.registry, state, runtime)
-
-        if run is None or not spec.registry.accepts(call.name, call.args):
-            return await onion()  # a call that cannot run has no effect to journal
-        again = call.id in rerun
-        done = await journaled_call(
-            run,
-            journal,
-            call.id,
-            tool_name=call.name,
-            arguments=call.args,
-            call=onion,
-            dump=dump_outcome,
-            load=load_outcome,
-            failed=lambda error: ToolOutcome.failed(call, error),
-            unknown_outcome="retry" if again else options.unknown_outcome,
-            idempotent_tools=(call.name,) if again else options.idempotent_tools,
-            settled=options.unknown_outcome != "ask",  # else a human answers it first
-        )
-        sources[call.id] = done.source
-        if done.cut is not None and done.cut.answered is None and options.unknown_outcome == "ask":
-            asked.append((call, done.cut))  # not answered: the run asks a human
-        return done.outcome
-
-    def on_start(k: int, call: ToolCall) -> None:
-        tell_call_started(ctx, turn, k, call.id, command_of(call))
-
-    def on_finish(k: int, outcome: ToolOutcome, duration: float) -> None:
-        call = calls[k]
-        source = sources.get(call.id, "ran")
-        tell_call_finished(ctx, turn, k, call.id, outcome.record, duration, source)
-
-    batch: ToolBatch[ToolCall, ToolOutcome] = ToolBatch(
-        call_tool,
-        _cancelled,
-        concurrency=options.concurrency,
-        on_start=on_start if observed else None,
-        on_finish=on_finish if observed else None,
-    )
-    async with batch:
-        await batch.run_here(calls)
+    tools = TurnTools(ctx, journal, turn)
+    async with tools.batch:
+        await tools.run_here(todo)
     state.rerun = []
-    if asked:  # answer the others; the interrupted ones wait for a human
-        waiting = {call.id for call, _ in asked}
-        after_tools([o for o in batch.results if o.message.tool_call_id not in waiting], ctx)
-        state.paused_at = interrupted_request(asked)
+    outcomes = tools.batch.results
+    if ran:  # in call order, with the calls that ran while the model streamed
+        done = iter(outcomes)
+        outcomes = [ran.get(call.id) or next(done) for call in calls]
+        state._ran.clear()
+        state.streamed.clear()
+    if tools.asked:  # answer the others; the interrupted ones wait for a human
+        waiting = {call.id for call, _ in tools.asked}
+        after_tools([o for o in outcomes if o.message.tool_call_id not in waiting], ctx)
+        state.paused_at = interrupted_request(tools.asked)
         return await _progress(ctx, "tools", "pause")
-    return await _progress(ctx, "tools", after_tools(batch.results, ctx))
+    return await _progress(ctx, "tools", after_tools(outcomes, ctx))
+
+
+def _ran(state: AgentState, calls: list[ToolCall]) -> dict[str, ToolOutcome]:
+    """The outcomes of ``calls`` that ran while the model streamed, by call id."""
+    live, saved = state._ran, state.streamed
+    if not live and not saved:
+        return {}
+    ran: dict[str, ToolOutcome] = {}
+    for call in calls:
+        outcome = live.get(call.id)
+        if outcome is None and call.id in saved:
+            outcome = load_outcome(saved[call.id])
+        if outcome is not None:
+            ran[call.id] = outcome
+    return ran
 
 
 def after_tools(outcomes: list[ToolOutcome], ctx: AgentContext) -> Route:
@@ -556,6 +567,7 @@ async def finish(_: Any, ctx: AgentContext) -> None:
     state, deps = ctx.state, _deps(ctx)
     runtime = deps.runtime
     _count_usage(state)
+    _answer_ran(state)
     _close_calls(state, lambda call: "the run ended before this call ran")
     for mw in deps.spec.after_agent:
         jump, _p = await _hook(deps, mw, "after_agent", (state, runtime), state)

@@ -34,6 +34,7 @@ import anyio
 from .._errors import ExecutionTimeoutError
 from ..flow import Context, FlowEvent
 from ..models import ChatModel
+from ..runner import CallTries
 from ..tools import Tool
 from ._errors import AgentDefinitionError
 from ._messages import AssistantMessage, Message, ToolCall, ToolMessage
@@ -161,6 +162,8 @@ class ToolCallRequest:
     tool: Tool | None
     state: AgentState
     runtime: Runtime
+    _tries: CallTries = dataclasses.field(default_factory=CallTries, repr=False, compare=False)
+    """The tries the tool took, counted by the innermost handler (a copy shares it)."""
 
     def override(self, **changes: Any) -> ToolCallRequest:
         """A copy with ``changes`` (e.g. ``tool_call=call.model_copy(update=...)``)."""

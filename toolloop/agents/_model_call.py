@@ -5,11 +5,16 @@ The reply is read by :class:`~toolloop.models.ReplyReader`, as every product rea
 tool-call pieces put together by ``index`` (ids empty in follow-up pieces continue their
 call), reasoning, a refusal, the finish reason. Arguments that are not a JSON object make a
 :class:`ToolCall` with an ``error``, which the agent answers without running the tool.
+
+With streaming dispatch, each tool call is handed to the turn (its ``StreamedTurn``) the
+moment it is complete in the stream (its arguments a whole JSON value, a later call
+started, or the reply ended), which starts it while the model still writes; the reply
+keeps the calls as they were handed over.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -19,12 +24,16 @@ from ..models import (
     ChatRequest,
     ReplyReader,
     ReplyToolCall,
+    StreamedToolCall,
     parse_tool_arguments,
     stream_chat,
 )
 from ..tools import Tool
 from ._messages import AssistantMessage, ToolCall, new_id, to_openai
 from ._middleware import ModelRequest, ModelResponse
+
+if TYPE_CHECKING:
+    from ._dispatch import StreamedTurn
 
 __all__ = ["chat_request", "stream_model"]
 
@@ -96,13 +105,27 @@ def _tool_call(call: ReplyToolCall, seen: set[str]) -> ToolCall:
     return ToolCall(id=call_id, name=name, error=error, raw_arguments=text[:_MAX_RAW], extra=extra)
 
 
+def _offer(
+    turn: StreamedTurn, calls: list[StreamedToolCall], start: int, end: int, seen: set[str]
+) -> int:
+    """Hand the complete calls ``start`` to ``end`` of the reply to ``turn``."""
+    for position in range(start, end):
+        call = calls[position]
+        reply = ReplyToolCall(call.id, call.name, "".join(call.arguments), call.extra)
+        turn.offer(position, _tool_call(reply, seen))
+    return end
+
+
 async def stream_model(
     request: ModelRequest,
     *,
     timeout: float | None,
     cache: dict[int, list[dict[str, Any]]] | None = None,
+    dispatch: StreamedTurn | None = None,
 ) -> ModelResponse:
-    """Call the model once and read its whole answer, within ``timeout`` seconds.
+    """Call the model once and read its whole answer, within ``timeout`` seconds; with
+    ``dispatch``, each tool call is handed to it the moment it is complete (see the module
+    docs).
 
     Raises:
         ModelCallError: the model could not be reached, answered an error, or took longer
@@ -112,18 +135,34 @@ async def stream_model(
     """
     chat = chat_request(request, cache)
     reader = ReplyReader()
+    streamed = reader.tools
+    seen: set[str] = set()
+    offered = 0
     with anyio.move_on_after(timeout) as scope:
         async with stream_chat(request.model, chat) as deltas:
             async for delta in deltas:
                 reader.feed(delta)
+                if dispatch is not None and delta.tool_calls:
+                    complete = streamed.complete()
+                    if complete > offered:
+                        offered = _offer(dispatch, streamed.calls, offered, complete, seen)
     if scope.cancelled_caught:
         assert timeout is not None
         raise model_timeout_error("the model's answer", timeout)
     reply = reader.reply()
     if reply.empty:
         raise ModelOutputError(reply.why_empty())
-    seen: set[str] = set()
-    calls = [_tool_call(call, seen) for call in reply.tool_calls]
+    if dispatch is None:
+        calls = [_tool_call(call, seen) for call in reply.tool_calls]
+    else:  # the reply ended: its last calls are complete
+        _offer(dispatch, streamed.calls, offered, streamed.complete(ended=True), seen)
+        calls = []
+        for position, whole in enumerate(reply.tool_calls):
+            call = dispatch.offered[position]
+            extra = dict(whole.extra) if whole.extra else None
+            if extra != call.extra:  # fields its server sent after the call was complete
+                call = call.model_copy(update={"extra": extra})
+            calls.append(call)
     message = AssistantMessage.model_construct(
         role="assistant",
         content=reply.text,

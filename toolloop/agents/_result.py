@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import Field, ValidationError
+from pydantic_core import to_json
 
 from ..checkpoints import HumanRequest
 from ..flow import Execution, FlowSnapshot, TraceEntry
@@ -23,8 +24,9 @@ class AgentResult(RunResult):
     The kernel's fields (:class:`~toolloop.kernel.RunResult`): ``run_id`` (the same across
     pauses, its key in a store), ``status``, ``stop_reason``, ``usage`` (across pauses,
     resumes and recoveries), ``request`` (when paused for a human, the
-    :class:`~toolloop.checkpoints.HumanRequest`), ``text`` (the last answer), ``records``
-    (one per tool call, the tool's value as it returned it) and ``paused``.
+    :class:`~toolloop.checkpoints.HumanRequest`), ``text`` (the last answer; a structured
+    answer's JSON), ``structured_response`` (with a ``response_format``), ``records`` (one
+    per tool call, the tool's value as it returned it) and ``paused``.
 
     ``stop_reason`` is one of: ``answered`` (the model answered without a tool call),
     ``structured_response`` (the answer fits the ``response_format``), ``tools`` (it ended
@@ -64,10 +66,6 @@ class AgentResult(RunResult):
         return self.state.todos
 
     @property
-    def structured_response(self) -> Any:
-        return self.state.structured_response
-
-    @property
     def refusal(self) -> str | None:
         """What the model said when its last reply refused to answer; ``None`` otherwise."""
         for message in reversed(self.state.messages):
@@ -85,7 +83,9 @@ class AgentResult(RunResult):
 
 def _text(state: AgentState) -> str | None:
     """What the model answered last (``None`` when its last reply said nothing: only tool
-    calls, or no reply yet)."""
+    calls, or no reply yet); a structured answer's JSON."""
+    if state.structured_response is not None:
+        return to_json(state.structured_response).decode()
     for message in reversed(state.messages):
         if isinstance(message, AssistantMessage):
             return message.content or None
@@ -114,6 +114,7 @@ def result_of(ended: Ended[AgentState], execution: Execution[AgentState]) -> Age
         usage=state.usage,
         request=_request(asked),
         text=_text(state),
+        structured_response=state.structured_response,
         state=state,
         snapshot=flow.snapshot if flow is not None else None,
         paused_by=where.get("by") if where is not None else None,

@@ -102,17 +102,18 @@ class AgentSpec:
     executor: Executor | None = None
     """The executor of the runs under the default options (an executor holds only
     configuration, so they share it)."""
+    approvers: list[HumanApprovalMiddleware] = field(default_factory=list)
+    """The approval middleware (the agent's own ``needs_approval`` first): with
+    ``streaming_dispatch``, a call one of them asks about waits for the whole turn."""
+    streams_calls: bool = True
+    """No middleware reads a whole model turn before its calls run (a ``wrap_model_call``,
+    an ``after_model`` other than an approval's): with ``streaming_dispatch``, a turn's
+    calls start while the model still writes the reply."""
 
     def executor_for(self, options: RunOptions) -> Executor:
-        """The executor of a run with ``options``: its ``limiter`` and ``tool_timeout``."""
-        executor = self.executor
-        if (
-            executor is not None
-            and options.limiter is executor.limiter
-            and options.tool_timeout == executor.tool_timeout
-        ):
-            return executor
-        return Executor(self.registry, limiter=options.limiter, tool_timeout=options.tool_timeout)
+        """The executor of a run with ``options``: its ``limiter``, ``tool_timeout``, rate
+        limits and tool retries."""
+        return options.tool_executor(self.registry, concurrency=False, reuse=self.executor)
 
     def approval_for(self, options: RunOptions) -> ApprovalCheck | None:
         """The approval rule of a run with ``options`` (compiled once for the defaults).
@@ -267,6 +268,18 @@ def build_spec(
             call_tool = _wrap_tool(mw, call_tool)
 
     hooked = list(by_name.values())  # the agent's approval first: its after_model runs last
+    approvers = [
+        mw
+        for mw in hooked
+        if isinstance(mw, HumanApprovalMiddleware)
+        and type(mw).after_model is HumanApprovalMiddleware.after_model
+    ]
+    readers = [
+        mw
+        for mw in middleware
+        if overrides(mw, "wrap_model_call")
+        or (overrides(mw, "after_model") and mw not in approvers)
+    ]
 
     def having(hook: str) -> list[AgentMiddleware]:
         return [mw for mw in hooked if overrides(mw, hook)]
@@ -291,7 +304,9 @@ def build_spec(
         after_agent=having("after_agent")[::-1],
         call_model=call_model,
         call_tool=call_tool,
-        executor=Executor(registry, limiter=options.limiter, tool_timeout=options.tool_timeout),
+        executor=options.tool_executor(registry, concurrency=False),
+        approvers=approvers,
+        streams_calls=not readers,
     )
     spec.openai_tools[id(offered)] = [t.openai_tool() for t in offered]
     return spec

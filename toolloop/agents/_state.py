@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 from ..kernel import StopReason
 from ..models import Usage
@@ -80,6 +80,10 @@ class AgentState(BaseModel):
             human's rejection, a limit, the structured-output tool) holds its answer.
         rerun: the calls a human approved to run again although an earlier attempt's
             outcome is unknown (``unknown_outcome="ask"``); emptied when they ran.
+        streamed: with ``streaming_dispatch``, the outcomes (JSON data) of the calls of the
+            last turn that ran while the model wrote its reply, when the run paused before
+            the others ran (a call that needs approval): the tools step answers them from
+            here, never running them again; emptied when it did.
 
     Everything a run changes is here, so a snapshot or a checkpoint carries it and the
     limits hold across any number of pauses and resumes.
@@ -97,6 +101,10 @@ class AgentState(BaseModel):
     stop_reason: StopReason | None = None
     records: list[ToolExecutionRecord] = Field(default_factory=list)
     rerun: list[str] = Field(default_factory=list)
+    streamed: dict[str, Any] = Field(default_factory=dict)
+    _ran: dict[str, Any] = PrivateAttr(default_factory=dict)
+    # the outcomes of the calls that ran while the model streamed, as they came (never
+    # saved): the tools step answers them; ``streamed`` is their JSON form for a pause
 
 
 @dataclass(frozen=True)

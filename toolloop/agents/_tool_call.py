@@ -85,8 +85,8 @@ async def execute_tool(request: ToolCallRequest) -> ToolMessage | Command:
     except (ToolNotFoundError, ToolArgumentsError) as exc:
         return error_message(call, f"{exc}; the tool did not run.")
     if tool.context_parameter is not None:  # decided when the tool was built
-        arguments = tool.with_context(arguments, call.id)
-    result = await executor.execute(tool, arguments)
+        arguments = tool.with_context(arguments, call.name, call.id)
+    result = await executor.execute(tool, arguments, tries=request._tries)
     if isinstance(result, Command):
         return result
     message = ToolMessage.model_construct(
@@ -149,8 +149,9 @@ async def run_tool_call(
     """Run one call through the ``wrap_tool_call`` onion; always an outcome, never a crash
     (but the run's own errors, e.g. a limit set to raise, and cancellation)."""
     tool = registry._tools.get(call.name)
+    request = ToolCallRequest(call, tool, state, runtime)
     try:
-        result: Any = await handler(ToolCallRequest(call, tool, state, runtime))
+        result: Any = await handler(request)
     except ExecutionError:
         raise
     except Exception as exc:
@@ -158,7 +159,7 @@ async def run_tool_call(
         record = ToolExecutionRecord.failed(command_of(call), error)
         if not isinstance(exc, ToolCallError):  # the tool raised: its type and traceback
             record = ToolExecutionRecord.raised(command_of(call), error, exc)
-        return ToolOutcome(error_message(call, error), record)
+        return _tried(ToolOutcome(error_message(call, error), record), request)
     if isinstance(result, Command):
         try:
             outcome = _from_command(call, result)
@@ -177,4 +178,12 @@ async def run_tool_call(
     outcome.return_direct = (
         tool is not None and tool.return_direct and outcome.message.status == "success"
     )
+    return _tried(outcome, request)
+
+
+def _tried(outcome: ToolOutcome, request: ToolCallRequest) -> ToolOutcome:
+    """``outcome`` with the tries its tool took in its record (when more than one)."""
+    count = request._tries.count
+    if count > 1:
+        outcome.record.__dict__["attempts"] = count
     return outcome

@@ -88,8 +88,7 @@ async def note_cut_off(run: CheckpointedRun, exc: BaseException) -> None:
     data = {"cause": cause, "calls": calls}
     with anyio.CancelScope(shield=True):
         try:
-            await run.record_intent(JournalEntry(call_id=key, tool_name=CUT_OFF))
-            await run.record_outcome(key, data)
+            await run.record_note(key, CUT_OFF, data)
         except Exception:  # then a resumed run says "its process stopped": less precise
             return
 

@@ -56,10 +56,16 @@ class MemoryCheckpointStore(StoreBase):
         await anyio.lowlevel.checkpoint()
         journal = self._journals.setdefault(run_id, {})
         if entry.call_id not in journal:
-            arguments = json.loads(
-                json_text(entry.arguments, f"the arguments of {entry.call_id!r}")
-            )
-            journal[entry.call_id] = entry.model_copy(update={"arguments": arguments})
+            update: dict[str, Any] = {
+                "arguments": json.loads(
+                    json_text(entry.arguments, f"the arguments of {entry.call_id!r}")
+                )
+            }
+            if entry.state != "started":  # a note: finished as it is written
+                text = json_text(entry.outcome, f"the outcome of {entry.call_id!r}")
+                update["outcome"] = json.loads(text)
+                update["finished_at"] = entry.finished_at or time.time()
+            journal[entry.call_id] = entry.model_copy(update=update)
         return journal[entry.call_id]
 
     async def _write_outcome(

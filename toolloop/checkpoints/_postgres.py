@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
@@ -37,7 +38,8 @@ import anyio.to_thread
 
 from .._secrets import REDACTED, register_secret, scrub
 from ._errors import CheckpointError
-from ._sql import SQLStore
+from ._group import Write
+from ._sql import SQLStore, Step, WriteOp, own_copy
 
 if TYPE_CHECKING:
     import psycopg
@@ -103,6 +105,9 @@ class PostgresCheckpointStore(SQLStore):
         max_size: at most this many connections (and worker threads) at once.
         timeout: seconds to wait for a connection (to connect, or for a free one), and
             at most for one statement (a row lock held elsewhere, a busy server).
+        group_commit: commit the writes of concurrent callers together, in one transaction
+            on one connection; each call still returns only once its write is committed.
+            ``False``: one transaction per write.
 
     Use it as ``async with PostgresCheckpointStore(url) as store`` (or call
     :meth:`aclose`); it connects, and creates or checks its schema, on first use. Closing
@@ -111,6 +116,7 @@ class PostgresCheckpointStore(SQLStore):
 
     _JOURNAL_ORDER = "seq"
     _FOR_UPDATE = " FOR UPDATE"
+    _RETURNING = True
 
     def __init__(
         self,
@@ -120,6 +126,7 @@ class PostgresCheckpointStore(SQLStore):
         min_size: int = 1,
         max_size: int = 10,
         timeout: float = 10.0,
+        group_commit: bool = True,
     ) -> None:
         if not _NAME.match(schema):
             raise ValueError(
@@ -134,12 +141,13 @@ class PostgresCheckpointStore(SQLStore):
         self.min_size = min_size
         self.max_size = max_size
         self.timeout = timeout
+        self.group_commit = group_commit
         self._pool: psycopg_pool.ConnectionPool[Any] | None = None
         self._lease_conn: psycopg.Connection[Any] | None = None
         self._held: set[str] = set()
         self._open_lock = threading.Lock()
         self._lease_lock = threading.Lock()
-        self._limiter: tuple[object, anyio.CapacityLimiter] | None = None
+        self._limiter: tuple[anyio.lowlevel.EventLoopToken, anyio.CapacityLimiter] | None = None
 
     def __repr__(self) -> str:
         return f"PostgresCheckpointStore({self.where()!r}, schema={self.schema!r})"
@@ -250,38 +258,123 @@ class PostgresCheckpointStore(SQLStore):
 
     # -- in a worker thread ---------------------------------------------------------------
 
-    async def _call(self, fn: Callable[..., T], *args: Any, write: bool = True) -> T:
+    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
         async with self._threads():
-            return await anyio.to_thread.run_sync(self._in_transaction, fn, args, write)
+            return await anyio.to_thread.run_sync(self._in_transaction, fn, args)
 
     def _threads(self) -> anyio.CapacityLimiter:
         """At most ``max_size`` worker threads at once (the others wait here, not for a
         connection); one limiter per event loop, so that the sync twins can share a store."""
         token = anyio.lowlevel.current_token()
         held = self._limiter
-        if held is None or held[0] is not token:
+        if held is None or held[0] != token:  # (a token is made anew by each call)
             held = self._limiter = (token, anyio.CapacityLimiter(self.max_size))
         return held[1]
 
-    def _in_transaction(self, fn: Callable[..., T], args: tuple[Any, ...], write: bool) -> T:
-        pool = self._pool or self._ensure_open()
-        psycopg, psycopg_pool = _import()
+    def _batch_slot(self) -> anyio.CapacityLimiter:
+        return self._threads()
+
+    def _write_batch(self, batch: list[Write]) -> None:
+        """The writes of a batch that are each one statement, touching rows no other write
+        of the batch touches, are written kind by kind, each kind in one statement (a few
+        round trips for the whole batch, not one or two per write). When one of them does
+        not apply as its caller expected (a stale revision, an intent journaled before) or
+        fails, the transaction is rolled back and the batch is written one write after the
+        other (see :class:`SQLStore`), which says why."""
+        if len(batch) > 1 and self._in_bulk(batch):
+            return
+        super()._write_batch(batch)
+
+    def _in_bulk(self, batch: list[Write]) -> bool:
+        """Whether ``batch`` was written and committed kind by kind (each write given its
+        result, or, when the commit failed, its error)."""
+        steps: dict[str, list[tuple[Write, Step]]] = {}
+        keys: set[tuple[str, ...]] = set()
+        for write in batch:
+            try:
+                step = write.fn.step(*write.args) if isinstance(write.fn, WriteOp) else None
+            except Exception:  # its own error: said when written one after the other
+                return False
+            if step is None:
+                return False
+            key = _key(step)
+            if key in keys:  # two writes of one row: in order, one after the other
+                return False
+            keys.add(key)
+            steps.setdefault(step.kind, []).append((write, step))
+        results: list[tuple[Write, Any]] = []
+        sent = False
         try:
-            with pool.connection(timeout=self.timeout) as conn, conn.transaction():
-                if not write:
-                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            with self._writing() as conn:
+                for kind, some in steps.items():
+                    columns = zip(*(step.params for _, step in some), strict=True)
+                    params = [list(c) for c in columns]
+                    rows = conn.execute(self._bulk(kind), params).fetchall()
+                    if len(rows) != len(some):
+                        raise _Missed
+                    returned = {tuple(row[: _KEYS[kind]]): row[_KEYS[kind] :] for row in rows}
+                    for write, step in some:
+                        row = returned.get(_key(step)[1:])
+                        if row is None:
+                            raise _Missed
+                        results.append((write, step.read(_Applied(row))))
+                sent = True
+        except Exception as exc:
+            if not sent:  # rolled back: nothing was written
+                return False
+            error = self._failure(exc)  # the commit failed
+            for write in batch:
+                write.fail(own_copy(error, exc))
+            return True
+        for write, result in results:
+            write.done(result)
+        return True
+
+    def _bulk(self, kind: str) -> str:
+        """The statement that writes the steps of ``kind`` of a batch, given one array per
+        column of their ``params``; it returns the key of each row it wrote (and what the
+        step reads back)."""
+        s = f'"{self.schema}"'
+        return _BULK[kind].format(checkpoints=f"{s}.checkpoints", journal=f"{s}.journal")
+
+    def _in_transaction(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        """``fn(connection, *args)`` in a transaction that reads one snapshot."""
+        try:
+            with self._connection() as conn, conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 return fn(conn, *args)
-        except (CheckpointError, ValueError):
-            raise
-        except psycopg_pool.PoolTimeout as exc:
-            raise CheckpointError(
+        except Exception as exc:
+            error = self._failure(exc)
+            if error is exc:
+                raise
+            raise error from exc
+
+    @contextmanager
+    def _writing(self) -> Iterator[psycopg.Connection[Any]]:
+        with self._connection() as conn, conn.transaction():
+            yield conn
+
+    def _connection(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        pool = self._pool or self._ensure_open()
+        return pool.connection(timeout=self.timeout)
+
+    def _failure(self, exc: Exception) -> BaseException:
+        if isinstance(exc, (CheckpointError, ValueError)):
+            return exc
+        psycopg, psycopg_pool = _import()
+        if isinstance(exc, psycopg_pool.PoolTimeout):
+            error = CheckpointError(
                 f"no connection to the checkpoint database {self.where()} within "
                 f"{self.timeout:g} s ({exc}): the server is down or unreachable, or all "
                 f"{self.max_size} connections stayed busy; check the server, or give a larger "
                 "max_size= or timeout="
-            ) from exc
-        except psycopg.Error as exc:
-            raise self._error(exc) from exc
+            )
+        elif isinstance(exc, psycopg.Error):
+            error = self._error(exc)
+        else:
+            return exc
+        error.__cause__ = exc
+        return error
 
     def _error(self, exc: BaseException) -> CheckpointError:
         """What went wrong with the database, in words a person can act on."""
@@ -405,6 +498,69 @@ class PostgresCheckpointStore(SQLStore):
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
+
+
+class _Missed(Exception):
+    """A write of a batch written in bulk did not apply as its caller expected."""
+
+
+_BULK = {
+    "create": (
+        "INSERT INTO {checkpoints} (flow, status, revision, data, created_at, updated_at, "
+        "run_id) SELECT * FROM unnest(%b::text[], %b::text[], %b::int[], %b::text[], "
+        "%b::float8[], %b::float8[], %b::text[]) ON CONFLICT DO NOTHING RETURNING run_id"
+    ),
+    "update": (
+        "UPDATE {checkpoints} AS c SET flow = v.flow, status = v.status, revision = v.rev, "
+        "data = v.data, updated_at = v.updated FROM unnest(%b::text[], %b::text[], "
+        "%b::int[], %b::text[], %b::float8[], %b::text[], %b::int[], %b::float8[]) AS "
+        "v(flow, status, rev, data, updated, run_id, expected, created) WHERE c.run_id = "
+        "v.run_id AND c.revision = v.expected AND c.created_at = v.created RETURNING c.run_id"
+    ),
+    "intent": (
+        "INSERT INTO {journal} (run_id, call_id, tool_name, arguments, state, outcome, "
+        "started_at, finished_at) SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], "
+        "%b::text[], %b::text[], %b::text[], %b::float8[], %b::float8[]) ON CONFLICT DO "
+        "NOTHING RETURNING run_id, call_id"
+    ),
+    "outcome": (
+        "UPDATE {journal} AS j SET state = v.state, outcome = v.outcome, finished_at = "
+        "v.finished FROM unnest(%b::text[], %b::text[], %b::float8[], %b::text[], "
+        "%b::text[]) AS v(state, outcome, finished, run_id, call_id) WHERE j.run_id = "
+        "v.run_id AND j.call_id = v.call_id AND j.state = 'started' RETURNING j.run_id, "
+        "j.call_id, j.tool_name, j.arguments, j.started_at"
+    ),
+}
+"""The statements that write the steps of one kind of a batch (see ``_bulk``)."""
+
+_KEYS = {"create": 1, "update": 1, "intent": 2, "outcome": 2}
+"""How many of the columns a bulk statement returns are the row's key."""
+
+
+def _key(step: Step) -> tuple[str, ...]:
+    """The table and the key of the row a step writes."""
+    p = step.params
+    if step.kind == "create":
+        return ("checkpoints", p[6])
+    if step.kind == "update":
+        return ("checkpoints", p[5])
+    if step.kind == "intent":
+        return ("journal", p[0], p[1])
+    return ("journal", p[3], p[4])
+
+
+class _Applied:
+    """What a step reads back of a row a bulk statement wrote (as if from its own
+    cursor)."""
+
+    __slots__ = ("_row",)
+    rowcount = 1
+
+    def __init__(self, row: tuple[Any, ...]) -> None:
+        self._row = row
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        return [self._row]
 
 
 def _password_of(url: str) -> str | None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Sequence
 from typing import Any, Literal, TypeVar
 
@@ -109,8 +110,8 @@ class CheckpointedRun:
         Raises:
             CheckpointConflictError: the store already has a run with this id.
         """
-        leased = isinstance(store, LeasingStore)
-        if isinstance(store, LeasingStore) and not await store.acquire_lease(run_id):
+        leases = leases_of(store)
+        if leases is not None and not await leases.acquire_lease(run_id):
             raise CheckpointConflictError(
                 f"run {run_id!r} is held by another live worker (it holds the run's lease); "
                 "pick another run id"
@@ -126,7 +127,7 @@ class CheckpointedRun:
         try:
             return cls(store, await store.put(checkpoint, expected_revision=None))
         except BaseException:
-            if leased:
+            if leases is not None:
                 await _release_lease(store, run_id)
             raise
 
@@ -169,8 +170,9 @@ class CheckpointedRun:
         """
         run_id = checkpoint.run_id
         expect_status(checkpoint, expect)
-        if isinstance(store, LeasingStore):
-            return await cls._claim_leased(store, store, checkpoint, event, value, force)
+        leases = leases_of(store)
+        if leases is not None:
+            return await cls._claim_leased(store, leases, checkpoint, event, value, force)
         owner = checkpoint.owner
         if checkpoint.status == "running" and owner is not None and not force:
             running = owner_running(owner)
@@ -321,6 +323,23 @@ class CheckpointedRun:
         self._open.discard(call_id)
         return entry
 
+    async def record_note(self, call_id: str, tool_name: str, outcome: Any) -> JournalEntry:
+        """Journal a note: an entry finished as it is written (what the planner answered,
+        what model calls cost, a human's decisions), in one write where the store keeps an
+        entry given finished as it is (the shipped stores do), else as an intent and its
+        outcome. Idempotent, as :meth:`record_intent` and :meth:`record_outcome` are."""
+        note = JournalEntry(
+            call_id=call_id,
+            tool_name=tool_name,
+            state="finished",
+            outcome=outcome,
+            finished_at=time.time(),
+        )
+        stored = await self.store.record_intent(self.run_id, note)
+        if stored.state == "started":  # an intent only (this store's, or written before)
+            return await self.store.record_outcome(self.run_id, call_id, outcome)
+        return stored
+
     async def journal(self) -> dict[str, JournalEntry]:
         """The run's journal as stored now, by call id."""
         stored = await self.load(self.store, self.run_id)
@@ -365,9 +384,23 @@ async def _take(
 
 async def _release_lease(store: CheckpointStore, run_id: str) -> None:
     """Give the run's lease back, if the store has leases (even while being cancelled)."""
-    if isinstance(store, LeasingStore):
+    leases = leases_of(store)
+    if leases is not None:
         with anyio.CancelScope(shield=True):
-            await store.release_lease(run_id)
+            await leases.release_lease(run_id)
+
+
+_LEASING: dict[type, bool] = {}
+"""Whether a store class has leases (a protocol's ``isinstance`` is slow: asked once)."""
+
+
+def leases_of(store: CheckpointStore) -> LeasingStore | None:
+    """``store`` if it has leases (:class:`LeasingStore`), else ``None``."""
+    kind = type(store)
+    leasing = _LEASING.get(kind)
+    if leasing is None:
+        leasing = _LEASING[kind] = isinstance(store, LeasingStore)
+    return store if leasing else None  # type: ignore[return-value]
 
 
 def expect_status(checkpoint: Checkpoint, expect: Sequence[CheckpointStatus]) -> None:

@@ -1,10 +1,11 @@
 """The default checkpoint store: one SQLite file, no server.
 
-Every write is one ``BEGIN IMMEDIATE`` transaction (all or nothing, also across processes
-sharing the file); the database runs in WAL mode with ``synchronous=FULL`` (by default), so
-a write that returned survives a crash of the process or the machine. The schema carries
-its version (``PRAGMA user_version``); a file written by a newer schema is refused, not
-guessed at.
+Every write is made in a ``BEGIN IMMEDIATE`` transaction (all or nothing, also across
+processes sharing the file), with the writes of concurrent callers by default (group
+commit: one fsync for them all); the database runs in WAL mode with ``synchronous=FULL``
+(by default), so a write that returned survives a crash of the process or the machine.
+The schema carries its version (``PRAGMA user_version``); a file written by a newer schema
+is refused, not guessed at.
 Blocking calls run in a worker thread (:func:`anyio.to_thread.run_sync`), never on the event
 loop, and are not abandoned when the caller is cancelled, so a write is never cut in half.
 """
@@ -67,6 +68,9 @@ class SQLiteCheckpointStore(SQLStore):
         read_only: open the file for reading only (e.g. to inspect runs); ``None``: when the
             file (or its folder) cannot be written. Reads work; a write raises a
             :class:`CheckpointError` saying so.
+        group_commit: commit the writes of concurrent callers together, in one transaction
+            (one fsync); each call still returns only once its write is committed.
+            ``False``: one transaction per write.
 
     Use it as ``async with SQLiteCheckpointStore(path) as store`` (or call :meth:`aclose`);
     the file is opened on first use.
@@ -74,6 +78,7 @@ class SQLiteCheckpointStore(SQLStore):
 
     _JOURNAL_ORDER = "rowid"
     _FOR_UPDATE = ""  # a write's transaction (BEGIN IMMEDIATE) locks the whole file
+    _RETURNING = sqlite3.sqlite_version_info >= (3, 35, 5)
 
     def __init__(
         self,
@@ -82,11 +87,13 @@ class SQLiteCheckpointStore(SQLStore):
         timeout: float = 10.0,
         durable: bool = True,
         read_only: bool | None = None,
+        group_commit: bool = True,
     ) -> None:
         self.path = Path(path)
         self.timeout = timeout
         self.durable = durable
         self.read_only = read_only
+        self.group_commit = group_commit
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
 
@@ -94,22 +101,36 @@ class SQLiteCheckpointStore(SQLStore):
         return f"SQLiteCheckpointStore({str(self.path)!r})"
 
     async def __aenter__(self) -> SQLiteCheckpointStore:
-        await self._call(lambda conn: None, write=False)
+        await self._read(lambda conn: None)
         return self
 
     # -- in the worker thread --------------------------------------------------------------
 
-    async def _call(self, fn: Callable[..., T], *args: Any, write: bool = True) -> T:
-        return await anyio.to_thread.run_sync(self._locked, fn, args, write)
+    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
+        return await anyio.to_thread.run_sync(self._locked, fn, args)
 
-    def _locked(self, fn: Callable[..., T], args: tuple[Any, ...], write: bool) -> T:
+    def _locked(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
         with self._lock:
             try:
                 conn = self._conn or self._open()
-                with _transaction(conn, "IMMEDIATE" if write else "DEFERRED"):
+                with _transaction(conn, "DEFERRED"):
                     return fn(conn, *args)
             except sqlite3.Error as exc:
                 raise CheckpointError(self._explain(exc)) from exc
+
+    @contextmanager
+    def _writing(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            conn = self._conn or self._open()
+            with _transaction(conn, "IMMEDIATE"):
+                yield conn
+
+    def _failure(self, exc: Exception) -> BaseException:
+        if isinstance(exc, sqlite3.Error):
+            error = CheckpointError(self._explain(exc))
+            error.__cause__ = exc
+            return error
+        return exc
 
     def _sql(self, statement: str) -> str:
         return statement.format(checkpoints="checkpoints", journal="journal")
@@ -232,5 +253,6 @@ def _transaction(conn: sqlite3.Connection, mode: str) -> Iterator[None]:
         yield
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:  # (a COMMIT that failed may have rolled back already)
+            conn.execute("ROLLBACK")
         raise

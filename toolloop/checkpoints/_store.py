@@ -57,6 +57,11 @@ class CheckpointStore(Protocol):
 
         Idempotent: if ``entry.call_id`` is already in the run's journal, nothing is
         written and the stored entry (maybe finished) is returned.
+
+        An entry given finished (``state`` not ``"started"``, with its ``outcome``: a note,
+        see :meth:`CheckpointedRun.record_note`) may be written as it is, in this one
+        write (the shipped stores do); a store that writes only intents returns it
+        ``started``, and its outcome is written next.
         """
         ...
 

@@ -47,8 +47,7 @@ async def record_usage(run: CheckpointedRun, at: int, usage: Any) -> None:
     """
     key = f"usage/{at}/{uuid.uuid4().hex}"
     with anyio.CancelScope(shield=True):
-        await run.record_intent(JournalEntry(call_id=key, tool_name=USAGE))
-        await run.record_outcome(key, {"at": at, "usage": usage})
+        await run.record_note(key, USAGE, {"at": at, "usage": usage})
 
 
 def usage_since(

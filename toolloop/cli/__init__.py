@@ -1,5 +1,5 @@
 """The ``toolloop`` command line: ``demo``, ``run``, ``resume``, ``recover``, ``graph``,
-``trace``, ``view``.
+``trace``, ``view``, ``replay``.
 
 ``toolloop run "request" --tools myapp.tools:TOOLS --base-url URL --model NAME`` runs the
 loop (``--agent middleware|status``: either agent) against any OpenAI-compatible server with
@@ -23,6 +23,9 @@ from ._load import load_object as load_object
 from ._load import load_tools as load_tools
 from ._plain import PlainDisplay as PlainDisplay
 from ._progress import LiveDisplay as LiveDisplay
+from ._replay import ReplayOptions as ReplayOptions
+from ._replay import async_replay as async_replay
+from ._replay import rerun as rerun
 from ._run import RunOptions as RunOptions
 from ._run import async_recover as async_recover
 from ._run import async_resume as async_resume
@@ -34,9 +37,11 @@ __all__ = [
     "DemoOptions",
     "LiveDisplay",
     "PlainDisplay",
+    "ReplayOptions",
     "RunOptions",
     "async_demo",
     "async_recover",
+    "async_replay",
     "async_resume",
     "async_run",
     "build_parser",
@@ -45,4 +50,5 @@ __all__ = [
     "load_object",
     "load_tools",
     "main",
+    "rerun",
 ]

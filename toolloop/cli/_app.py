@@ -64,6 +64,7 @@ examples:
   toolloop recover RUN_ID --tools myapp.tools:TOOLS --model m --store runs.db
   toolloop graph > loop.mmd
   toolloop trace timeline run.jsonl -o run.svg
+  toolloop replay run.jsonl --live-tool get_weather
   toolloop view run.jsonl --follow --open
 
 Progress is live on a terminal, one line per event otherwise (or with --plain).
@@ -195,6 +196,21 @@ def _add_outputs(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _run_command(
+    commands: Any, name: str, summary: str, description: str
+) -> argparse.ArgumentParser:
+    """A command that runs a product (``run``, ``resume``, ``recover``): its own arguments
+    are added to it, then the product's and the outputs'."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name,
+        help=summary,
+        description=description,
+        epilog=RUN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    return parser
+
+
 def _add_product(parser: argparse.ArgumentParser) -> None:
     """The flags of ``run``, ``resume`` and ``recover``: the product, its tools and model,
     the run options, the store (a run is resumed with the product rebuilt the same way)."""
@@ -309,7 +325,8 @@ def _add_product(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--streaming-dispatch",
         action="store_true",
-        help="the loop: start each tool as soon as its command is complete in the streamed plan",
+        help="start each tool call as soon as the model has written it, while its reply "
+        "still streams (the status agent: the calls of its decisions)",
     )
     parser.add_argument(
         "--requirement",
@@ -398,30 +415,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_outputs(demo)
 
-    run = commands.add_parser(
+    run = _run_command(
+        commands,
         "run",
-        help="run a request with any product against any OpenAI-compatible server, with your tools",
-        description="Run REQUEST with the plan/execute loop (or --agent middleware|status), a "
-        "model behind any OpenAI-compatible server (OpenAI, vLLM, llama.cpp, Ollama, ...) "
-        "and your tools.",
-        epilog=RUN_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "run a request with any product against any OpenAI-compatible server, with your tools",
+        "Run REQUEST with the plan/execute loop (or --agent middleware|status), a model behind "
+        "any OpenAI-compatible server (OpenAI, vLLM, llama.cpp, Ollama, ...) and your tools.",
     )
     run.add_argument("request", metavar="REQUEST", help="the user's request")
     run.add_argument(
         "--run-id", metavar="ID", help="the run's id (in --store: a new one); default: a new one"
     )
-    _add_product(run)
-    _add_outputs(run)
 
-    resume = commands.add_parser(
+    resume = _run_command(
+        commands,
         "resume",
-        help="answer a run paused for a human, and continue it",
-        description="Continue RUN_ID, paused for a human in --store, with a decision. Give the "
-        "product, tools and model flags of the run again (the paused run prints the whole "
-        "command).",
-        epilog=RUN_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "answer a run paused for a human, and continue it",
+        "Continue RUN_ID, paused for a human in --store, with a decision. Give the product, "
+        "tools and model flags of the run again (the paused run prints the whole command).",
     )
     resume.add_argument("paused_run", metavar="RUN_ID", help="the paused run's id")
     decision = resume.add_argument_group(
@@ -454,17 +465,14 @@ def build_parser() -> argparse.ArgumentParser:
     decision.add_argument(
         "--stop", nargs="?", const="", metavar="MESSAGE", help="end the run (MESSAGE: its answer)"
     )
-    _add_product(resume)
-    _add_outputs(resume)
 
-    recover = commands.add_parser(
+    recover = _run_command(
+        commands,
         "recover",
-        help="continue a run that failed, or whose process died, from its last checkpoint",
-        description="Continue RUN_ID of --store, which failed or whose process died, from its "
-        "last checkpoint: a tool call with a recorded outcome is not run again; one that "
-        "started without one follows --unknown-outcome. A completed run shows its result.",
-        epilog=RUN_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "continue a run that failed, or whose process died, from its last checkpoint",
+        "Continue RUN_ID of --store, which failed or whose process died, from its last "
+        "checkpoint: a tool call with a recorded outcome is not run again; one that started "
+        "without one follows --unknown-outcome. A completed run shows its result.",
     )
     recover.add_argument("stored_run", metavar="RUN_ID", help="the run's id")
     recover.add_argument(
@@ -472,8 +480,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="take the run over even if its owner may still be running it",
     )
-    _add_product(recover)
-    _add_outputs(recover)
+    for product_command in (run, resume, recover):
+        _add_product(product_command)
+        _add_outputs(product_command)
 
     graph = commands.add_parser(
         "graph",
@@ -528,7 +537,61 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE.svg",
         help="where to write it (default: FILE with .svg)",
     )
+    _add_replay(commands)
     return parser
+
+
+def _add_replay(commands: Any) -> None:
+    replay = commands.add_parser(
+        "replay",
+        help="run a recorded trace again through today's code; show where it now differs",
+        description="Run the run FILE.jsonl tells (written by `toolloop run --trace`) again, "
+        "offline: the same product and options, the model's replies and the tools' results "
+        "taken from the trace. Exit status 0: the code does what the recorded run did; 1: it "
+        "does something else (a diff, turn by turn, shows where).",
+    )
+    replay.add_argument("file", type=Path, metavar="FILE.jsonl", help="a trace (--trace)")
+    replay.add_argument(
+        "--tools",
+        action="append",
+        default=[],
+        metavar="MODULE:ATTR",
+        help="the tools (default: the trace's own --tools; tools it cannot load get "
+        "stand-ins that accept any arguments)",
+    )
+    replay.add_argument(
+        "--live-tool",
+        dest="live_tools",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run this tool for real instead of taking its results from the trace (repeatable)",
+    )
+    replay.add_argument(
+        "--reask-from",
+        type=_count,
+        metavar="N",
+        help="from model call N on (0: the first), ask --model instead of the trace; the "
+        "run is checked only before it",
+    )
+    replay.add_argument("--model", metavar="NAME", help="the model asked again (--reask-from)")
+    replay.add_argument("--base-url", metavar="URL", help="its server (default: $OPENAI_BASE_URL)")
+    replay.add_argument(
+        "--api-key", metavar="KEY", help="its API key (default: $OPENAI_API_KEY); never printed"
+    )
+    replay.add_argument(
+        "--compare-requests",
+        choices=("shape", "exact", "off"),
+        default="shape",
+        help="how much of each model request is checked: its shape (messages counted, "
+        "tools, settings), exact (the messages too), or off (default: %(default)s)",
+    )
+    replay.add_argument(
+        "--backend",
+        choices=("asyncio", "trio"),
+        default="asyncio",
+        help="the event loop to run on (default: %(default)s)",
+    )
 
 
 # -- errors in one line ----------------------------------------------------------------------
@@ -749,6 +812,13 @@ def _view(args: argparse.Namespace, out: TextIO) -> int:
     return view(_options(ViewOptions, args, open_browser="open"), out=out)
 
 
+def _replay(args: argparse.Namespace, out: TextIO) -> int:
+    from ._replay import ReplayOptions, async_replay
+
+    options = _options(ReplayOptions, args)
+    return anyio.run(functools.partial(async_replay, options, out=out), backend=args.backend)
+
+
 def _demo(args: argparse.Namespace, out: TextIO) -> int:
     from ._demo import DemoOptions, async_demo
 
@@ -765,6 +835,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO], int]] = {
     "graph": _graph,
     "trace": _trace,
     "view": _view,
+    "replay": _replay,
 }
 
 

@@ -118,14 +118,7 @@ async def _run(
             on_event=on_event,
         )
 
-    result, written = await observe(
-        start,
-        display=display,
-        meta=meta,
-        trace=options.trace,
-        timeline=options.timeline,
-        view=options.view,
-    )
+    result, written = await observe(start, display=display, meta=meta, outputs=options)
     print_result(out, result, elapsed=perf_counter() - started, written=written)
     return result
 

@@ -107,7 +107,7 @@ def make_product(
     """The product ``kind`` on ``model`` and the tools of ``registry``.
 
     The loop plans with ``planner`` and takes its own ``loop_options``
-    (``user_extra_requirement``, ``streaming_dispatch``); the middleware agent takes the
+    (``user_extra_requirement``); the middleware agent takes the
     model's settings and ``system_prompt``; the status agent's five steps call ``model``
     with ``max_tokens``, ``temperature`` and ``system_prompt`` (when given).
     """

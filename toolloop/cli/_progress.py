@@ -42,7 +42,7 @@ class _Running:
     index: int
     text: str
     since: float
-    purpose: str = ""
+    call_id: str = ""
     progress: str = ""
     """What the tool last reported (``ctx.report``)."""
 
@@ -196,7 +196,7 @@ class LiveDisplay:
             c = event.command
             text = f"#{event.index} {c.tool_name} {s.dim(format_kwargs(c.tool_kwargs, 80))}"
             self._running[(event.round_index, event.index)] = _Running(
-                event.round_index, event.index, text, now, c.purpose
+                event.round_index, event.index, text, now, event.call_id
             )
         elif isinstance(event, ToolCallFinished):
             self._running.pop((event.round_index, event.index), None)
@@ -215,7 +215,7 @@ class LiveDisplay:
                 )
         elif isinstance(event, ToolProgress):
             for running in self._running.values():
-                if running.round_index == event.round_index and running.purpose == event.purpose:
+                if running.round_index == event.round_index and running.call_id == event.call_id:
                     said = " ".join(redact_text(event.message[:240]).split())
                     running.progress = said if len(said) <= 60 else said[:57] + "..."
                     break

@@ -11,13 +11,13 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, Literal, TextIO
+from typing import Any, Literal, TextIO
 
 from .._errors import ToolloopError
 from ..checkpoints import CheckpointStore, HumanAnswer
 from ..kernel import RunResult
 from ..loop import LoopResult
-from ..models import ModelSettings, UsageLimits
+from ..models import ChatModel, ModelSettings, UsageLimits
 from ..planners import StructuredPlanner, ToolCallingPlanner
 from ..tools import ToolRegistry
 from ..tracing import otel_available, redact_text
@@ -30,12 +30,8 @@ from ._session import (
     observe,
     print_paused,
     print_result,
-    print_run_result,
     stream_answer,
 )
-
-if TYPE_CHECKING:
-    from ..models import OpenAIChatModel
 
 __all__ = [
     "LIMIT_NAMES",
@@ -133,7 +129,26 @@ def _meta(options: RunOptions, tools: list[str], base_url: str) -> dict[str, Any
             if value is not None
         },
         **({"streaming_dispatch": True} if options.streaming_dispatch else {}),
+        **_rerun_meta(options),
     }
+
+
+def _rerun_meta(options: RunOptions) -> dict[str, Any]:
+    """What else ``toolloop replay`` needs to make the product again: where the tools come
+    from (``--tools``), the requirement, the limits and the durable options given."""
+    given: dict[str, Any] = {
+        "tool_specs": list(options.tools),
+        "requirement": options.requirement,
+        "timeout": options.timeout,
+        "tool_timeout": options.tool_timeout,
+        "model_timeout": options.model_timeout,
+        "usage_limits": limits_text(options.usage_limits) if options.usage_limits else None,
+        "needs_approval": list(options.needs_approval),
+        "idempotent_tools": list(options.idempotent_tools),
+    }
+    if options.unknown_outcome != "fail":
+        given["unknown_outcome"] = options.unknown_outcome
+    return {key: value for key, value in given.items() if value not in (None, [])}
 
 
 def limits_text(limits: UsageLimits) -> str:
@@ -221,7 +236,7 @@ def open_store(spec: str) -> CheckpointStore:
 
 
 def _planner(
-    options: RunOptions, model: OpenAIChatModel, names: list[str]
+    options: RunOptions, model: ChatModel, names: list[str]
 ) -> StructuredPlanner | ToolCallingPlanner:
     settings: ModelSettings = {}
     if options.seed is not None:
@@ -313,7 +328,6 @@ def _check(options: RunOptions, verb: Verb) -> None:
     if options.agent != "loop":
         for given, flag in (
             (options.planner != "structured", "--planner"),
-            (options.streaming_dispatch, "--streaming-dispatch"),
             (options.answer, "--answer"),
         ):
             if given:
@@ -363,6 +377,8 @@ def _run_options(
         given["usage_limits"] = options.usage_limits
     if options.idempotent_tools:
         given["idempotent_tools"] = list(options.idempotent_tools)
+    if options.streaming_dispatch:
+        given["streaming_dispatch"] = True
     if options.needs_approval:
         approval = options.needs_approval
         if "*" in approval:
@@ -500,13 +516,7 @@ async def _observed(
 
         try:
             result, written = await observe(
-                start,
-                display=display,
-                meta=meta,
-                trace=options.trace,
-                timeline=options.timeline,
-                otel=options.otel,
-                view=options.view,
+                start, display=display, meta=meta, outputs=options, otel=options.otel
             )
         except Exception as exc:
             if store is not None and run_id is not None:
@@ -516,10 +526,8 @@ async def _observed(
         if result.paused:
             command = continue_command(options, result.run_id or run_id or "", "resume")
             print_paused(out, result, command, elapsed=elapsed, written=written)
-        elif isinstance(result, LoopResult):
-            print_result(out, result, elapsed=elapsed, written=written)
         else:
-            print_run_result(out, result, elapsed=elapsed, written=written)
+            print_result(out, result, elapsed=elapsed, written=written)
         if options.answer and not result.paused and isinstance(result, LoopResult):
             settings: ModelSettings = {}
             if options.seed is not None:
@@ -555,7 +563,7 @@ async def _tell_recover(
     ) from exc
 
 
-def _product(options: RunOptions, model: OpenAIChatModel, registry: ToolRegistry) -> Product:
+def _product(options: RunOptions, model: ChatModel, registry: ToolRegistry) -> Product:
     settings: dict[str, Any] = {}
     if options.seed is not None:
         settings["seed"] = options.seed
@@ -565,14 +573,11 @@ def _product(options: RunOptions, model: OpenAIChatModel, registry: ToolRegistry
             model=model,
             registry=registry,
             planner=_planner(options, model, registry.names),
-            loop_options={  # a resumed run keeps its own requirement unless given again
-                **(
-                    {"user_extra_requirement": options.requirement}
-                    if options.requirement is not None
-                    else {}
-                ),
-                "streaming_dispatch": options.streaming_dispatch,
-            },
+            loop_options=(  # a resumed run keeps its own requirement unless given again
+                {"user_extra_requirement": options.requirement}
+                if options.requirement is not None
+                else {}
+            ),
         )
     return make_product(
         options.agent,

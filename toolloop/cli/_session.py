@@ -10,7 +10,7 @@ import shutil
 import urllib.request
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TextIO, TypeVar
 
 import anyio
 
@@ -27,11 +27,11 @@ from ._progress import LiveDisplay
 __all__ = [
     "Display",
     "OnEvent",
+    "Outputs",
     "make_display",
     "observe",
     "print_paused",
     "print_result",
-    "print_run_result",
     "stream_answer",
     "terminal_width",
 ]
@@ -43,6 +43,20 @@ Display = PlainDisplay | LiveDisplay
 _VIEWER_PROBE = 5.0  # seconds to wait for the viewer's page
 OnEvent = Callable[[FlowEvent], None]
 R = TypeVar("R", bound=RunResult)
+
+
+class Outputs(Protocol):
+    """Where a watched run's events go besides the display (``--trace``, ``--timeline``,
+    ``--view``): the options of ``run`` and of ``demo``."""
+
+    @property
+    def trace(self) -> Path | None: ...
+
+    @property
+    def timeline(self) -> Path | None: ...
+
+    @property
+    def view(self) -> int | None: ...
 
 
 def make_display(out: TextIO, *, plain: bool = False, turn: str = "round") -> Display:
@@ -69,17 +83,16 @@ async def observe(
     *,
     display: Display,
     meta: Mapping[str, Any],
-    trace: Path | None = None,
-    timeline: Path | None = None,
+    outputs: Outputs,
     otel: bool = False,
-    view: int | None = None,
 ) -> tuple[R, list[str]]:
     """Run ``start(on_event)`` with the display refreshing beside it (and the live viewer on
-    port ``view`` of 127.0.0.1, when given); write the trace and the timeline afterwards
-    (also when the run failed: they show how far it got).
+    port ``outputs.view`` of 127.0.0.1, when given); write the trace and the timeline
+    afterwards (also when the run failed: they show how far it got); ``otel``: spans too.
 
     Returns the result and a line for each file written (shown at once if the run failed).
     """
+    trace, timeline, view = outputs.trace, outputs.timeline, outputs.view
     callbacks: list[OnEvent] = [display]
     recorder = TraceRecorder(meta=meta)
     if timeline is not None:
@@ -197,27 +210,44 @@ def terminal_width(out: TextIO) -> int:
 
 def print_result(
     out: TextIO,
-    result: LoopResult,
+    result: RunResult,
     *,
     elapsed: float | None = None,
     written: Sequence[str] = (),
 ) -> None:
-    """The stop reason, then the action results injected into the final prompt."""
+    """The stop reason, then the loop's action results injected into the final prompt, or
+    an agent's tool calls one line each and its answer."""
     parts = _summary(result, elapsed)
-    parts.insert(1, f"{result.rounds} round{'s' * (result.rounds != 1)}")
-    out.write("\n" + " · ".join(parts) + "\n")
-    if result.action_results is None:
-        out.write("no tool was run: nothing is injected into the final prompt\n")
+    # one line a result, cut to the terminal's width, so the run's progress stays on the
+    # screen above (the whole of each is in the trace, and in the result)
+    width = max(terminal_width(out) - 1, 40)
+    head: str | None = None
+    lines: list[str] = []
+    if isinstance(result, LoopResult):
+        parts.insert(1, f"{result.rounds} round{'s' * (result.rounds != 1)}")
+        if result.action_results is None:
+            head = "no tool was run: nothing is injected into the final prompt"
+        else:
+            head = "action_results (injected into the final prompt), one line each:"
+            for purpose, value in result.action_results.items():
+                lines.append(f"  {' '.join(str(purpose).split())}: {preview(value, width * 2)}")
     else:
-        # one line a result, cut to the terminal's width, so the run's progress stays on
-        # the screen above (the whole of each is in the trace, and in LoopResult)
-        width = max(terminal_width(out) - 1, 40)
-        out.write("action_results (injected into the final prompt), one line each:\n")
-        for purpose, value in result.action_results.items():
-            text = f"  {' '.join(str(purpose).split())}: {preview(value, width * 2)}"
-            out.write((text if len(text) <= width else text[: width - 3] + "...") + "\n")
-    for note in result.notes:
-        out.write(f"note: {note}\n")
+        for record in result.records:
+            if record.success:
+                lines.append(f"  ok   {record.tool_name}: {preview(record.result, width * 2)}")
+            else:
+                error = " ".join((record.error or "").split())
+                lines.append(f"  FAIL {record.tool_name}: {error}")
+    out.write("\n" + " · ".join(parts) + "\n")
+    if head is not None:
+        out.write(head + "\n")
+    for text in lines:
+        out.write((text if len(text) <= width else text[: width - 3] + "...") + "\n")
+    if isinstance(result, LoopResult):
+        for note in result.notes:
+            out.write(f"note: {note}\n")
+    elif result.text is not None:
+        out.write(f"\nanswer:\n{result.text}\n")
     if written:
         out.write("\n" + "\n".join(written) + "\n")
     out.flush()
@@ -237,29 +267,6 @@ def _summary(result: RunResult, elapsed: float | None) -> list[str]:
     if elapsed is not None:
         parts.append(ms(elapsed))
     return parts
-
-
-def print_run_result(
-    out: TextIO,
-    result: RunResult,
-    *,
-    elapsed: float | None = None,
-    written: Sequence[str] = (),
-) -> None:
-    """An agent's result: the stop reason, its tool calls one line each, its answer."""
-    out.write("\n" + " · ".join(_summary(result, elapsed)) + "\n")
-    width = max(terminal_width(out) - 1, 40)
-    for record in result.records:
-        if record.success:
-            text = f"  ok   {record.tool_name}: {preview(record.result, width * 2)}"
-        else:
-            text = f"  FAIL {record.tool_name}: {' '.join(str(record.error or '').split())}"
-        out.write((text if len(text) <= width else text[: width - 3] + "...") + "\n")
-    if result.text is not None:
-        out.write(f"\nanswer:\n{result.text}\n")
-    if written:
-        out.write("\n" + "\n".join(written) + "\n")
-    out.flush()
 
 
 _DECISION_FLAGS = {

@@ -4,7 +4,8 @@ The loop, the middleware agent and the status agent are their turn logic on top 
 the same options (limits, timeouts, budget, store, approvals, deps), the same vocabulary
 (stop reasons, one tool-call shape, one wording per failure), the same events, the same
 journal of tool calls, the same human decisions, the same structured output of an answer,
-the same result and the same verbs to resume and recover a run.
+the same result, the same verbs to resume and recover a run, and the same stream of a run's
+events.
 """
 
 from __future__ import annotations
@@ -23,9 +24,12 @@ from ._drive import Ended as Ended
 from ._drive import TurnLogic as TurnLogic
 from ._drive import drive as drive
 from ._drive import finish_reason_of as finish_reason_of
+from ._drive import observe_runs as observe_runs
 from ._events import CheckpointSaved as CheckpointSaved
 from ._events import ModelCallFinished as ModelCallFinished
 from ._events import ModelCallStarted as ModelCallStarted
+from ._events import RateLimitChanged as RateLimitChanged
+from ._events import RetryScheduled as RetryScheduled
 from ._events import RunEvent as RunEvent
 from ._events import RunFinished as RunFinished
 from ._events import tell as tell
@@ -36,7 +40,9 @@ from ._journal import Interrupted as Interrupted
 from ._journal import Journaled as Journaled
 from ._journal import arguments_problem as arguments_problem
 from ._journal import journaled_call as journaled_call
+from ._journal import own_key as own_key
 from ._journal import record_interrupted as record_interrupted
+from ._journal import same_call as same_call
 from ._options import RENAMED_OPTIONS as RENAMED_OPTIONS
 from ._options import OnEvent as OnEvent
 from ._options import OnLimit as OnLimit
@@ -47,6 +53,10 @@ from ._options import UnknownOutcome as UnknownOutcome
 from ._options import option_hint as option_hint
 from ._result import RunResult as RunResult
 from ._result import RunStatus as RunStatus
+from ._stream import ENGINE_EVENTS as ENGINE_EVENTS
+from ._stream import RunStream as RunStream
+from ._stream import StreamTwins as StreamTwins
+from ._stream import stream_run as stream_run
 from ._structured import OutputSchema as OutputSchema
 from ._structured import ProviderStrategy as ProviderStrategy
 from ._structured import ResponseFormat as ResponseFormat
@@ -65,6 +75,7 @@ from ._vocabulary import model_timeout_error as model_timeout_error
 from ._vocabulary import rejected_error as rejected_error
 
 __all__ = [
+    "ENGINE_EVENTS",
     "MAX_ARGUMENT_BYTES",
     "RENAMED_OPTIONS",
     "Approval",
@@ -82,7 +93,9 @@ __all__ = [
     "OnLimit",
     "OutputSchema",
     "ProviderStrategy",
+    "RateLimitChanged",
     "ResponseFormat",
+    "RetryScheduled",
     "Run",
     "RunDefaults",
     "RunEvent",
@@ -91,8 +104,10 @@ __all__ = [
     "RunOverrides",
     "RunResult",
     "RunStatus",
+    "RunStream",
     "Skip",
     "StopReason",
+    "StreamTwins",
     "StructuredAnswer",
     "SyncTwins",
     "ToolStrategy",
@@ -110,11 +125,15 @@ __all__ = [
     "interrupted_error",
     "journaled_call",
     "model_timeout_error",
+    "observe_runs",
     "option_hint",
     "output_schema",
+    "own_key",
     "record_interrupted",
     "rejected_error",
     "run_sync",
+    "same_call",
+    "stream_run",
     "tell",
     "tell_call_finished",
     "tell_call_started",

@@ -3,7 +3,9 @@
 :func:`drive` runs (or resumes) one execution of a product's flow and does everything a run
 has besides its turns: the caller's observer, the usage meter (seeded with what the run
 spent before a pause or a crash, so a budget holds across them; every model call told as
-``ModelCallStarted`` / ``ModelCallFinished``), the tools' run context, what a timeout or a
+``ModelCallStarted`` / ``ModelCallFinished``; its ``model_rate_limit`` and retry policy),
+the retries and limiter changes of its calls told as ``RetryScheduled`` and
+``RateLimitChanged``, the tools' run context, what a timeout or a
 spent budget does (``on_timeout``, ``on_usage_limit``), the store's bookkeeping of a durable
 run (paused, completed, failed, or left to be recovered; the calls its own end cut off
 noted), and the ``RunFinished`` event. The product builds its result from the
@@ -13,7 +15,9 @@ that recovering a completed run gives it back.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -21,14 +25,28 @@ from .._errors import ExecutionTimeoutError, UsageLimitError
 from ..checkpoints import CheckpointedRun, note_cut_off
 from ..flow import Execution, FlowEvent, FlowResult
 from ..models import FinishedCall, Usage, UsageMeter
+from ..ratelimit import (
+    RateLimitState,
+    ScheduledRetry,
+    current_observer,
+    observe,
+    stop_observing,
+)
 from ..runner import ToolExecutionRecord, json_safe
 from ..tools import RunScope
-from ._events import ModelCallFinished, ModelCallStarted, RunFinished, tell
+from ._events import (
+    ModelCallFinished,
+    ModelCallStarted,
+    RateLimitChanged,
+    RetryScheduled,
+    RunFinished,
+    tell,
+)
 from ._options import RunOptions
 from ._result import RunStatus
 from ._vocabulary import StopReason
 
-__all__ = ["Ended", "TurnLogic", "drive", "finish_reason_of"]
+__all__ = ["Ended", "TurnLogic", "drive", "finish_reason_of", "observe_runs"]
 
 S = TypeVar("S")
 R = TypeVar("R")
@@ -74,6 +92,28 @@ def finish_reason_of(options: RunOptions, failure: BaseException | None) -> Stop
     return None
 
 
+_OBSERVERS: ContextVar[tuple[Callable[[FlowEvent], None], ...]] = ContextVar(
+    "toolloop_run_observers", default=()
+)
+
+
+@contextmanager
+def observe_runs(observer: Callable[[FlowEvent], None]) -> Iterator[None]:
+    """Tell ``observer`` the events of every run of any product started in this block (in
+    this task and the tasks it starts: a run's tools too), besides the run's own
+    ``on_event``; a plain function, called inline, as ``on_event`` is.
+
+    What a test harness uses to watch runs it does not start itself (a replay: see
+    :func:`toolloop.testing.replay`); the events say which run they belong to
+    (``execution_id``).
+    """
+    token = _OBSERVERS.set((*_OBSERVERS.get(), observer))
+    try:
+        yield
+    finally:
+        _OBSERVERS.reset(token)
+
+
 class _ModelCalls:
     """The meter's observer: each model call of the run as its two events."""
 
@@ -82,22 +122,25 @@ class _ModelCalls:
     def __init__(self, execution: Execution[Any]) -> None:
         self._execution = execution
 
-    def call_started(self, index: int) -> None:
+    def call_started(self, index: int, attempt: int = 1) -> None:
         ctx = self._execution.context_for("model")
-        tell(ctx, ModelCallStarted, call_index=index)
+        tell(ctx, ModelCallStarted, call_index=index, attempt=attempt)
 
     def call_finished(self, call: FinishedCall) -> None:
         ctx = self._execution.context_for("model")
         reply, error = call.reply, call.error
         reasoning = reply.reasoning.text if reply.reasoning is not None else None
+        request = call.request
         tell(
             ctx,
             ModelCallFinished,
             call_index=call.index,
+            attempt=call.attempt,
             duration=call.duration,
             usage=call.usage,
             text=reply.text,
             reasoning=reasoning or None,
+            reasoning_field=reply.reasoning.field if reply.reasoning and reasoning else None,
             refusal=reply.refusal,
             tool_calls=[
                 {"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls
@@ -105,6 +148,47 @@ class _ModelCalls:
             finish_reason=reply.finish_reason,
             closed_early=call.closed_early and error is None,
             error=None if error is None else f"{type(error).__name__}: {error}",
+            request=None if request is None else request.summary(),
+        )
+
+
+class _Limits:
+    """The run's observer of retries and limiters: each as its event."""
+
+    __slots__ = ("_execution",)
+
+    def __init__(self, execution: Execution[Any]) -> None:
+        self._execution = execution
+
+    def retry_scheduled(self, retry: ScheduledRetry) -> None:
+        tell(
+            self._execution.context_for(retry.target),
+            RetryScheduled,
+            target=retry.target,
+            tool_name=retry.name,
+            call_index=retry.index,
+            attempt=retry.attempt,
+            wait=retry.wait,
+            error=retry.error,
+            status=retry.status,
+            retry_after=retry.retry_after,
+        )
+
+    def rate_limit_changed(self, state: RateLimitState) -> None:
+        assert state.reason is not None
+        tell(
+            self._execution.context_for("rate_limit"),
+            RateLimitChanged,
+            name=state.name,
+            reason=state.reason,
+            rate=state.rate,
+            concurrency=state.concurrency,
+            in_flight=state.in_flight,
+            waiting=state.waiting,
+            hold=state.hold,
+            admitted=state.admitted,
+            refused=state.refused,
+            backoffs=state.backoffs,
         )
 
 
@@ -155,8 +239,14 @@ async def drive(
     state = execution.state
     if options.on_event is not None:
         execution.subscribe(options.on_event)
+    for observer in _OBSERVERS.get():
+        execution.subscribe(observer)
+    observed = execution.observed
     meter = UsageMeter(
-        options.usage_limits, observer=_ModelCalls(execution) if execution.observed else None
+        options.usage_limits,
+        observer=_ModelCalls(execution) if observed else None,
+        rate_limit=options.model_rate_limit,
+        retry=options.model_tries,
     )
     spent = _usage_of(state)
     if spent is not None:  # a resumed run: its budget counts what came before
@@ -168,6 +258,10 @@ async def drive(
         # the meter is entered and left by hand: a with block would hold its bound __exit__
         # for the whole run
         meter.__enter__()
+        # told to this run's observer, or to none (not to a run this one runs inside)
+        told = None
+        if observed or current_observer() is not None:
+            told = observe(_Limits(execution) if observed else None)
         try:
             session = execution.run(timeout=options.timeout) if start is None else start()
             if scope is None:
@@ -176,6 +270,8 @@ async def drive(
                 with scope.active():
                     result = await session
         finally:
+            if told is not None:
+                stop_observing(told)
             meter.__exit__()
     except Exception as exc:
         execution.on_close(None)  # (the hook refers to the execution: no cycle is left)

@@ -3,6 +3,10 @@
 - :class:`ModelCallStarted` / :class:`ModelCallFinished`: each request to a model the run
   makes (the loop's planners, the middleware agent's turns, the status agent's steps, the
   final answer), told at the one place every model call passes;
+- :class:`RetryScheduled`: a model call or a tool call failed and will be tried again (its
+  :class:`~toolloop.ratelimit.RetryPolicy`), after a wait;
+- :class:`RateLimitChanged`: a :class:`~toolloop.ratelimit.RateLimit` backed off, held
+  its calls for a ``Retry-After``, or probed up, on a call of the run;
 - :class:`CheckpointSaved`: a durable run wrote a checkpoint;
 - :class:`RunFinished`: the run completed, and why (a paused run ends with the engine's
   :class:`~toolloop.flow.ExecutionPaused`, whose request is what it asks).
@@ -19,6 +23,7 @@ from pydantic import Field
 
 from ..flow import Context, FlowEvent
 from ..models import Usage
+from ..ratelimit import ChangeReason, RetryTarget
 from ..runner import (
     CallSource,
     ToolCallFinished,
@@ -32,6 +37,8 @@ __all__ = [
     "CheckpointSaved",
     "ModelCallFinished",
     "ModelCallStarted",
+    "RateLimitChanged",
+    "RetryScheduled",
     "RunEvent",
     "RunFinished",
     "tell",
@@ -50,6 +57,8 @@ class ModelCallStarted(RunEvent):
     kind: Literal["model_call_started"] = "model_call_started"
     call_index: int
     """0 for the run's first model call (counted across pauses and resumes)."""
+    attempt: int = 1
+    """The try of the call (1 for the first; more when ``model_retry`` tries it again)."""
 
 
 class ModelCallFinished(RunEvent):
@@ -58,12 +67,17 @@ class ModelCallFinished(RunEvent):
 
     kind: Literal["model_call_finished"] = "model_call_finished"
     call_index: int
+    attempt: int = 1
+    """The try of the call (1 for the first; more when ``model_retry`` tries it again)."""
     duration: float
     """Seconds from the request to the end of the reply."""
     usage: Usage | None = None
     """This call's usage (unknown counts when the server reported none)."""
     text: str = ""
     reasoning: str | None = None
+    reasoning_field: str | None = None
+    """Where the reasoning came from (``reasoning_content``, ``reasoning``, ``thinking``,
+    ``think_tags``): how it goes back to the model in the next request."""
     refusal: str | None = None
     tool_calls: list[dict[str, Any]] = Field(default_factory=list)
     """``{"id", "name", "arguments"}`` of each tool call of the reply, arguments as text."""
@@ -72,6 +86,56 @@ class ModelCallFinished(RunEvent):
     """The reader left before the reply's end (the short-circuit, a token budget)."""
     error: str | None = None
     """What made the call fail, when it did."""
+    request: dict[str, Any] | None = None
+    """What matters of the request the call answered
+    (:meth:`ChatRequest.summary <toolloop.models.ChatRequest.summary>`: its messages' count
+    and digest, the tools offered, the structured output, the settings), so that a replay
+    can tell whether the code still asks the same."""
+
+
+class RetryScheduled(RunEvent):
+    """A call failed and will be tried again (a model call, or a call of one of the run's
+    ``idempotent_tools``), after ``wait`` seconds."""
+
+    kind: Literal["retry_scheduled"] = "retry_scheduled"
+    target: RetryTarget
+    """``"model"`` or ``"tool"``."""
+    tool_name: str = ""
+    """The tool's name (``""`` for a model call)."""
+    call_index: int | None = None
+    """The model call's index (as in ``ModelCallStarted``)."""
+    attempt: int
+    """The try that failed (1 for the first)."""
+    wait: float
+    """Seconds before the next try (which may then wait for its limiter too)."""
+    error: str
+    """What the failed try raised."""
+    status: int | None = None
+    """The HTTP status it answered, if any."""
+    retry_after: float | None = None
+    """The seconds the server asked to wait (its ``Retry-After``), if it said."""
+
+
+class RateLimitChanged(RunEvent):
+    """A :class:`~toolloop.ratelimit.RateLimit` changed on a call of this run: it backed
+    off (a refusal for the rate), held every call for a ``Retry-After``, or probed up. A
+    limiter shared by many runs is told to the run whose call changed it."""
+
+    kind: Literal["rate_limit_changed"] = "rate_limit_changed"
+    name: str
+    """The limiter's name (``RateLimit(name=...)``)."""
+    reason: ChangeReason
+    rate: float | None
+    """Calls a second it admits now (``None``: no bound on the rate)."""
+    concurrency: int | None
+    """Calls at once it admits now (``None``: no bound)."""
+    in_flight: int
+    waiting: int
+    hold: float
+    """Seconds from now before it admits any call."""
+    admitted: int
+    refused: int
+    backoffs: int
 
 
 class CheckpointSaved(RunEvent):

@@ -14,6 +14,12 @@ twice.
   (``"interrupted"``, with the :class:`Interrupted` facts), written to the journal as its
   end, or left for a human to answer (``"ask"``: the product writes the answer with
   :func:`record_interrupted`).
+
+With streaming dispatch a call starts, and is journaled, before the turn that made it is
+checkpointed: a turn cut off then (its process died, its model call failed) is asked again,
+and may come back with other calls under the same ids. :func:`own_key` keeps them apart: a
+journaled outcome is replayed only to the same call (:func:`same_call`: its tool, its
+arguments); another call runs under a key of its own.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from ..checkpoints import (
     cut_off_causes,
     interrupted_error,
 )
-from ..runner import MAX_JSON_DEPTH, CallSource, nesting_depth
+from ..runner import MAX_JSON_DEPTH, CallSource, json_safe, nesting_depth
 from ._options import UnknownOutcome
 
 __all__ = [
@@ -41,7 +47,9 @@ __all__ = [
     "Journaled",
     "arguments_problem",
     "journaled_call",
+    "own_key",
     "record_interrupted",
+    "same_call",
 ]
 
 T = TypeVar("T")
@@ -181,3 +189,44 @@ def arguments_problem(arguments: Mapping[str, Any]) -> str | None:
             f"its arguments are {size} bytes as JSON, more than the limit of {MAX_ARGUMENT_BYTES}"
         )
     return None
+
+
+def same_call(entry: JournalEntry, tool_name: str, arguments: Any) -> bool:
+    """Whether the journal's ``entry`` is a call of ``tool_name`` with ``arguments``."""
+    if entry.tool_name != tool_name:
+        return False
+    try:
+        return _canonical(entry.arguments) == _canonical(json_safe(arguments))
+    except (TypeError, ValueError):
+        return False
+
+
+def _canonical(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), default=repr)
+
+
+def own_key(
+    journal: Mapping[str, JournalEntry], key: str, tool_name: str, arguments: Any
+) -> tuple[str, JournalEntry | None]:
+    """The journal key of a call of ``tool_name`` with ``arguments`` made at ``key`` (its
+    call id): ``key`` itself, unless the journal holds another call under it. That happens
+    only with streaming dispatch: a call started before its turn was kept, the turn never
+    was (its process died, its model call failed), and the turn was asked again, with
+    another call there. The earlier call is not this one: its outcome is not handed to this
+    call, which runs under a key of its own (``"{key}~{n}"``).
+
+    Returns:
+        The key, and the entry of the other call found at ``key`` (``None``: there was
+        none), for the product to say what the earlier call was.
+    """
+    entry = journal.get(key)
+    if entry is None or same_call(entry, tool_name, arguments):
+        return key, None
+    other = entry
+    n = 0
+    mine = key
+    while entry is not None and not same_call(entry, tool_name, arguments):
+        n += 1
+        mine = f"{key}~{n}"
+        entry = journal.get(mine)
+    return mine, other

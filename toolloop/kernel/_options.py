@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Literal, TypeAlias
 
 import anyio
@@ -19,6 +20,9 @@ from typing_extensions import TypedDict
 from ..checkpoints import CheckpointStore
 from ..flow import FlowEvent
 from ..models import UsageLimits
+from ..ratelimit import RateLimit, RetryPolicy
+from ..runner import Executor
+from ..tools import ToolRegistry
 from ._approval import ApprovalSpec
 
 __all__ = [
@@ -49,6 +53,7 @@ call is never run again silently."""
 OnEvent: TypeAlias = Callable[[FlowEvent], None]
 
 _POLICIES = ("raise", "finish")
+_NO_RATE_LIMITS: Mapping[str, RateLimit] = MappingProxyType({})
 
 
 def _whole(value: object) -> bool:
@@ -97,6 +102,21 @@ class RunOptions:
             that takes a :class:`~toolloop.tools.RunContext`, ``runtime.deps`` of the
             agent's hooks. Not saved: give them again to a resume.
         on_event: called with every event of the run, as it happens.
+        streaming_dispatch: start each tool call the moment the model has written it,
+            while the rest of its reply still streams (the loop: with a planner that
+            streams its commands; the agents: each call of a model turn, see their
+            concepts pages); ``False``: a turn's calls start once its reply is whole.
+        model_rate_limit: a :class:`~toolloop.ratelimit.RateLimit` every model call of
+            the run goes through (share one object among runs to limit them together).
+        model_retry: a :class:`~toolloop.ratelimit.RetryPolicy` for the run's model calls.
+            Given (or with a ``model_rate_limit``, which takes ``RetryPolicy()`` when this
+            is not given), toolloop makes every try itself and a client's own retries are
+            off; ``None`` without a limiter: the client's own (``openai``'s
+            ``max_retries``).
+        rate_limits: tool names to the :class:`~toolloop.ratelimit.RateLimit` their calls
+            go through (one object for several tools limits them as a group).
+        tool_retry: a :class:`~toolloop.ratelimit.RetryPolicy` for the calls of the
+            run's ``idempotent_tools`` (no other tool is ever retried).
     """
 
     concurrency: int = 4
@@ -115,6 +135,11 @@ class RunOptions:
     idempotent_tools: Collection[str] = field(default=())
     deps: Any = None
     on_event: OnEvent | None = None
+    streaming_dispatch: bool = False
+    model_rate_limit: RateLimit | None = None
+    model_retry: RetryPolicy | None = None
+    rate_limits: Mapping[str, RateLimit] = field(default_factory=lambda: _NO_RATE_LIMITS)
+    tool_retry: RetryPolicy | None = None
 
     def __post_init__(self) -> None:
         self.check()
@@ -169,6 +194,90 @@ class RunOptions:
             raise TypeError(
                 f"limiter must be an anyio.CapacityLimiter, got {type(self.limiter).__name__}"
             )
+        if not isinstance(self.streaming_dispatch, bool):
+            raise TypeError(
+                f"streaming_dispatch must be True or False, got {self.streaming_dispatch!r}"
+            )
+        self._check_rates()
+
+    def _check_rates(self) -> None:
+        if self.model_rate_limit is not None and not isinstance(self.model_rate_limit, RateLimit):
+            raise TypeError(
+                "model_rate_limit must be a toolloop.ratelimit.RateLimit, got "
+                f"{type(self.model_rate_limit).__name__}"
+            )
+        for name in ("model_retry", "tool_retry"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, RetryPolicy):
+                raise TypeError(
+                    f"{name} must be a toolloop.ratelimit.RetryPolicy, got {type(value).__name__}"
+                )
+        limits = self.rate_limits
+        if not isinstance(limits, Mapping):
+            raise TypeError(
+                "rate_limits takes tool names to RateLimits ({'search': RateLimit(5)}), got "
+                f"{type(limits).__name__}"
+            )
+        for tool, limit in limits.items():
+            if not isinstance(tool, str) or not isinstance(limit, RateLimit):
+                raise TypeError(
+                    "rate_limits takes tool names to toolloop.ratelimit.RateLimit objects, got "
+                    f"{tool!r}: {type(limit).__name__}"
+                )
+
+    @property
+    def model_tries(self) -> RetryPolicy | None:
+        """The retry policy of the run's model calls: ``model_retry``, else
+        ``RetryPolicy()`` when a ``model_rate_limit`` is given (a limiter must see every
+        answer, so toolloop makes the tries), else ``None``."""
+        if self.model_retry is not None or self.model_rate_limit is None:
+            return self.model_retry
+        return _DEFAULT_RETRY
+
+    def tool_executor(
+        self, registry: ToolRegistry, *, concurrency: bool = True, reuse: Executor | None = None
+    ) -> Executor:
+        """The run's :class:`~toolloop.runner.Executor` of ``registry``, with the limits of
+        these options (``limiter``, ``tool_timeout``, ``rate_limits``, ``tool_retry`` for
+        the ``idempotent_tools``; ``concurrency`` unless told not to): ``reuse`` if it has
+        them (an executor is configuration only: runs with the same limits share one)."""
+        if reuse is not None and self._fits(reuse, concurrency):
+            return reuse
+        if not concurrency:
+            return Executor(
+                registry,
+                limiter=self.limiter,
+                tool_timeout=self.tool_timeout,
+                rate_limits=self.rate_limits,
+                retry=self.tool_retry,
+                idempotent_tools=self.idempotent_tools,
+            )
+        return Executor(
+            registry,
+            concurrency=self.concurrency,
+            limiter=self.limiter,
+            tool_timeout=self.tool_timeout,
+            rate_limits=self.rate_limits,
+            retry=self.tool_retry,
+            idempotent_tools=self.idempotent_tools,
+        )
+
+    def _fits(self, executor: Executor, concurrency: bool) -> bool:
+        if (
+            (concurrency and executor.concurrency != self.concurrency)
+            or executor.limiter is not self.limiter
+            or executor.tool_timeout != self.tool_timeout
+            or executor.retry is not self.tool_retry
+        ):
+            return False
+        limits = self.rate_limits
+        if (limits or executor.rate_limits) and limits is not executor.rate_limits:
+            if dict(limits) != dict(executor.rate_limits):
+                return False
+        # the idempotent tools matter only to a retry policy
+        return self.tool_retry is None or executor.idempotent_tools == frozenset(
+            self.idempotent_tools
+        )
 
     def turns(self, default: int) -> int:
         """``max_turns``, or the product's ``default`` when it is not given."""
@@ -236,6 +345,7 @@ class RunOptions:
 
 
 _DEFAULTS = RunOptions()
+_DEFAULT_RETRY = RetryPolicy()
 _NAMES = frozenset(f.name for f in dataclasses.fields(RunOptions))
 
 _PLAIN = frozenset((int, float, str, bool, type(None)))
@@ -304,6 +414,11 @@ class RunDefaults(TypedDict, total=False):
     idempotent_tools: Collection[str]
     deps: Any
     on_event: OnEvent | None
+    streaming_dispatch: bool
+    model_rate_limit: RateLimit | None
+    model_retry: RetryPolicy | None
+    rate_limits: Mapping[str, RateLimit]
+    tool_retry: RetryPolicy | None
 
 
 class RunOverrides(RunDefaults, total=False):

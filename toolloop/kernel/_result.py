@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -43,6 +43,12 @@ class RunResult(BaseModel):
     """The run's final text: the loop's final answer (when it asked for one; else what its
     planner wrote beside its last plan), the middleware agent's last answer, the status
     agent's answer; ``None`` when there is none."""
+    structured_response: Any = None
+    """The structured final answer, when the run was given a ``response_format`` (the loop:
+    ``answer_with=AnswerWith(..., response_format=...)``) and answered: the validated value
+    (a model instance for a pydantic schema), ``text`` its JSON; ``None`` otherwise. Read
+    back from a store, it is a model instance again when the call that reads it gives the
+    same ``response_format``."""
 
     @property
     def paused(self) -> bool:

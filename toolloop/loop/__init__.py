@@ -17,6 +17,8 @@ from ._api import plan_and_execute as plan_and_execute
 from ._api import recover_plan_and_execute as recover_plan_and_execute
 from ._api import resume_plan_and_execute as resume_plan_and_execute
 from ._api import stream_plan_and_execute as stream_plan_and_execute
+from ._api import stream_recover_plan_and_execute as stream_recover_plan_and_execute
+from ._api import stream_resume_plan_and_execute as stream_resume_plan_and_execute
 from ._events import LoopEvent as LoopEvent
 from ._events import PlanDecided as PlanDecided
 from ._events import RoundFinished as RoundFinished
@@ -61,5 +63,7 @@ __all__ = [
     "resume_plan_and_execute",
     "stream_final_answer",
     "stream_plan_and_execute",
+    "stream_recover_plan_and_execute",
+    "stream_resume_plan_and_execute",
     "to_action_results",
 ]

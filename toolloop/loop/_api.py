@@ -1,46 +1,39 @@
 """The surface of the tool loop: ``async_plan_and_execute``, resume and recover, their sync
-twins, and a stream; every run driven by the kernel (:func:`toolloop.kernel.drive`)."""
+twins and their stream twins; every run driven by the kernel (:func:`toolloop.kernel.drive`)."""
 
 from __future__ import annotations
 
 import functools
-import math
 import types
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
-from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-import anyio
 from typing_extensions import Unpack
 
 from .._errors import PlannerError, UsageLimitError
 from ..checkpoints import HumanRequest
-from ..flow import EventStream, Execution, ExecutionPaused, FlowEvent
+from ..flow import Execution
 from ..kernel import (
     Backend,
     Ended,
     RunOptions,
     RunOverrides,
+    RunStream,
     StopReason,
     approval_rule,
     cut_off_record,
     drive,
     option_hint,
     run_sync,
+    stream_run,
 )
 from ..models import ChatModel
 from ..planners import PlannerLike
-from ..runner import (
-    Executor,
-    ToolCallEvent,
-    ToolExecutionRecord,
-    ToolProgress,
-    progress_reporter,
-)
+from ..runner import Executor, ToolExecutionRecord, progress_reporter
 from ..tools import Progress, RunScope, Tool, ToolRegistry
-from ._events import LoopEvent
 from ._flow import AnswerWith, LoopDeps, RoundState, loop_flow
 from ._results import LoopResult
 
@@ -57,6 +50,8 @@ __all__ = [
     "recover_plan_and_execute",
     "resume_plan_and_execute",
     "stream_plan_and_execute",
+    "stream_recover_plan_and_execute",
+    "stream_resume_plan_and_execute",
 ]
 
 ToolsLike = ToolRegistry | Sequence[Tool | Callable[..., Any]]
@@ -124,12 +119,7 @@ def _prepare(
         executor = _executor(registry, options)
     else:
         registry = ToolRegistry(tools)
-        executor = Executor(
-            registry,
-            concurrency=options.concurrency,
-            limiter=options.limiter,
-            tool_timeout=options.tool_timeout,
-        )
+        executor = options.tool_executor(registry)
     loop_deps = LoopDeps(
         user_input=user_input,
         planner=planner,
@@ -161,19 +151,9 @@ _EXECUTORS: weakref.WeakKeyDictionary[ToolRegistry, Executor] = weakref.WeakKeyD
 def _executor(registry: ToolRegistry, options: RunOptions) -> Executor:
     """The executor of a run of ``registry`` with ``options``: an executor is configuration
     only, so runs with the same limits share one (as the agents' runs share theirs)."""
-    executor = _EXECUTORS.get(registry)
-    if (
-        executor is None
-        or executor.concurrency != options.concurrency
-        or executor.limiter is not options.limiter
-        or executor.tool_timeout != options.tool_timeout
-    ):
-        executor = Executor(
-            registry,
-            concurrency=options.concurrency,
-            limiter=options.limiter,
-            tool_timeout=options.tool_timeout,
-        )
+    shared = _EXECUTORS.get(registry)
+    executor = options.tool_executor(registry, reuse=shared)
+    if executor is not shared:
         _EXECUTORS[registry] = executor
     return executor
 
@@ -244,16 +224,15 @@ def _raised(state: RoundState, exc: Exception) -> None:
 class LoopOptions(RunOverrides, total=False):
     """What a call of the loop takes besides its request, planner and tools: every run
     option of the kernel (:class:`~toolloop.kernel.RunOverrides`: ``concurrency``,
-    ``timeout``, ``max_turns``, ``store``, ...) and the loop's own four (see
-    :func:`async_plan_and_execute`)."""
+    ``timeout``, ``max_turns``, ``store``, ``streaming_dispatch``, ...) and the loop's own
+    three (see :func:`async_plan_and_execute`)."""
 
     user_extra_requirement: str | None
     max_commands: int
-    streaming_dispatch: bool
     answer_with: AnswerLike | None
 
 
-_OWN = ("user_extra_requirement", "max_commands", "streaming_dispatch", "answer_with")
+_OWN = ("user_extra_requirement", "max_commands", "answer_with")
 
 
 _KNOWN = frozenset((*RunOverrides.__annotations__, *_OWN))
@@ -290,7 +269,7 @@ async def async_plan_and_execute(
     """Plan, execute tools, and plan again, round after round; return the results.
 
     Every option is a keyword argument. The run options are every product's, with the same
-    names and defaults (:class:`~toolloop.kernel.RunOptions`); the last four are the
+    names and defaults (:class:`~toolloop.kernel.RunOptions`); the last three are the
     loop's own.
 
     Args:
@@ -335,14 +314,14 @@ async def async_plan_and_execute(
               tool that declares a :class:`~toolloop.tools.RunContext` parameter as
               ``ctx.deps``. ``on_event``: called with every event of the run, as it
               happens.
-            - ``user_extra_requirement``: more instructions for the planner.
-            - ``max_commands`` (64): commands past this many in one round fail without
-              running.
             - ``streaming_dispatch`` (``False``): with a planner that streams
               (``plan_streaming``, e.g. :class:`~toolloop.planners.StructuredPlanner`),
               start each command as soon as it is complete in the stream, while the rest of
               the plan is still written (a durable run too: a command that needs approval
               is held until it is answered).
+            - ``user_extra_requirement``: more instructions for the planner.
+            - ``max_commands`` (64): commands past this many in one round fail without
+              running.
             - ``answer_with``: a :class:`~toolloop.models.ChatModel` (or an
               :class:`~toolloop.loop.AnswerWith` with its settings): once the loop stops,
               the run writes the final answer with it (:func:`~toolloop.loop.final_answer`)
@@ -380,7 +359,7 @@ async def async_plan_and_execute(
         max_turns=opts.turns(5),
         user_extra_requirement=own.get("user_extra_requirement"),
         max_commands=own.get("max_commands", 64),
-        streaming_dispatch=own.get("streaming_dispatch", False),
+        streaming_dispatch=opts.streaming_dispatch,
         run_id=run_id,
         answer=_answer_spec(own.get("answer_with")),
     )
@@ -465,7 +444,7 @@ async def _continued(
             "user_extra_requirement", begun.get("user_extra_requirement")
         ),
         max_commands=own.get("max_commands", int(begun.get("max_commands", 64))),
-        streaming_dispatch=own.get("streaming_dispatch", False),
+        streaming_dispatch=options.streaming_dispatch,
         state=state,
         run_id=run_id,
         answer=_answer_spec(own.get("answer_with")),
@@ -648,118 +627,71 @@ def recover_plan_and_execute(
     )
 
 
-_LOOP_EVENTS = (LoopEvent, ToolCallEvent, ToolProgress, ExecutionPaused)
+LoopStream: TypeAlias = RunStream[LoopResult]
+"""A run of the loop in progress (:class:`~toolloop.kernel.RunStream` of a
+:class:`~toolloop.LoopResult`): iterate over its events; ``result`` once they ended."""
 
 
-class LoopStream:
-    """A run in progress: iterate over its events; ``result`` is set once it is over."""
-
-    def __init__(self, events: EventStream, *, loop_only: bool = False) -> None:
-        self._events = events
-        self._result: LoopResult | None = None
-        self._exhausted = False
-        self._left_early = False
-        self._loop_only = loop_only
-
-    def __aiter__(self) -> LoopStream:
-        return self
-
-    async def __anext__(self) -> FlowEvent:
-        from ..kernel import RunEvent
-
-        try:
-            while True:
-                event = await self._events.__anext__()
-                if not self._loop_only or isinstance(event, (*_LOOP_EVENTS, RunEvent)):
-                    return event
-        except StopAsyncIteration:
-            self._exhausted = True
-            raise
-
-    @property
-    def result(self) -> LoopResult:
-        """The run's result (after the events ended)."""
-        if self._result is None:
-            if self._left_early:
-                raise RuntimeError(
-                    "the run was cancelled when its block was left before its events ended, "
-                    "so it has no result; read the events to the end inside the block"
-                )
-            raise RuntimeError("the run has not finished; read its events to the end first")
-        return self._result
-
-
-@asynccontextmanager
-async def stream_plan_and_execute(
+def stream_plan_and_execute(
     user_input: str,
     *,
     planner: PlannerLike,
     tools: ToolsLike = (),
-    loop_events_only: bool = False,
+    engine_events: bool = True,
     **options: Unpack[LoopOptions],
-) -> AsyncIterator[LoopStream]:
-    """Run the loop in the background and read its typed events as they happen::
+) -> AbstractAsyncContextManager[LoopStream]:
+    """Run the loop beside the block and read its typed events as they happen::
 
         async with stream_plan_and_execute("...", tools=..., planner=...) as run:
             async for event in run:
                 print(event.kind)
         print(run.result.action_results)
 
-    Takes the arguments of :func:`async_plan_and_execute` (a durable run too: ``store=``),
-    and ``loop_events_only``: read only the run's own events (rounds, plans, model and tool
-    calls, checkpoints, a pause, the end), not the engine's (``step_started``, ...).
-    Leaving the block early cancels the run; an error of the run is raised when the block
-    exits. To keep an event as JSON (its results may be any Python value), use
+    Takes the arguments of :func:`async_plan_and_execute` (a durable run too: ``store=``;
+    ``on_event`` is called with every event as well), and ``engine_events``: with
+    ``False``, read only the run's own events (rounds, plans, model and tool calls, tool
+    progress, checkpoints, a pause, the end), not the engine's (``step_started``, ...:
+    :data:`~toolloop.kernel.ENGINE_EVENTS`). Leaving the block before the events ended
+    cancels the run (``result`` then raises); an error of the run is raised when the block
+    exits. Every product streams the same way (:func:`~toolloop.kernel.stream_run`). To
+    keep an event as JSON (its results may be any Python value), use
     :func:`toolloop.tracing.dump_event`.
     """
-    send, receive = anyio.create_memory_object_stream[FlowEvent](max_buffer_size=math.inf)
-    stream = _ChannelStream(receive, loop_only=loop_events_only)
-    failure: list[BaseException] = []
-    options["on_event"] = _Forward(send, options.get("on_event"))
-
-    async def drive_it() -> None:
-        try:
-            stream._result = await async_plan_and_execute(
-                user_input, planner=planner, tools=tools, **options
-            )
-        except Exception as exc:
-            failure.append(exc)
-        finally:
-            send.close()  # the events end: the reader's iteration stops
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(drive_it)
-        try:
-            yield stream
-        finally:
-            if not stream._exhausted:  # left early: the run is not wanted any more
-                stream._left_early = True
-                tg.cancel_scope.cancel()
-            receive.close()
-    if failure:
-        raise failure[0]
+    call = functools.partial(async_plan_and_execute, user_input, planner=planner, tools=tools)
+    return stream_run(call, options, engine_events=engine_events)
 
 
-class _Forward:
-    """The run's events into the stream's channel, and to the caller's ``on_event``."""
+def stream_resume_plan_and_execute(
+    run_id: str,
+    decision: object,
+    /,
+    *,
+    planner: PlannerLike,
+    tools: ToolsLike = (),
+    engine_events: bool = True,
+    **options: Unpack[LoopOptions],
+) -> AbstractAsyncContextManager[LoopStream]:
+    """The stream twin of :func:`async_resume_plan_and_execute` (the same arguments, and
+    ``engine_events``), as :func:`stream_plan_and_execute` streams a run."""
+    call = functools.partial(
+        async_resume_plan_and_execute, run_id, decision, planner=planner, tools=tools
+    )
+    return stream_run(call, options, engine_events=engine_events)
 
-    __slots__ = ("_also", "_send")
 
-    def __init__(self, send: Any, also: Callable[[FlowEvent], None] | None) -> None:
-        self._send = send
-        self._also = also
-
-    def __call__(self, event: FlowEvent) -> None:
-        if self._also is not None:
-            self._also(event)
-        try:
-            self._send.send_nowait(event)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            pass  # the reader left
-
-
-class _ChannelStream(LoopStream):
-    """A :class:`LoopStream` fed by a channel (the run's events as it publishes them)."""
-
-    def __init__(self, receive: Any, *, loop_only: bool) -> None:
-        super().__init__(receive, loop_only=loop_only)
+def stream_recover_plan_and_execute(
+    run_id: str,
+    /,
+    *,
+    planner: PlannerLike,
+    tools: ToolsLike = (),
+    force: bool = False,
+    engine_events: bool = True,
+    **options: Unpack[LoopOptions],
+) -> AbstractAsyncContextManager[LoopStream]:
+    """The stream twin of :func:`async_recover_plan_and_execute` (the same arguments, and
+    ``engine_events``), as :func:`stream_plan_and_execute` streams a run."""
+    call = functools.partial(
+        async_recover_plan_and_execute, run_id, planner=planner, tools=tools, force=force
+    )
+    return stream_run(call, options, engine_events=engine_events)

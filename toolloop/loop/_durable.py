@@ -58,6 +58,7 @@ from ..kernel import (
     approval_rule,
     decide,
     journaled_call,
+    own_key,
     tell,
 )
 from ..models import Usage, current_meter
@@ -70,7 +71,7 @@ from ..planners import (
     call_planner,
 )
 from ..runner import CallSource, Executor, ToolCommand, ToolExecutionRecord, json_safe
-from ..tools import ToolRegistry
+from ..tools import RunScope, ToolRegistry
 from ._flow import LoopContext, LoopDeps, PauseForHuman, RoundState, loop_flow
 from ._normalize import normalize_command, normalize_plan
 
@@ -166,6 +167,7 @@ class DurableLoop:
         "options",
         "registry",
         "run",
+        "scope",
         "sources",
         "state",
         "verdicts",
@@ -183,6 +185,8 @@ class DurableLoop:
         self.run = run
         self.state = state
         self.options = options
+        self.scope: RunScope | None = None
+        """The tools' run context (set with the run's deps)."""
         self.journal: dict[str, JournalEntry] = dict(journal or {})
         self.approval = approval_rule(options.needs_approval, tool_names)
         self.verdicts: dict[str, Verdict] = {}
@@ -216,8 +220,12 @@ class DurableLoop:
             concurrency=inner.concurrency,
             limiter=inner.limiter,
             tool_timeout=inner.tool_timeout,
+            rate_limits=inner.rate_limits,
+            retry=inner.retry,
+            idempotent_tools=inner.idempotent_tools,
         )
         executor.durable = self
+        self.scope = deps.scope
         self.limits = (deps.max_commands, deps.max_kwargs_bytes)
         self.registry = deps.registry
         planner: PlannerLike = (
@@ -256,16 +264,10 @@ class DurableLoop:
         planner failed, the process died), and the round was planned again, differently.
         The earlier call is not this one: its outcome is not handed to this call, which runs
         under a key of its own (``"{key}~{n}"``), and a note says what the earlier one was."""
-        entry = self.journal.get(key)
-        n = 0
-        base = key
-        while entry is not None and not _same_call(entry, command):
-            if n == 0:
-                self.state.notes.append(_orphan_note(self.state.round_index, base, entry))
-            n += 1
-            key = f"{base}~{n}"
-            entry = self.journal.get(key)
-        return key
+        mine, other = own_key(self.journal, key, command.tool_name, command.tool_kwargs)
+        if other is not None:
+            self.state.notes.append(_orphan_note(self.state.round_index, key, other))
+        return mine
 
     def on_pause(self, state: RoundState) -> None:
         """The paused snapshot counts the usage of its checkpoint: the round's plan is
@@ -435,29 +437,16 @@ class DurableLoop:
         )
 
 
-def _same_call(entry: JournalEntry, command: ToolCommand) -> bool:
-    """Whether the journal's ``entry`` is a call of ``command`` (its tool, its arguments)."""
-    if entry.tool_name != command.tool_name:
-        return False
-    try:
-        return _canonical(entry.arguments) == _canonical(json_safe(command.tool_kwargs))
-    except (TypeError, ValueError):
-        return False
-
-
-def _canonical(data: Any) -> str:
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), default=repr)
-
-
 def _orphan_note(round_index: int, key: str, entry: JournalEntry) -> str:
     what = {
         "finished": "ran",
         "interrupted": "was cut off",
         "started": "started (its outcome is unknown)",
     }.get(entry.state, entry.state)
+    arguments = json.dumps(entry.arguments, sort_keys=True, separators=(",", ":"), default=repr)
     return (
         f"round {round_index}: call {key} {what} before the round's plan was kept: "
-        f"{entry.tool_name}({_canonical(entry.arguments)[:200]}); the round was planned again "
+        f"{entry.tool_name}({arguments[:200]}); the round was planned again "
         "with another call there, which runs as a call of its own"
     )
 
@@ -499,8 +488,7 @@ async def journal_verdicts(
     key = f"decisions/{decided_at}"
     if key in journal:
         return False
-    await run.record_intent(JournalEntry(call_id=key, tool_name=DECISIONS))
-    await run.record_outcome(key, data)
+    await run.record_note(key, DECISIONS, data)
     return True
 
 
@@ -520,6 +508,8 @@ class JournaledExecutor(Executor):
             return ToolExecutionRecord.failed(command, verdict.error)
         if isinstance(verdict, Run):
             command = command.model_copy(update={"tool_kwargs": verdict.arguments})
+            if durable.scope is not None:  # the edited call is the same call
+                durable.scope.name_call(command, key)
         if not self.registry.accepts(command.tool_name, command.tool_kwargs):
             # a call that cannot run (unknown tool, bad arguments) has no effect to journal
             return await Executor.call(self, command, on_start)
@@ -528,9 +518,12 @@ class JournaledExecutor(Executor):
             return await Executor.call(self, command, on_start)
 
         told = key
-        if key in durable.again:  # cut off before, a human said to run it once more: a
-            key = f"{key}/again"  # fresh intent, so a second cut-off is not run a third time
-        key = durable.own_key(key, command)
+        identity = durable.own_key(key, command)  # the call, whatever ran under its id before
+        if identity != told and durable.scope is not None:  # its idempotency key follows it
+            durable.scope.name_call(command, told, identity=identity)
+        # cut off before, a human said to run it once more: a fresh intent (so a second
+        # cut-off is not run a third time), the same call (its idempotency key unchanged)
+        key = f"{identity}/again" if told in durable.again else identity
         entry = durable.journal.get(key)
         if entry is not None and entry.state != "started" and on_start is not None:
             on_start()  # replayed: the call is told as started and finished all the same
@@ -608,8 +601,7 @@ class JournaledPlanner:
             data = {"reply": False, "output": json_safe(raw)}
         if spent is not None:  # the plan and what it cost: one write
             data["usage"] = spent.model_dump(mode="json")
-        await run.record_intent(JournalEntry(call_id=key, tool_name=PLANNER))
-        await run.record_outcome(key, data)
+        await run.record_note(key, PLANNER, data)
         return raw, False
 
 

@@ -408,6 +408,8 @@ async def _plan_streaming(
                 executed_at = perf_counter()
             if durable is not None:
                 durable.note_call(index, item, position)
+            if deps.scope is not None:  # a tool's run context has its call's id
+                deps.scope.name_call(item, f"{index}.{position}")
             batch.submit(item)
         elif observed:
             _finished(ctx, index, position, item, 0.0)
@@ -503,7 +505,8 @@ async def execute(planned: Planned, ctx: LoopContext) -> None:
         index = state.round_index
         started = perf_counter()
         items = planned.decided.items
-        plain = not observed and ctx.deps.durable is None
+        # (a tool that takes a run context is told its call's id: a round of the mixed path)
+        plain = not observed and ctx.deps.durable is None and ctx.deps.scope is None
         if plain:
             for item in items:
                 if type(item) is not ToolCommand:  # a record of a command that cannot run
@@ -557,6 +560,10 @@ async def _execute_mixed(decided: NormalizedPlan, ctx: LoopContext) -> list[Tool
     if deps.durable is not None:
         for k, command in enumerate(commands):
             deps.durable.note_call(index, command, sources[positions[k]])
+    scope = deps.scope
+    if scope is not None:  # a tool's run context has its call's id
+        for k, command in enumerate(commands):
+            scope.name_call(command, f"{index}.{sources[positions[k]]}")
     ran: list[ToolExecutionRecord] = []
     try:
         await deps.executor.run(

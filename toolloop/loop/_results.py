@@ -101,11 +101,6 @@ class LoopResult(RunResult):
     """Text the planner's model wrote beside its last plan, e.g. the answer of a
     tool-calling model that called no tool, or its refusal (``None`` when there was
     none)."""
-    structured_response: Any = None
-    """The structured final answer, when the run made one (``answer_with=`` an
-    :class:`~toolloop.loop.AnswerWith` with a ``response_format``): a model instance for a
-    pydantic schema; ``text`` is its JSON. Read back from a store, its JSON data (a model
-    instance again when the call that reads it gives the same ``response_format``)."""
 
     @computed_field
     @_folded

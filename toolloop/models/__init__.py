@@ -16,6 +16,7 @@ from ._chat import ReasoningField as ReasoningField
 from ._chat import StructuredOutput as StructuredOutput
 from ._chat import StructuredOutputMode as StructuredOutputMode
 from ._chat import ToolCallDelta as ToolCallDelta
+from ._decision import DecisionReader as DecisionReader
 from ._json_events import Done as Done
 from ._json_events import JSONEvent as JSONEvent
 from ._json_events import JSONPath as JSONPath
@@ -56,6 +57,7 @@ __all__ = [
     "ChatModel",
     "ChatReply",
     "ChatRequest",
+    "DecisionReader",
     "Done",
     "FinishedCall",
     "JSONEvent",

@@ -7,6 +7,8 @@ whole loop runs offline in tests and a new provider is one module.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -64,6 +66,55 @@ class ChatRequest:
     settings: ModelSettings | None = None
     """This call's settings: they override the model's own and ``max_tokens`` /
     ``temperature`` above, key by key."""
+
+    def summary(self) -> dict[str, Any]:
+        """What matters of this request to tell it apart from another, as JSON data: how
+        many messages and their digest, the tools offered (names, and their schemas'
+        digest), ``tool_choice``, the
+        structured output asked for (its name and its schema's digest) and the settings
+        (``max_tokens``, ``temperature``, ``settings``; ``extra`` left out: it may carry a
+        provider's credentials). A trace keeps it on each ``ModelCallFinished``; a replay
+        compares it with the request the code makes now."""
+        out: dict[str, Any] = {
+            "messages": len(self.messages),
+            "digest": _digest(self.messages),
+        }
+        if self.tools:
+            out["tools"] = [_tool_name(tool) for tool in self.tools]
+            out["schemas"] = _digest(self.tools)
+        if self.tool_choice is not None:
+            out["tool_choice"] = self.tool_choice
+        if self.structured_output is not None:
+            out["structured_output"] = {
+                "name": self.structured_output.name,
+                "digest": _digest(self.structured_output.schema),
+            }
+        settings: dict[str, Any] = {}
+        if self.max_tokens is not None:
+            settings["max_tokens"] = self.max_tokens
+        if self.temperature is not None:
+            settings["temperature"] = self.temperature
+        if self.settings:
+            settings.update({k: v for k, v in self.settings.items() if k != "extra_body"})
+        if settings:
+            out["settings"] = settings
+        return out
+
+
+def _digest(value: Any) -> str:
+    """A short digest of JSON-like data (keys sorted; what JSON cannot say, as text)."""
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _tool_name(tool: Any) -> str:
+    if isinstance(tool, Mapping):
+        function = tool.get("function")
+        if isinstance(function, Mapping) and isinstance(function.get("name"), str):
+            return str(function["name"])
+        if isinstance(tool.get("name"), str):
+            return str(tool["name"])
+    return "?"
 
 
 @dataclass(frozen=True)

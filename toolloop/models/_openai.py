@@ -21,9 +21,11 @@ from openai import AsyncOpenAI
 
 from .._errors import ModelCallError, ModelOutputError
 from .._secrets import MIN_SECRET_CHARS, REDACTED, register_secret, scrub
+from ..ratelimit import retry_after_from_headers
 from ._chat import ChatDelta, ChatRequest, StructuredOutputMode
 from ._settings import ModelSettings, check_settings, merge_settings
 from ._sse import SSEDecoder
+from ._usage import current_meter
 from ._wire import StreamFailure, WireReader
 
 __all__ = ["OpenAIChatModel"]
@@ -122,10 +124,14 @@ def _call_error(
     server said, key included, in its ``args``, ``message`` and ``body``."""
     error = _described(exc, base_url, streaming=streaming)
     request_id = getattr(exc, "request_id", None)
+    retry_after = None
+    if isinstance(exc, openai.APIStatusError):
+        retry_after = retry_after_from_headers(exc.response.headers)
     return ModelCallError(
         _clean(str(error), secret),
         status=error.status,
         request_id=request_id if isinstance(request_id, str) else None,
+        retry_after=retry_after,
     )
 
 
@@ -402,7 +408,10 @@ class OpenAIChatModel:
             ``json_schema``, then ``json_object`` with the schema, then plain
             ``json_object``, moving on when a server refuses the request (HTTP 400, 404,
             415, 422, 500 or 501), and keeps the first that works.
-        max_retries: the client's own retries of 429/5xx and connection errors.
+        max_retries: the client's own retries of 429/5xx and connection errors. In a run
+            given a ``model_retry`` or a ``model_rate_limit``, toolloop makes each try
+            itself (admitted by the limiter, counted, told), and the client's retries are
+            off (see :class:`~toolloop.ratelimit.RetryPolicy`).
         timeout: seconds for a request (the client's timeout).
         settings: settings for every call (:class:`~toolloop.models.ModelSettings`:
             ``top_p``, ``seed``, ``stop``, ``reasoning_effort``, ``extra_body``, ...); a
@@ -461,6 +470,7 @@ class OpenAIChatModel:
         )
         register_secret(self._secret)
         self.client = client
+        self._single: tuple[AsyncOpenAI, AsyncOpenAI] | None = None  # (client, no retries)
         self.send_reasoning: bool = (
             send_reasoning if send_reasoning is not None else _takes_reasoning(self.base_url)
         )
@@ -520,11 +530,25 @@ class OpenAIChatModel:
             params["extra_body"] = dict(extra_body)
         return params
 
+    def _client_for_call(self) -> AsyncOpenAI:
+        """The client of this call: without its own retries when toolloop makes the tries
+        (the run's meter has a limiter or a retry policy), so that every answer, a 429
+        first, reaches the limiter and the policy."""
+        meter = current_meter()
+        if meter is None or not meter.makes_tries:
+            return self.client
+        single = self._single
+        if single is None or single[0] is not self.client:
+            single = (self.client, self.client.with_options(max_retries=0))
+            self._single = single
+        return single[1]
+
     async def _open(self, request: ChatRequest) -> openai.AsyncStream[Any]:
         """Open the stream. A failure is a scrubbed :class:`ModelCallError`, raised outside
         any ``except`` block: nothing of the client's exception, which may hold the key in
         its ``args``, ``message`` and ``body``, is in its chain."""
-        outcome = await self._attempt(request)
+        client = self._client_for_call()
+        outcome = await self._attempt(client, request)
         if (
             isinstance(outcome, openai.OpenAIError)
             and self.stream_usage
@@ -533,7 +557,7 @@ class OpenAIChatModel:
             # a server that does not take stream_options: ask without, from now on (the
             # usage of its calls is unknown)
             self.stream_usage = False
-            outcome = await self._attempt(request)
+            outcome = await self._attempt(client, request)
         if isinstance(outcome, openai.OpenAIError):
             raise _call_error(outcome, self.base_url, secret=self._secret)
         if isinstance(outcome, _AllModesRefused):
@@ -541,24 +565,27 @@ class OpenAIChatModel:
         return outcome
 
     async def _attempt(
-        self, request: ChatRequest
+        self, client: AsyncOpenAI, request: ChatRequest
     ) -> openai.AsyncStream[Any] | openai.OpenAIError | _AllModesRefused:
         try:
-            return await self._open_once(request)
+            return await self._open_once(client, request)
         except (openai.OpenAIError, _AllModesRefused) as exc:
             return exc
 
-    async def _open_once(self, request: ChatRequest) -> openai.AsyncStream[Any]:
+    async def _open_once(
+        self, client: AsyncOpenAI, request: ChatRequest
+    ) -> openai.AsyncStream[Any]:
         """Open the stream (the client's errors pass through, unscrubbed: see ``_open``)."""
         params = self._params(request)
         if request.structured_output is None:
-            return cast("openai.AsyncStream[Any]", await _create(self.client, params))
+            return cast("openai.AsyncStream[Any]", await _create(client, params))
         modes = [self._settled] if self._settled is not None else self._modes
         refusals: list[str] = []
         for i, mode in enumerate(modes):
             last = i == len(modes) - 1
             try:
                 stream = await self._create_probing(
+                    client,
                     {**params, "response_format": _response_format(mode, request)},
                     probing=not last,
                 )
@@ -580,16 +607,18 @@ class OpenAIChatModel:
             status,
         )
 
-    async def _create_probing(self, params: dict[str, Any], *, probing: bool) -> Any:
+    async def _create_probing(
+        self, client: AsyncOpenAI, params: dict[str, Any], *, probing: bool
+    ) -> Any:
         """Make the request. While probing (another mode is left to try) a refusal must move
         on at once, so the first attempt is made without the client's retries; an answer
         that is not a refusal but that the client would retry (429, 503, a connection that
         failed) is then retried as the client would have."""
         if not probing:
-            return await _create(self.client, params)
-        retries = self.client.max_retries
+            return await _create(client, params)
+        retries = client.max_retries
         try:
-            return await _create(self.client.with_options(max_retries=0), params)
+            return await _create(client.with_options(max_retries=0), params)
         except openai.APIStatusError as exc:
             if _is_refusal(exc) or retries < 1 or not _retryable(exc):
                 raise  # a refusal moves on to the next mode at once; the rest is an error
@@ -601,7 +630,7 @@ class OpenAIChatModel:
         # waited outside the except block: a cancellation while waiting must not carry the
         # server's answer (which may echo the key) as its context
         await anyio.sleep(delay)
-        return await _create(self.client.with_options(max_retries=retries - 1), params)
+        return await _create(client.with_options(max_retries=retries - 1), params)
 
     @asynccontextmanager
     async def stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[ChatDelta]]:

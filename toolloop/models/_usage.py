@@ -9,7 +9,11 @@ A run counts its model calls with a :class:`UsageMeter` made active for the run 
 variable, so every call made in the run's tasks is counted); :func:`stream_chat` is how
 toolloop's planners, final answer and agents open a stream: it checks the meter's
 :class:`UsageLimits` before the call, watches the stream as it runs (closing it once it
-passes a token budget) and adds the call's usage when it ends.
+passes a token budget) and adds the call's usage when it ends. A meter given a
+:class:`~toolloop.ratelimit.RateLimit` or a :class:`~toolloop.ratelimit.RetryPolicy` (a
+run's ``model_rate_limit``, ``model_retry``) has every call admitted by the one and tried
+again by the other (each try checked against the budget, counted, and told to the
+observer with its attempt number).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import BaseModel, ConfigDict
 
 from .._errors import UsageLimitError
+from ..ratelimit import Permit, RateLimit, RetryPolicy, Tries
 from ._chat import ChatDelta, ChatModel, ChatRequest
 
 if TYPE_CHECKING:
@@ -195,10 +200,25 @@ class UsageMeter:
         limits: the run's budget (``None``: count only).
     """
 
-    __slots__ = ("_calls", "_token", "calls", "limits", "observer", "started", "usage")
+    __slots__ = (
+        "_calls",
+        "_token",
+        "calls",
+        "limits",
+        "observer",
+        "rate_limit",
+        "retry",
+        "started",
+        "usage",
+    )
 
     def __init__(
-        self, limits: UsageLimits | None = None, *, observer: CallObserver | None = None
+        self,
+        limits: UsageLimits | None = None,
+        *,
+        observer: CallObserver | None = None,
+        rate_limit: RateLimit | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self._token: Token[UsageMeter | None] | None = None  # while the meter is active
         self.limits = limits
@@ -213,6 +233,17 @@ class UsageMeter:
         self.started = 0
         """The index of the next call an observer is told of (set it to go on from an
         earlier run's count)."""
+        self.rate_limit = rate_limit
+        """Admits every call (``None``: no limiter)."""
+        self.retry = retry
+        """Tries a failed call again (``None``: no retry of toolloop's)."""
+
+    @property
+    def makes_tries(self) -> bool:
+        """Whether toolloop makes each try of this meter's calls (a limiter or a retry
+        policy is given): a client's own retries are then off, so that each try is
+        admitted, counted and told."""
+        return self.rate_limit is not None or self.retry is not None
 
     def since(self, mark: int) -> Usage | None:
         """The usage of the calls counted after ``mark`` (:attr:`calls` then); ``None`` when
@@ -383,14 +414,20 @@ class FinishedCall:
     """The reader left before the reply's end."""
     error: BaseException | None
     """What made the call fail, when it did."""
+    attempt: int = 1
+    """The try (1 for the first; more when a retry policy tried the call again)."""
+    request: ChatRequest | None = None
+    """The request the call answered."""
 
 
 class CallObserver(Protocol):
-    """Told of every model call a run makes (see :attr:`UsageMeter.observer`): the kernel
-    turns these into the run's ``ModelCallStarted`` / ``ModelCallFinished`` events."""
+    """Told of every model call a run makes (see :attr:`UsageMeter.observer`), each try of
+    it: the kernel turns these into the run's ``ModelCallStarted`` / ``ModelCallFinished``
+    events."""
 
-    def call_started(self, index: int) -> None:
-        """Call ``index`` (0 for the run's first) is about to be made."""
+    def call_started(self, index: int, attempt: int = 1) -> None:
+        """Try ``attempt`` (1 for the first) of call ``index`` (0 for the run's first) is
+        about to be made."""
 
     def call_finished(self, call: FinishedCall) -> None:
         """A call ended."""
@@ -435,6 +472,10 @@ class _MeteredDeltas:
         return delta
 
 
+_REFUSED = Usage(requests=1)
+"""A try the server refused (it opened no stream): a request, without tokens."""
+
+
 @asynccontextmanager
 async def stream_chat(
     model: ChatModel, request: ChatRequest
@@ -445,9 +486,16 @@ async def stream_chat(
     that is passed closes it; when it ends its usage is added (unknown when the server
     reported none), and the meter's observer, if any, is told of the call.
 
+    With the meter's ``rate_limit`` or ``retry`` (a run's ``model_rate_limit``,
+    ``model_retry``), each try is admitted by the limiter and checked against the budget
+    first; a try whose stream could not be opened is counted as a request (without
+    tokens), told to the observer, and made again if the policy says so. Once a stream is
+    open, what happens to it is the call's: a stream that breaks later is not tried again
+    (its reader has read part of it).
+
     Raises:
-        UsageLimitError: a limit of the run was reached before the call, or passed during
-            it (the stream is closed).
+        UsageLimitError: a limit of the run was reached before the call (or a try), or
+            passed during it (the stream is closed).
     """
     meter = _METER.get()
     if meter is None:
@@ -456,35 +504,61 @@ async def stream_chat(
         return
     meter.check_before_call()
     observer = meter.observer
-    reader: ReplyReader | None = None
-    index, started = 0, 0.0
+    index = meter.started
     if observer is not None:
-        from ._reply import ReplyReader  # (it imports this module)
-
-        index = meter.started
         meter.started = index + 1
-        observer.call_started(index)
-        started = perf_counter()
-        reader = ReplyReader()
-    error: BaseException | None = None
-    watched: _MeteredDeltas | None = None
-    usage: Usage | None = None
-    try:
-        async with model.stream(request) as deltas:
-            watched = _MeteredDeltas(deltas, meter, reader)
-            try:
-                yield watched
-            finally:
-                reported = watched.reported
-                usage = Usage.unknown() if reported is None else reported
-                meter.add(usage)
-    except BaseException as exc:
-        error = exc
-        raise
-    finally:
+    tries: Tries | None = None
+    if meter.rate_limit is not None or meter.retry is not None:
+        tries = Tries(meter.rate_limit, meter.retry, "model", index=index)
+    permit: Permit | None = None
+    attempt = 1
+    while True:
+        if tries is not None:
+            if tries.attempt:
+                meter.check_before_call()  # a retry is a model call of the run
+            permit = await tries.admit()
+            attempt = tries.attempt
+        reader: ReplyReader | None = None
+        started = 0.0
         if observer is not None:
-            assert reader is not None
-            closed_early = watched is not None and not watched.ended
-            took = perf_counter() - started
-            ended = FinishedCall(index, reader.reply(), usage, took, closed_early, error)
-            observer.call_finished(ended)
+            from ._reply import ReplyReader  # (it imports this module)
+
+            observer.call_started(index, attempt)
+            started = perf_counter()
+            reader = ReplyReader()
+        watched: _MeteredDeltas | None = None
+        usage: Usage | None = None
+        error: BaseException | None = None
+        try:
+            async with model.stream(request) as deltas:
+                watched = _MeteredDeltas(deltas, meter, reader)
+                try:
+                    yield watched
+                finally:
+                    reported = watched.reported
+                    usage = Usage.unknown() if reported is None else reported
+                    meter.add(usage)
+        except Exception as exc:
+            error = exc
+            if watched is not None or tries is None:
+                raise
+            meter.add(_REFUSED)  # (retried below, or raised: outside this block)
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            if tries is not None:
+                tries.release(permit, error)
+            if observer is not None:
+                assert reader is not None
+                closed_early = watched is not None and not watched.ended
+                took = perf_counter() - started
+                ended = FinishedCall(
+                    index, reader.reply(), usage, took, closed_early, error, attempt, request
+                )
+                observer.call_finished(ended)
+        if error is None:
+            return
+        assert tries is not None and isinstance(error, Exception)
+        if not await tries.again(error):
+            raise error

@@ -1,9 +1,10 @@
 """The structured-output planner: one streamed request per round, read as it arrives.
 
 The planner asks for the planner schema (``next_action`` first) and feeds every streamed
-delta to an incremental JSON reader. The moment the bytes settle ``next_action`` as
-``response`` — with ``execute`` and ``response`` the first character does — it leaves the
-stream, which closes the HTTP connection, and returns. With streaming dispatch, each
+delta to an incremental reader of the decision (:class:`~toolloop.models.DecisionReader`).
+The moment the bytes settle ``next_action`` as ``response`` — with ``execute`` and
+``response`` the first character does — it leaves the stream, which closes the HTTP
+connection, and returns. With streaming dispatch, each
 command of a plan settled as ``execute`` is handed over the moment its JSON object closes,
 so its tool starts while the rest of the plan is still being written. A ``next_action``
 that is neither choice is read to the end and left to the loop's normalization.
@@ -20,12 +21,10 @@ from .._errors import ModelOutputError
 from ..models import (
     ChatModel,
     ChatRequest,
-    JSONStreamReader,
+    DecisionReader,
     ModelSettings,
     ReplyReader,
     StructuredOutput,
-    remaining_choices,
-    settle_choice,
     stream_chat,
 )
 from ._base import Dispatch, PlannerContext, PlannerReply
@@ -35,7 +34,6 @@ from ._prompt import PLANNER_SYSTEM_PROMPT, PlannerSchema, planner_messages
 __all__ = ["StructuredPlanner"]
 
 _CHOICES = ("execute", "response")
-_NEXT_ACTION = ("next_action",)
 _TRAILING_DELTAS = 8
 
 
@@ -117,12 +115,15 @@ class StructuredPlanner(ChatPlanner):
     async def _plan(self, context: PlannerContext, dispatch: Dispatch | None) -> PlannerReply:
         schema = self._schema(context.available_tools)
         request = self.request(context)
-        reader = JSONStreamReader(string_deltas=lambda path: path == _NEXT_ACTION)
+        reader = DecisionReader(
+            "next_action",
+            _CHOICES,
+            items="execution_commands",
+            items_on="execute",  # a plan that does not execute runs nothing
+            needs={"response": ()} if self.short_circuit else None,
+        )
         said = ReplyReader()  # the rest of the reply: reasoning, refusal, how it ended
         started = perf_counter()
-        prefix = ""
-        choice: str | None = None
-        watching = True  # next_action is not settled yet
         decided_after: float | None = None
         after_done = 0
         async with stream_chat(self.model, request) as deltas:
@@ -137,36 +138,19 @@ class StructuredPlanner(ChatPlanner):
                     continue
                 if not delta.content:
                     continue
-                for event in reader.feed(delta.content):
-                    if event.kind == "string_delta" and event.path == _NEXT_ACTION:
-                        if not watching:
-                            continue
-                        prefix += event.text
-                        choice = settle_choice(prefix, _CHOICES)
-                        if choice is not None:
-                            watching = False
-                            decided_after = perf_counter() - started
-                        if choice == "response" and self.short_circuit:
-                            return PlannerReply(
-                                output={"next_action": "response", "execution_commands": []},
-                                short_circuited=True,
-                                decided_after=decided_after,
-                                chars_read=reader.offset,
-                                reasoning=said.reasoning(),
-                            )
-                        if choice is None and not remaining_choices(prefix, _CHOICES):
-                            # not one of the choices: read it all, the loop's normalization
-                            # decides (and says why in its notes)
-                            watching = False
-                    elif (
-                        event.kind == "value_done"
-                        and dispatch is not None
-                        and choice == "execute"  # a plan that does not execute runs nothing
-                        and len(event.path) == 2
-                        and event.path[0] == "execution_commands"
-                        and isinstance(event.path[1], int)
-                    ):
-                        dispatch(event.path[1], self._clean(schema, event.value))
+                for position, command in reader.feed(delta.content):
+                    if dispatch is not None:
+                        dispatch(position, self._clean(schema, command))
+                if decided_after is None and reader.choice is not None:
+                    decided_after = perf_counter() - started
+                if reader.settled:  # next_action is "response": the rest is not read
+                    return PlannerReply(
+                        output={"next_action": "response", "execution_commands": []},
+                        short_circuited=True,
+                        decided_after=decided_after,
+                        chars_read=reader.offset,
+                        reasoning=said.reasoning(),
+                    )
         reply = said.reply()
         finish = reply.finish_reason
         if reader.offset == 0:  # no JSON at all: nothing, a refusal, or only reasoning

@@ -3,7 +3,8 @@
 Each round is one streamed request with the tools in the OpenAI format and the conversation
 so far: the instructions, the user's request, then the earlier rounds as assistant
 ``tool_calls`` each answered by a ``tool`` message (ids match). The streamed tool calls are
-put together by ``index``; a call is complete once the next one starts or the stream ends,
+put together by ``index``; a call is complete once its arguments are a whole JSON value,
+the next call starts or the stream ends (:meth:`~toolloop.models.ToolCallReader.complete`),
 and with streaming dispatch it is handed over at that moment, so its tool starts while the
 model still writes the next call. A reply without a tool call is ``next_action="response"``,
 its text kept in the output as ``content``.
@@ -326,8 +327,8 @@ class ToolCallingPlanner(ChatPlanner):
         return await self._plan(context, None)
 
     async def plan_streaming(self, context: PlannerContext, dispatch: Dispatch) -> PlannerReply:
-        """Plan one round, handing over each tool call as soon as it is complete: when the
-        next call starts, or the stream ends."""
+        """Plan one round, handing over each tool call as soon as it is complete: when its
+        arguments close, the next call starts, or the stream ends."""
         return await self._plan(context, dispatch)
 
     async def _plan(self, context: PlannerContext, dispatch: Dispatch | None) -> PlannerReply:
@@ -414,12 +415,13 @@ class ToolCallingPlanner(ChatPlanner):
                     if decided_after is None:
                         decided_after = perf_counter() - started
                     chars += sum(len(piece.arguments) for piece in delta.tool_calls)
-                    complete(len(calls) - 1)  # every call before the newest is whole
+                    # with dispatch, a call is handed over once its arguments close
+                    complete(len(calls) - 1 if dispatch is None else reader.tools.complete())
                 if delta.finish_reason is not None:
-                    complete(len(calls))
+                    complete(reader.tools.complete(ended=True))
                     after_finish = 0
         # a stream may end without a finish_reason (Snowflake Cortex): its end is the end
-        complete(len(calls))
+        complete(reader.tools.complete(ended=True))
         reply = reader.reply()
         if reply.empty and not reply.cut_off:  # nothing to act on: never a silent "response"
             raise ModelOutputError(reply.why_empty())

@@ -17,31 +17,50 @@ from typing import Any, overload
 import ray
 from ray.actor import ActorHandle
 from ray.exceptions import RayActorError
+from typing_extensions import TypedDict, Unpack
 
 from .._errors import ToolDefinitionError
 from ..tools import Tool
 from ..tools import tool as make_tool
 from ._await import POLL_SECONDS, await_ref
 
-__all__ = ["actor_tool", "ray_tool"]
+__all__ = ["RayTaskOptions", "actor_tool", "ray_tool"]
 
 
-def _task_options(
-    owner: str,
-    *,
-    num_cpus: float | None,
-    num_gpus: float | None,
-    memory: int | None,
-    resources: Mapping[str, float] | None,
-    runtime_env: Mapping[str, Any] | None,
-    max_retries: int,
-    options: Mapping[str, Any] | None,
-) -> dict[str, Any]:
+class RayTaskOptions(TypedDict, total=False):
+    """What a :func:`ray_tool`'s task asks of the cluster (each optional)."""
+
+    num_cpus: float | None
+    """CPUs the task needs (Ray's default: 1)."""
+    num_gpus: float | None
+    """GPUs the task needs."""
+    memory: int | None
+    """Bytes of memory the task needs, for Ray's scheduler."""
+    resources: Mapping[str, float] | None
+    """Custom resources, e.g. ``{"parser": 1}``."""
+    runtime_env: Mapping[str, Any] | None
+    """Ray's runtime environment for the task (pip packages, env vars...)."""
+    max_retries: int
+    """How many times Ray runs the task again when its worker dies. ``0`` (the default): a
+    dead worker is a failed record, and the tool never runs twice; more only for tools that
+    are safe to repeat."""
+    options: Mapping[str, Any] | None
+    """More Ray task options, as ``.options(...)`` takes them (e.g.
+    ``scheduling_strategy``, ``label_selector``)."""
+
+
+def _task_options(owner: str, task: RayTaskOptions) -> dict[str, Any]:
+    unknown = sorted(set(task) - set(RayTaskOptions.__annotations__))
+    if unknown:
+        known = ", ".join(RayTaskOptions.__annotations__)
+        raise ToolDefinitionError(f"{owner}: unknown {', '.join(unknown)}; the options are {known}")
+    max_retries = task.get("max_retries", 0)
     if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
         raise ToolDefinitionError(f"{owner}: max_retries must be an int >= 0, got {max_retries!r}")
-    chosen: dict[str, Any] = {**(options or {}), "max_retries": max_retries}
+    chosen: dict[str, Any] = {**(task.get("options") or {}), "max_retries": max_retries}
     chosen.setdefault("retry_exceptions", False)
-    for key, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus), ("memory", memory)):
+    for key in ("num_cpus", "num_gpus", "memory"):
+        value = task.get(key)
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
@@ -49,6 +68,7 @@ def _task_options(
                 f"{owner}: {key} must be a number >= 0 or None, got {value!r}"
             )
         chosen[key] = value
+    resources, runtime_env = task.get("resources"), task.get("runtime_env")
     if resources:
         chosen["resources"] = dict(resources)
     if runtime_env:
@@ -66,14 +86,8 @@ def ray_tool(
     name: str | None = None,
     description: str | None = None,
     timeout: float | None = None,
-    num_cpus: float | None = None,
-    num_gpus: float | None = None,
-    memory: int | None = None,
-    resources: Mapping[str, float] | None = None,
-    runtime_env: Mapping[str, Any] | None = None,
-    max_retries: int = 0,
-    options: Mapping[str, Any] | None = None,
     poll: float = POLL_SECONDS,
+    **task: Unpack[RayTaskOptions],
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -84,14 +98,8 @@ def ray_tool(
     name: str | None = None,
     description: str | None = None,
     timeout: float | None = None,
-    num_cpus: float | None = None,
-    num_gpus: float | None = None,
-    memory: int | None = None,
-    resources: Mapping[str, float] | None = None,
-    runtime_env: Mapping[str, Any] | None = None,
-    max_retries: int = 0,
-    options: Mapping[str, Any] | None = None,
     poll: float = POLL_SECONDS,
+    **task: Unpack[RayTaskOptions],
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a tool of a typed sync function that runs as a Ray task: ``@ray_tool`` or
     ``@ray_tool(num_cpus=2, ...)``.
@@ -108,17 +116,11 @@ def ray_tool(
         description: for the model (the docstring's first paragraph by default).
         timeout: seconds a call may take; past it the task is cancelled (``ray.cancel``)
             and the record fails, as for any tool.
-        num_cpus: CPUs the task needs (Ray's default: 1).
-        num_gpus: GPUs the task needs.
-        memory: bytes of memory the task needs, for Ray's scheduler.
-        resources: custom resources, e.g. ``{"parser": 1}``.
-        runtime_env: Ray's runtime environment for the task (pip packages, env vars...).
-        max_retries: how many times Ray runs the task again when its worker dies. ``0``
-            (the default): a dead worker is a failed record, and the tool never runs twice;
-            more only for tools that are safe to repeat.
-        options: more Ray task options, as ``.options(...)`` takes them (e.g.
-            ``scheduling_strategy``, ``label_selector``).
         poll: on trio, seconds a waiting thread blocks in ``ray.get`` before checking back.
+        **task: what the task asks of the cluster (:class:`RayTaskOptions`): ``num_cpus``,
+            ``num_gpus``, ``memory``, ``resources``, ``runtime_env``, ``max_retries``
+            (``0`` by default: the tool never runs twice), ``options``; an unknown one is a
+            :class:`~toolloop.errors.ToolDefinitionError`.
 
     Raises:
         ToolDefinitionError: an async function (run it on the loop as a plain tool), bad
@@ -132,16 +134,7 @@ def ray_tool(
                 f"{label}: the function is async; a Ray task runs a sync function (CPU or GPU "
                 "work). Run async I/O as a plain tool on the loop, or make it sync"
             )
-        chosen = _task_options(
-            label,
-            num_cpus=num_cpus,
-            num_gpus=num_gpus,
-            memory=memory,
-            resources=resources,
-            runtime_env=runtime_env,
-            max_retries=max_retries,
-            options=options,
-        )
+        chosen = _task_options(label, task)
         remote = ray.remote(fn).options(**chosen)
 
         @functools.wraps(fn)

@@ -18,6 +18,7 @@ from ._events import ToolCallFinished as ToolCallFinished
 from ._events import ToolCallStarted as ToolCallStarted
 from ._events import ToolProgress as ToolProgress
 from ._events import progress_reporter as progress_reporter
+from ._executor import CallTries as CallTries
 from ._executor import Executor as Executor
 from ._executor import OnFinish as OnFinish
 from ._executor import OnStart as OnStart
@@ -41,6 +42,7 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "BatchCall",
     "CallSource",
+    "CallTries",
     "Executor",
     "OnFinish",
     "OnStart",

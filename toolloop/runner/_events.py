@@ -71,7 +71,10 @@ class ToolProgress(FlowEvent):
     round_index: int
     tool_name: str
     purpose: str
-    """The command's purpose (the agent's tool-call id)."""
+    """The command's purpose (the tool's name in the middleware agent)."""
+    call_id: str
+    """The id of the call that reports, as :class:`ToolCallStarted` tells it (the same in
+    every product)."""
     message: str
     data: dict[str, Any] = Field(default_factory=dict)
 
@@ -89,6 +92,7 @@ def progress_reporter(ctx: Context[Any]) -> Callable[[Progress], None]:
                     round_index=progress.round_index,
                     tool_name=progress.tool_name,
                     purpose=progress.purpose,
+                    call_id=progress.call_id,
                     message=progress.message,
                     data=progress.data,
                 )

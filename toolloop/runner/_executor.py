@@ -6,24 +6,31 @@ fail the schema (the tool does not run), an exception or a timeout each become a
 :class:`~toolloop.runner.ToolExecutionRecord`; only cancellation propagates.
 :meth:`Executor.batch` runs many calls at once under the exact concurrency limit (see
 :class:`~toolloop.runner.ToolBatch`); an optional shared :class:`anyio.CapacityLimiter`
-bounds tool runs across batches and runs too.
+bounds tool runs across batches and runs too. A tool given a
+:class:`~toolloop.ratelimit.RateLimit` (``rate_limits``) has each try admitted by it; an
+idempotent tool (``idempotent_tools``) is tried again by the ``retry`` policy; the record
+says how many tries the call took (``attempts``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import anyio
 import anyio.abc
 
 from .._errors import ToolCallError, ToolTimeoutError
-from ..tools import Tool, ToolRegistry
+from ..ratelimit import RateLimit, RetryPolicy, Tries
+from ..tools import Tool, ToolRegistry, call_id_of
 from ._batch import SplitCall, ToolBatch, call_split
 from ._records import ToolCommand, ToolExecutionRecord
 
 __all__ = [
+    "CallTries",
     "Executor",
     "OnFinish",
     "OnStart",
@@ -70,6 +77,67 @@ def cancelled_record(command: ToolCommand) -> ToolExecutionRecord:
     return ToolExecutionRecord.failed(command, cancelled_error(command.tool_name))
 
 
+@dataclass(slots=True)
+class CallTries:
+    """How many tries the calls given it took (:meth:`Executor.execute` adds each call's)."""
+
+    count: int = 0
+
+
+class _Tried:
+    """What a guarded call came to, with its tries: a value, or the last failure."""
+
+    __slots__ = ("attempts", "failure", "value")
+
+    def __init__(self, value: Any, failure: Exception | None, attempts: int) -> None:
+        self.value = value
+        self.failure = failure
+        self.attempts = attempts
+
+    def record(self, executor: Executor, command: ToolCommand) -> ToolExecutionRecord:
+        failure = self.failure
+        if failure is None:
+            record = ToolExecutionRecord.succeeded(command, self.value)
+        else:
+            record = executor.raised(command, failure)
+        if self.attempts != 1:
+            record.__dict__["attempts"] = self.attempts
+        return record
+
+
+_Guard = tuple[RateLimit | None, RetryPolicy | None]
+_NO_LIMITS: Mapping[str, RateLimit] = MappingProxyType({})
+
+
+def _guards(
+    rate_limits: Mapping[str, RateLimit] | None,
+    retry: RetryPolicy | None,
+    idempotent_tools: Collection[str],
+) -> dict[str, _Guard] | None:
+    """Each tool's limiter and retry policy, by name (``None``: no tool has either)."""
+    if isinstance(idempotent_tools, str):
+        raise TypeError(
+            "idempotent_tools takes tool names, not one str: "
+            f"idempotent_tools=[{idempotent_tools!r}]"
+        )
+    retried = set(idempotent_tools) if retry is not None else set()
+    limits = dict(rate_limits or {})
+    for name, limit in limits.items():
+        if not isinstance(limit, RateLimit):
+            raise TypeError(
+                f"rate_limits[{name!r}] must be a toolloop.ratelimit.RateLimit, got "
+                f"{type(limit).__name__}"
+            )
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise TypeError(
+            f"retry must be a toolloop.ratelimit.RetryPolicy, got {type(retry).__name__}"
+        )
+    names = retried | set(limits)
+    if not names:
+        return None
+    return {name: (limits.get(name), retry if name in retried else None) for name in names}
+
+
 class Executor(SplitCall[ToolCommand, ToolExecutionRecord]):
     """Runs tool commands concurrently under exact limits; one record per command.
 
@@ -82,6 +150,11 @@ class Executor(SplitCall[ToolCommand, ToolExecutionRecord]):
         on_start: called (synchronously) as each call starts.
         on_finish: called (synchronously) as each command gets its record, cancelled ones
             included. A callback that raises aborts the round.
+        rate_limits: tool names to the :class:`~toolloop.ratelimit.RateLimit` each try of
+            their calls goes through (one object for several tools: a group).
+        retry: the :class:`~toolloop.ratelimit.RetryPolicy` of the ``idempotent_tools``'
+            calls (no other tool is retried).
+        idempotent_tools: the tools safe to run twice.
 
     An executor holds only configuration: one can serve many rounds and runs, concurrently.
 
@@ -94,11 +167,15 @@ class Executor(SplitCall[ToolCommand, ToolExecutionRecord]):
     """
 
     __slots__ = (
+        "_guards",
         "concurrency",
+        "idempotent_tools",
         "limiter",
         "on_finish",
         "on_start",
+        "rate_limits",
         "registry",
+        "retry",
         "tool_timeout",
     )
 
@@ -111,6 +188,9 @@ class Executor(SplitCall[ToolCommand, ToolExecutionRecord]):
         tool_timeout: float | None = None,
         on_start: OnStart | None = None,
         on_finish: OnFinish | None = None,
+        rate_limits: Mapping[str, RateLimit] | None = None,
+        retry: RetryPolicy | None = None,
+        idempotent_tools: Collection[str] = (),
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be an int >= 1, got {concurrency!r}")
@@ -122,6 +202,12 @@ class Executor(SplitCall[ToolCommand, ToolExecutionRecord]):
         self.tool_timeout = tool_timeout
         self.on_start = on_start
         self.on_finish = on_finish
+        self._guards = _guards(rate_limits, retry, idempotent_tools)
+        self.rate_limits: Mapping[str, RateLimit] = (
+            _NO_LIMITS if rate_limits is None else rate_limits
+        )
+        self.retry = retry
+        self.idempotent_tools: frozenset[str] = frozenset(idempotent_tools)
 
     def batch(
         self,
@@ -210,7 +296,12 @@ class Executor(SplitCall[ToolCommand, ToolExecutionRecord]):
         except Exception as exc:  # a validator that broke: still a record, never a crash
             return _raised(command, tool_error_text(name, exc), exc), None
         if tool.context_parameter is not None:  # decided when the tool was built
-            arguments = tool.with_context(arguments, command.purpose)
+            arguments = tool.with_context(arguments, command.purpose, call_id_of(command))
+        guards = self._guards
+        if guards is not None:
+            guard = guards.get(name)
+            if guard is not None:  # its record says its tries: a _Tried comes back
+                return None, self._tried(tool, arguments, guard, None, boxed=True)
         try:
             return None, self.execute(tool, arguments)
         except Exception as exc:  # the function refused its arguments before it ran
@@ -218,6 +309,8 @@ class Executor(SplitCall[ToolCommand, ToolExecutionRecord]):
 
     def succeeded(self, command: ToolCommand, value: Any) -> ToolExecutionRecord:
         """The record of a command whose tool returned ``value``."""
+        if type(value) is _Tried:  # a guarded call, with its tries
+            return value.record(self, command)
         return _succeeded(command, value)
 
     def raised(self, command: ToolCommand, exc: Exception) -> ToolExecutionRecord:
@@ -229,17 +322,69 @@ class Executor(SplitCall[ToolCommand, ToolExecutionRecord]):
             return ToolExecutionRecord.failed(command, str(exc))
         return _raised(command, tool_error_text(command.tool_name, exc), exc)
 
-    def execute(self, tool: Tool, arguments: dict[str, Any]) -> Awaitable[Any]:
+    def execute(
+        self, tool: Tool, arguments: dict[str, Any], *, tries: CallTries | None = None
+    ) -> Awaitable[Any]:
         """Run an already checked call (``arguments`` from ``tool.validate``) under the
-        shared limiter and the timeout: await it for what the tool returned.
+        shared limiter, the tool's rate limit and the timeout, tried again if the tool is
+        idempotent and the retry policy says so: await it for what the tool returned.
 
-        Unlike :meth:`call`, this raises: the tool's own exception, unchanged, or
-        :class:`~toolloop.errors.ToolTimeoutError`. For callers that decide per exception
-        what to do (the agent's ``wrap_tool_call`` middleware retries chosen exceptions).
+        Unlike :meth:`call`, this raises: the tool's own exception, unchanged (the last
+        try's), or :class:`~toolloop.errors.ToolTimeoutError`. For callers that decide per
+        exception what to do (the agent's ``wrap_tool_call`` middleware retries chosen
+        exceptions). ``tries``, if given, counts the tries made.
         """
+        guards = self._guards
+        if guards is not None:
+            guard = guards.get(tool.name)
+            if guard is not None:
+                return self._tried(tool, arguments, guard, tries, boxed=False)
+        if tries is not None:
+            tries.count += 1
+        return self._once(tool, arguments)
+
+    def _once(self, tool: Tool, arguments: dict[str, Any]) -> Awaitable[Any]:
         if self.limiter is None:  # the tool's own awaitable: no frame of ours in between
             return tool.execute(arguments, timeout=self.tool_timeout)
         return self._execute_limited(tool, arguments, self.limiter)
+
+    async def _tried(
+        self,
+        tool: Tool,
+        arguments: dict[str, Any],
+        guard: _Guard,
+        tally: CallTries | None,
+        *,
+        boxed: bool,
+    ) -> Any:
+        """The call's tries: each admitted by the tool's limiter, a failure retried by its
+        policy. ``boxed``: what it came to as a :class:`_Tried` (a failure included);
+        else the value, or the last failure raised."""
+        limit, retry = guard
+        tries = Tries(limit, retry, "tool", tool.name)
+        while True:
+            permit = await tries.admit()
+            try:
+                value = await self._once(tool, arguments)
+            except Exception as exc:
+                failure = exc
+            except BaseException as exc:  # cancelled: its place is freed, nothing learned
+                tries.release(permit, exc)
+                if tally is not None:
+                    tally.count += tries.attempt
+                raise
+            else:
+                tries.release(permit)
+                if tally is not None:
+                    tally.count += tries.attempt
+                return _Tried(value, None, tries.attempt) if boxed else value
+            tries.release(permit, failure)
+            if not await tries.again(failure):
+                if tally is not None:
+                    tally.count += tries.attempt
+                if boxed:
+                    return _Tried(None, failure, tries.attempt)
+                raise failure
 
     async def _execute_limited(
         self, tool: Tool, arguments: dict[str, Any], limiter: anyio.CapacityLimiter

@@ -113,6 +113,9 @@ class ToolExecutionRecord(BaseModel):
     traceback: str | None = None
     """When the tool raised: its formatted traceback, for the developer (never sent to a
     model: prompts carry ``error`` only)."""
+    attempts: int = 1
+    """The tries the call took (more than 1 when a ``tool_retry`` tried it again; each
+    retry is told as a ``RetryScheduled`` event)."""
 
     @field_serializer("kwargs", "result", when_used="json")
     def _as_json(self, value: Any) -> Any:
@@ -145,6 +148,7 @@ class ToolExecutionRecord(BaseModel):
                 "error": None,
                 "error_type": None,
                 "traceback": None,
+                "attempts": 1,
             },
         )
 
@@ -164,6 +168,7 @@ class ToolExecutionRecord(BaseModel):
                 "error": str(error),
                 "error_type": None,
                 "traceback": None,
+                "attempts": 1,
             },
         )
 

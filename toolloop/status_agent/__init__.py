@@ -17,6 +17,7 @@ from ._events import StatusChanged as StatusChanged
 from ._events import StatusEvent as StatusEvent
 from ._flow import status_agent_flow as status_agent_flow
 from ._llm import STATUS_SYSTEM_PROMPT as STATUS_SYSTEM_PROMPT
+from ._llm import CallDispatch as CallDispatch
 from ._llm import LLMStatusSteps as LLMStatusSteps
 from ._state import AgentStatus as AgentStatus
 from ._state import StatusAgentState as StatusAgentState
@@ -32,6 +33,7 @@ from ._steps import StatusView as StatusView
 __all__ = [
     "STATUS_SYSTEM_PROMPT",
     "AgentStatus",
+    "CallDispatch",
     "LLMStatusSteps",
     "LoopGuardTripped",
     "StatusAgent",

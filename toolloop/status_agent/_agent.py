@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from pydantic_core import to_jsonable_python
@@ -58,7 +59,9 @@ from ..kernel import (
     RunOptions,
     RunOverrides,
     RunResult,
+    RunStream,
     StopReason,
+    StreamTwins,
     StructuredAnswer,
     SyncTwins,
     ToolStrategy,
@@ -68,9 +71,10 @@ from ..kernel import (
     drive,
     output_schema,
     run_sync,
+    stream_run,
 )
 from ..models import ChatModel, Usage
-from ..runner import Executor, ToolExecutionRecord, progress_reporter
+from ..runner import ToolExecutionRecord, progress_reporter
 from ..tools import RunScope, Tool, ToolRegistry
 from ._flow import status_agent_flow
 from ._human import HUMAN_EVENT
@@ -104,12 +108,6 @@ class StatusAgentResult(RunResult):
     state: StatusAgentState
 
     @property
-    def structured_response(self) -> Any:
-        """The validated answer, with a ``response_format`` (a model instance for a
-        pydantic schema); ``None`` otherwise, or when the run did not answer."""
-        return self.state.structured_response
-
-    @property
     def records(self) -> list[ToolExecutionRecord]:
         """The record of every call, in order (rejected and interrupted ones included)."""
         return [r.record for r in self.state.records]
@@ -131,14 +129,16 @@ class _Logic:
 _LOGIC = _Logic()
 
 
-class StatusAgent(SyncTwins[StatusAgentResult]):
+class StatusAgent(SyncTwins[StatusAgentResult], StreamTwins[StatusAgentResult]):
     """The status-routed agent (see the module docs); one agent serves many runs.
 
     Its own arguments first; then the run options of every product (see
     :class:`~toolloop.kernel.RunOptions`), the defaults of its runs, which each call of
     :meth:`run`, :meth:`resume` and :meth:`recover` may override. The sync twins for
     scripts: :meth:`run_sync`, and ``resume_sync`` and ``recover_sync``
-    (:class:`~toolloop.kernel.SyncTwins`, the same in both agents).
+    (:class:`~toolloop.kernel.SyncTwins`, the same in both agents). The stream twins, to
+    read a run's events as they happen: :meth:`stream`, and ``stream_resume`` and
+    ``stream_recover`` (:class:`~toolloop.kernel.StreamTwins`).
 
     Args:
         tools: typed functions, :class:`~toolloop.Tool` objects, or a registry.
@@ -416,7 +416,33 @@ class StatusAgent(SyncTwins[StatusAgentResult]):
                 f"the request of paused run {run_id!r} cannot be read: {exc}"
             ) from exc
 
-    # -- sync twins -----------------------------------------------------------------------
+    # -- stream and sync twins ------------------------------------------------------------
+
+    def stream(
+        self,
+        user_input: str,
+        *,
+        metadata: dict[str, Any] | None = None,
+        engine_events: bool = True,
+        **options: Unpack[RunOverrides],
+    ) -> AbstractAsyncContextManager[RunStream[StatusAgentResult]]:
+        """The stream twin of :meth:`run`: the run beside the block, its typed events read
+        as they happen, then its result::
+
+            async with agent.stream("Mail Ada the forecast") as run:
+                async for event in run:
+                    print(event.kind)
+            print(run.result.text)
+
+        Takes the arguments of :meth:`run` (``on_event`` is called with every event as
+        well), and ``engine_events``: with ``False``, read only the run's own events (its
+        statuses, model and tool calls, tool progress, checkpoints, a pause, the end), not
+        the engine's (:data:`~toolloop.kernel.ENGINE_EVENTS`). Leaving the block before the
+        events ended cancels the run (``result`` then raises); an error of the run is raised
+        when the block exits (see :func:`~toolloop.kernel.stream_run`).
+        """
+        call = functools.partial(self.run, user_input, metadata=metadata)
+        return stream_run(call, options, engine_events=engine_events)
 
     def run_sync(
         self,
@@ -451,12 +477,7 @@ class StatusAgent(SyncTwins[StatusAgentResult]):
         return StatusDeps(
             scope=RunScope(run_id, options.deps) if self.registry.takes_context else None,
             steps=self.steps,
-            executor=Executor(
-                self.registry,
-                concurrency=options.concurrency,
-                limiter=options.limiter,
-                tool_timeout=options.tool_timeout,
-            ),
+            executor=options.tool_executor(self.registry),
             tools=self.registry.specs(),
             options=options,
             approval=approval_rule(options.needs_approval, self.registry.names),
@@ -468,12 +489,11 @@ class StatusAgent(SyncTwins[StatusAgentResult]):
     def _typed(self, result: StatusAgentResult) -> StatusAgentResult:
         """``result`` with its structured answer as the schema gives it (a model instance
         again, once read back from a checkpoint)."""
-        if self.response_format is not None:
-            state = result.state
-            state.structured_response = self.response_format.output.restore(
-                state.structured_response
-            )
-        return result
+        if self.response_format is None or result.structured_response is None:
+            return result
+        value = self.response_format.output.restore(result.structured_response)
+        result.state.structured_response = value
+        return result.model_copy(update={"structured_response": value})
 
     def _answer_writer(self) -> Callable[[StatusView], Awaitable[StructuredAnswer]] | None:
         strategy, llm = self.response_format, self._llm
@@ -538,5 +558,6 @@ def _result(run_id: str, ended: Ended[StatusAgentState]) -> StatusAgentResult:
         stop_reason=ended.stop_reason,
         usage=state.usage,
         text=state.answer,
+        structured_response=state.structured_response,
         state=state,
     )

@@ -5,24 +5,80 @@ a scripted double) serves. ``plan``, ``decide`` and ``reflect`` ask for JSON tha
 schema; ``analyze`` and ``converse`` ask for text; with a ``response_format``, the answer
 is structured (:meth:`LLMStatusSteps.structured`). Tool results go to the model as quoted
 data (see :data:`~toolloop.loop.EXTRA_INSTRUCTION`).
+
+A decision and a reflection are read as they stream (:class:`~toolloop.models.DecisionReader`,
+as the loop's planner reads its plans): the stream is closed the moment the choice is
+settled and the fields that choice keeps are whole (the short-circuit), and with streaming
+dispatch each tool call of a decision is handed over the moment it is complete
+(:meth:`LLMStatusSteps.decide_streaming`).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
 from .._errors import ModelOutputError, ModelRefusalError
 from ..kernel import ProviderStrategy, StructuredAnswer, ToolStrategy, ask_structured
-from ..models import ChatModel, ChatReply, ChatRequest, ReplyReader, StructuredOutput, stream_chat
+from ..models import (
+    ChatModel,
+    ChatReply,
+    ChatRequest,
+    DecisionReader,
+    ReplyReader,
+    StructuredOutput,
+    stream_chat,
+)
 from ..runner import EXTRA_INSTRUCTION, json_safe
 from ._steps import StatusDecision, StatusPlan, StatusReflection, StatusView, as_output
 
-__all__ = ["STATUS_SYSTEM_PROMPT", "LLMStatusSteps", "status_context"]
+__all__ = ["STATUS_SYSTEM_PROMPT", "CallDispatch", "LLMStatusSteps", "status_context"]
 
 M = TypeVar("M", bound=BaseModel)
+
+CallDispatch = Callable[[int, Any], None]
+"""``dispatch(position, call)``: a tool call of a decision (its JSON data) handed over the
+moment it is complete, while the rest of the decision still streams."""
+
+_TRAILING_DELTAS = 8
+
+
+@dataclass(frozen=True)
+class _Choice:
+    """How a decision of a step is read: its choice, the items handed over, and the fields
+    each choice keeps (read whole before the stream is closed)."""
+
+    key: str
+    choices: tuple[str, ...]
+    needs: Mapping[str, Collection[str]]
+    items: str | None = None
+    items_on: str | None = None
+
+
+_DECIDE = _Choice(
+    "action",
+    ("call_tools", "ask_human", "finish"),
+    # the calls, and the reason a human is told when one needs approval; a question's
+    # reason; the answer
+    {"call_tools": ("tool_calls", "reason"), "ask_human": ("reason",), "finish": ("answer",)},
+    items="tool_calls",
+    items_on="call_tools",
+)
+_REFLECT = _Choice(
+    "verdict",
+    ("continue", "replan", "finish", "ask_human"),
+    # the note is kept for the next steps (and is a question's reason); a finish's answer
+    {
+        "continue": ("note",),
+        "replan": ("note",),
+        "ask_human": ("note",),
+        "finish": ("note", "answer"),
+    },
+)
 
 STATUS_SYSTEM_PROMPT = (
     "You are one step of an agent that serves a user's request with tools. The run's "
@@ -152,6 +208,10 @@ class LLMStatusSteps:
         max_tokens: the model's output limit per call.
         temperature: passed to the model.
         max_result_chars: tool results longer than this (as JSON) are cut in the prompt.
+        short_circuit: close the stream of a decision or a reflection the moment its
+            choice (``action``, ``verdict``) is settled and the fields that choice keeps
+            are whole (a decision's calls and reason, a reflection's note, an answer): what
+            the model writes after them is not read. ``False``: every reply is read whole.
     """
 
     def __init__(
@@ -162,12 +222,14 @@ class LLMStatusSteps:
         max_tokens: int | None = 1024,
         temperature: float | None = 0.0,
         max_result_chars: int = 2000,
+        short_circuit: bool = True,
     ) -> None:
         self.model = model
         self.system_prompt = system_prompt
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.max_result_chars = max_result_chars
+        self.short_circuit = short_circuit
 
     def request(
         self, step: str, view: StatusView, schema: dict[str, Any] | None = None
@@ -196,12 +258,23 @@ class LLMStatusSteps:
         return _output(StatusPlan, data, "plan")
 
     async def decide(self, view: StatusView) -> StatusDecision:
+        return await self.decide_streaming(view, None)
+
+    async def decide_streaming(
+        self, view: StatusView, dispatch: CallDispatch | None
+    ) -> StatusDecision:
+        """The decision, each of its tool calls handed to ``dispatch`` (its place in
+        ``tool_calls`` and its JSON data) the moment the call is complete in the stream,
+        once the action is settled as ``call_tools``: the agent starts it while the model
+        still writes the next one (streaming dispatch)."""
         schema = _decision_schema(view.tools)
-        data = await self._json(self.request("decide", view, schema), "decide")
+        request = self.request("decide", view, schema)
+        data = await self._decision(request, "decide", _DECIDE, dispatch)
         return _output(StatusDecision, data, "decide")
 
     async def reflect(self, view: StatusView) -> StatusReflection:
-        data = await self._json(self.request("reflect", view, _REFLECTION_SCHEMA), "reflect")
+        request = self.request("reflect", view, _REFLECTION_SCHEMA)
+        data = await self._decision(request, "reflect", _REFLECT, None)
         return _output(StatusReflection, data, "reflect")
 
     async def converse(self, view: StatusView) -> str:
@@ -244,18 +317,74 @@ class LLMStatusSteps:
             raise ModelOutputError(f"the {step} step: {reply.why_empty()}")
         return reply
 
+    async def _decision(
+        self,
+        request: ChatRequest,
+        step: str,
+        choice: _Choice,
+        dispatch: CallDispatch | None,
+    ) -> Any:
+        """The JSON data of a decision, read as it streams (see the module docs)."""
+        reader = DecisionReader(
+            choice.key,
+            choice.choices,
+            items=choice.items,
+            items_on=choice.items_on,
+            needs=choice.needs if self.short_circuit else None,
+        )
+        said = ReplyReader()
+        after_done = 0
+        async with stream_chat(self.model, request) as deltas:
+            async for delta in deltas:
+                said.feed(delta)
+                if reader.done:
+                    # only the end of the stream should follow: reading it lets the
+                    # connection be reused; a model that goes on is cut off
+                    after_done += 1
+                    if after_done > _TRAILING_DELTAS:
+                        break
+                    continue
+                if not delta.content:
+                    continue
+                try:
+                    closed = reader.feed(delta.content)
+                except ModelOutputError as exc:  # not JSON: what came says why
+                    raise self._not_json(step, said.reply(), exc) from exc
+                if dispatch is not None:
+                    for position, call in closed:
+                        dispatch(position, call)
+                if reader.settled and not reader.done:  # the rest changes nothing kept
+                    return {**reader.fields, choice.key: reader.choice}
+        reply = said.reply()
+        if reply.refusal is not None and not reply.text:
+            raise ModelRefusalError(
+                f"the {step} step: the model refused to answer: {reply.refusal!r}",
+                refusal=reply.refusal,
+            )
+        if not reply.text:
+            raise ModelOutputError(f"the {step} step: {reply.why_empty()}")
+        if not reader.done:
+            try:
+                reader.close()
+            except ModelOutputError as exc:
+                raise self._not_json(step, reply, exc) from exc
+        return reader.value
+
+    def _not_json(self, step: str, reply: ChatReply, exc: Exception) -> ModelOutputError:
+        text = reply.text
+        cut = (
+            f"; the model hit its token limit (max_tokens={self.max_tokens}): raise it"
+            if reply.cut_off
+            else "; use a model that supports structured output"
+        )
+        return ModelOutputError(
+            f"the {step} step asked the model for JSON and got {text[:200]!r}"
+            f"{'…' if len(text) > 200 else ''} ({exc}){cut}"
+        )
+
     async def _json(self, request: ChatRequest, step: str) -> Any:
         reply = await self._reply(request, step)
-        text = reply.text
         try:
-            return json.loads(text)
+            return json.loads(reply.text)
         except ValueError as exc:
-            cut = (
-                f"; the model hit its token limit (max_tokens={self.max_tokens}): raise it"
-                if reply.cut_off
-                else "; use a model that supports structured output"
-            )
-            raise ModelOutputError(
-                f"the {step} step asked the model for JSON and got {text[:200]!r}"
-                f"{'…' if len(text) > 200 else ''} ({exc}){cut}"
-            ) from exc
+            raise self._not_json(step, reply, exc) from exc

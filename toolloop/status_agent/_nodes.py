@@ -18,6 +18,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from .._errors import ExecutionError
 from ..checkpoints import (
     Approve,
@@ -38,21 +40,13 @@ from ..kernel import (
     StopReason,
     StructuredAnswer,
     arguments_problem,
-    journaled_call,
+    own_key,
     tell,
-    tell_call_finished,
-    tell_call_started,
 )
 from ..models import UsageMeter, current_meter
-from ..runner import (
-    CallSource,
-    Executor,
-    ToolBatch,
-    ToolExecutionRecord,
-    cancelled_record,
-    json_safe,
-)
+from ..runner import Executor
 from ..tools import RunScope
+from ._calls import StatusCalls
 from ._events import LoopGuardTripped, StatusChanged
 from ._guard import check_progress
 from ._human import (
@@ -62,6 +56,7 @@ from ._human import (
     interrupted_request,
     review_request,
 )
+from ._llm import CallDispatch, LLMStatusSteps
 from ._state import (
     NodeName,
     Note,
@@ -261,12 +256,20 @@ async def decision(value: Any, state: State, deps: StatusDeps, ctx: Context[Stat
         else:
             state.status = "ready_for_execution"
         return
-    decided = as_output(StatusDecision, await deps.step("decide", state), "decide")
+    streaming = _streaming_decide(deps)
+    made: dict[int, StatusToolCall] = {}
+    if streaming is None:
+        decided = as_output(StatusDecision, await deps.step("decide", state), "decide")
+    else:
+        decided = await _decide_streaming(streaming, made, state, deps, ctx)
     if decided.action == "ask_human":
         state.question = review_request(decided.reason or "the decision step asks for a human")
         state.status = "waiting_for_human"
     elif decided.action == "call_tools" and decided.tool_calls:
-        calls = [_called(state.new_call_id(), asked, deps) for asked in decided.tool_calls]
+        calls = [
+            made.get(i) or _called(state.new_call_id(), asked, deps)
+            for i, asked in enumerate(decided.tool_calls)
+        ]
         state.pending_calls = calls
         waiting = [c for c in calls if not c.approved]
         if waiting:
@@ -278,6 +281,66 @@ async def decision(value: Any, state: State, deps: StatusDeps, ctx: Context[Stat
         if decided.answer is not None:
             state.answer = decided.answer
         state.status = "decision_completed"
+
+
+def _streaming_decide(deps: StatusDeps) -> StreamingDecide | None:
+    """The decision step that hands over its calls as they stream, with
+    ``streaming_dispatch`` and the model's own decision step (a step of your own is called
+    as it is)."""
+    if not deps.options.streaming_dispatch:
+        return None
+    step = deps.steps.decide
+    owner = getattr(step, "__self__", None)
+    if isinstance(owner, LLMStatusSteps) and getattr(step, "__func__", None) is (
+        LLMStatusSteps.decide
+    ):
+        return owner.decide_streaming
+    return None
+
+
+StreamingDecide = Callable[[StatusView, CallDispatch | None], Awaitable[StatusDecision]]
+
+
+async def _decide_streaming(
+    decide: StreamingDecide,
+    made: dict[int, StatusToolCall],
+    state: State,
+    deps: StatusDeps,
+    ctx: Context[State],
+) -> StatusDecision:
+    """The decision, each of its calls started the moment it is complete in the stream
+    (see :mod:`toolloop.status_agent._calls`); ``made`` gets the calls made so far, by
+    their place in the decision. The records of those that ran are in the state."""
+    journal = await deps.checkpoint.journal()
+    runner = StatusCalls(ctx, deps, journal, _turn(state))
+
+    def dispatch(position: int, data: Any) -> None:
+        if position in made:
+            return
+        try:
+            asked = StatusCallRequest.model_validate(data)
+        except ValidationError:
+            return  # the whole decision says why
+        key, _ = own_key(journal, state.new_call_id(), asked.tool_name, asked.arguments)
+        call = _called(key, asked, deps)
+        made[position] = call
+        if call.approved and key not in journal:  # else a human, or the journal, answers
+            runner.submit(position, call)
+
+    view = StatusView.of(state, deps.tools)
+    if deps.scope is not None:
+        deps.scope.round_index = runner.turn
+    try:
+        async with runner.batch:
+            data = await call_step(
+                lambda view: decide(view, dispatch),
+                view,
+                name="decide",
+                timeout=deps.options.model_timeout,
+            )
+    finally:  # one record per call that started, whatever happened
+        runner.record(state)
+    return as_output(StatusDecision, data, "decide")
 
 
 def _called(call_id: str, asked: StatusCallRequest, deps: StatusDeps) -> StatusToolCall:
@@ -323,75 +386,27 @@ def _requested(call: StatusToolCall) -> RequestedCall:
 
 @node("tool_execution")
 async def tool_execution(value: Any, state: State, deps: StatusDeps, ctx: Context[State]) -> None:
-    run = deps.checkpoint
     calls = [c for c in state.pending_calls if c.approved]
-    journal = await run.journal()
-    todo = [c for c in calls if state.record_of(c.call_id) is None]  # never twice in the state
-    observed = ctx.observed
-    turn = sum(t.node == "tool_execution" for t in state.history)
-    options = deps.options
+    journal = await deps.checkpoint.journal()
+    # never twice in the state: a call that ran while its decision streamed has its record
+    todo = [c for c in calls if state.record_of(c.call_id) is None]
     if deps.scope is not None:
-        deps.scope.round_index = turn
-
-    async def one(call: StatusToolCall, started: Callable[[], None]) -> Done:
-        command = call.command()
-        if call.refused is not None:
-            refused = f"tool {call.tool_name!r} was not run: {call.refused}"
-            return ToolExecutionRecord.failed(command, refused), "ran"
-        if not deps.executor.registry.accepts(call.tool_name, call.arguments):
-            # a call that cannot run has no effect to journal: its failed record says why
-            return await deps.executor.call(command, on_start=started), "ran"
-        # a call whose outcome is unknown does not run again: a failed record that says
-        # what cut it off (the reflection sees a failed call, or asks a human under "ask")
-        done = await journaled_call(
-            run,
-            journal,
-            call.call_id,
-            tool_name=call.tool_name,
-            arguments=call.arguments,
-            call=lambda: deps.executor.call(command, on_start=started),
-            dump=json_safe,
-            load=ToolExecutionRecord.model_validate,
-            failed=lambda error: ToolExecutionRecord.failed(command, error),
-            unknown_outcome=options.unknown_outcome,
-            idempotent_tools=options.idempotent_tools,
-        )
-        return done.outcome, done.source
-
-    def cancelled(call: StatusToolCall) -> Done:
-        return cancelled_record(call.command()), "interrupted"
-
-    def on_start(k: int, call: StatusToolCall) -> None:
-        tell_call_started(ctx, turn, k, call.call_id, call.command())
-
-    def on_finish(k: int, done: Done, took: float) -> None:
-        tell_call_finished(ctx, turn, k, todo[k].call_id, done[0], took, done[1])
-
-    results: list[Done] = []
-    batch: ToolBatch[StatusToolCall, Done] = ToolBatch(
-        one,
-        cancelled,
-        concurrency=options.concurrency,
-        on_start=on_start if observed else None,
-        on_finish=on_finish if observed else None,
-        results=results,
-    )
+        deps.scope.round_index = _turn(state)
+    runner = StatusCalls(ctx, deps, journal, _turn(state))
     try:
-        async with batch:
-            await batch.run_here(todo)
+        async with runner.batch:
+            await runner.run_here(todo)
     finally:  # also when the run's end cuts the calls off: its result has their records
-        for call, (record, source) in zip(todo, results, strict=False):
-            state.records.append(
-                StatusCallRecord(call_id=call.call_id, record=record, source=source)
-            )
+        runner.record(state)
     state.pending_calls = [c for c in state.pending_calls if not c.approved]
     state.unreflected = [c.call_id for c in calls]
     failed = [c for c in calls if not _succeeded(state, c.call_id)]
     state.status = "tool_execution_failed" if failed else "tools_completed"
 
 
-Done = tuple[ToolExecutionRecord, CallSource]
-"""A call's record, and how it came about."""
+def _turn(state: State) -> int:
+    """The index of the run's next tool execution (the turn its calls are told in)."""
+    return sum(t.node == "tool_execution" for t in state.history)
 
 
 def _succeeded(state: State, call_id: str) -> bool:

@@ -149,7 +149,8 @@ class StatusAgentState(BaseModel):
     pending_calls: list[StatusToolCall] = Field(default_factory=list)
     """Calls decided, not yet run."""
     records: list[StatusCallRecord] = Field(default_factory=list)
-    """Every call's record, in the order the calls were decided."""
+    """Every call's record, in the order the calls were decided (with streaming dispatch,
+    the calls that ran while their decision streamed come before its others)."""
     unreflected: list[str] = Field(default_factory=list)
     """Ids of the calls run since the last reflection."""
     notes: list[Note] = Field(default_factory=list)

@@ -38,6 +38,12 @@ class ScriptedChatReply:
 
     Timing: ``first_delay`` seconds before the first delta, ``delay`` before every delta.
 
+    ``gates``: order without time. The stream waits before the delta at each index (the
+    count of deltas handed over before it; before the scripted ``error`` too, when it comes
+    there) until that index's :class:`anyio.Event` is set, so a test decides when the rest
+    of the reply comes; :meth:`tool_call_end` is the index right after a tool call is
+    complete. The stream's record tells when it waits (:attr:`ScriptedChatStream.held`).
+
     ``error``: raised when the stream is opened (``error_after`` is ``None``), or after
     ``error_after`` deltas were handed over, instead of the rest (a stream cut mid-way;
     without ``error``, a :class:`~toolloop.ModelCallError` saying so).
@@ -62,6 +68,7 @@ class ScriptedChatReply:
     pieces, as ``reasoning_content`` (DeepSeek's field)."""
     refusal: str | None = None
     """A refusal (OpenAI's ``refusal``), streamed after the content."""
+    gates: Mapping[int, anyio.Event] = field(default_factory=dict, hash=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.usage is not None and not isinstance(self.usage, Usage):
@@ -87,6 +94,25 @@ class ScriptedChatReply:
                     "(scripted)"
                 )
                 object.__setattr__(self, "error", cut)
+
+    def tool_call_end(self, index: int) -> int:
+        """The index of the delta right after the last piece of tool call ``index``: a
+        gate there holds the stream once that call is complete, before the next one
+        starts (or the reply ends).
+
+        Raises:
+            IndexError: the reply has no such tool call.
+        """
+        if not 0 <= index < len(self.tool_calls):
+            raise IndexError(f"the reply has {len(self.tool_calls)} tool calls, not {index + 1}")
+        at = len(_split(self.reasoning, self.chunk_size))
+        if self.chunks is not None:
+            at += len([c for c in self.chunks if c])
+        else:
+            at += len(_split(self.content, self.chunk_size))
+        for call in self.tool_calls[: index + 1]:
+            at += 1 + len(_split(call.arguments, self.chunk_size))
+        return at
 
     def deltas(self, turn: int = 0) -> list[ChatDelta]:
         """Every delta of the reply, in order (the finish delta last).
@@ -151,6 +177,8 @@ class ScriptedChatStream:
     """The consumer left before every delta was handed over (it stopped reading, raised or
     was cancelled): an HTTP model would have closed the connection mid-stream."""
     ended_at: float | None = None
+    held: anyio.Event = field(default_factory=anyio.Event, repr=False)
+    """Set once the stream waits at a gate of its reply (:attr:`ScriptedChatReply.gates`)."""
     _content: list[str] = field(default_factory=list, repr=False)
 
     @property
@@ -207,6 +235,7 @@ class ScriptedChatModel:
         usage: Usage | Mapping[str, int] | None = None,
         reasoning: str = "",
         refusal: str | None = None,
+        gates: Mapping[int, anyio.Event] | None = None,
     ) -> ScriptedChatReply:
         """Queue a reply (see :class:`ScriptedChatReply`); tool calls may be dicts with
         ``name``, ``arguments`` and optionally ``id``."""
@@ -223,6 +252,7 @@ class ScriptedChatModel:
             usage=usage,
             reasoning=reasoning,
             refusal=refusal,
+            gates=dict(gates or {}),
         )
         self._queue.append(reply)
         return reply
@@ -309,6 +339,10 @@ class _Stream:
         reply = record.reply
         sent = record.chunks_sent
         total = len(self._deltas)
+        gate = reply.gates.get(sent) if reply.gates else None
+        if gate is not None and not gate.is_set():  # before whatever comes next
+            record.held.set()
+            await gate.wait()
         if reply.error is not None and sent == min(reply.error_after or 0, total):
             record.failed = True
             record.ended_at = time.monotonic()

@@ -8,6 +8,7 @@ API sends: `chat.completion.chunk` objects for a stream, one `chat.completion` o
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -71,6 +72,11 @@ class FakeReply:
     on a stream; always on a completion): `None` counts about four characters a token,
     a dict is sent as it is, `False` reports none (as servers that do not support
     `include_usage`).
+
+    `gates`: order without time. A stream waits before the SSE event at each index (counted
+    from 0, the role chunk first) until that index's `anyio.Event` is set, so a test decides
+    when the rest comes; `tool_call_end(i)` is the index right after tool call `i` is
+    complete. The stream's record tells when it waits (`StreamRecord.held`).
     """
 
     content: str | None = None
@@ -85,6 +91,8 @@ class FakeReply:
     disconnect_after: int | None = None
     garbled_event: int | None = None
     usage: Mapping[str, Any] | Literal[False] | None = field(default=None, hash=False)
+    gates: Mapping[int, Any] = field(default_factory=dict, hash=False, compare=False)
+    """SSE event index → the `anyio.Event` the stream waits for before sending it."""
 
     def __post_init__(self) -> None:
         if self.chunks is not None:
@@ -126,6 +134,20 @@ class FakeReply:
 
     def argument_pieces(self, call: FakeToolCall) -> list[str]:
         return _split(call.arguments, self.chunk_size)
+
+    def tool_call_end(self, index: int) -> int:
+        """The index of the SSE event right after the last piece of tool call `index`: a
+        gate there holds the stream once that call is complete.
+
+        Raises:
+            IndexError: the reply has no such tool call.
+        """
+        if not 0 <= index < len(self.tool_calls):
+            raise IndexError(f"the reply has {len(self.tool_calls)} tool calls, not {index + 1}")
+        at = 1 + len(self.content_pieces())  # the role chunk, the content
+        for call in self.tool_calls[: index + 1]:
+            at += 1 + len(self.argument_pieces(call))
+        return at
 
     def duration(self) -> float:
         """Seconds the reply takes to stream (a non-streamed reply waits as long)."""
@@ -225,6 +247,8 @@ class StreamEvent:
     data: bytes
     delay: float
     content: str = ""
+    gate: Any = None
+    """An `anyio.Event` to wait for before this event is sent."""
 
 
 @dataclass(frozen=True)
@@ -304,6 +328,9 @@ def stream_events(reply: FakeReply, request: Mapping[str, Any], model: str) -> l
         events[reply.garbled_event] = StreamEvent(
             b'data: {"choices": [{"delta": oops\n\n', kept.delay
         )
+    for at, gate in reply.gates.items():
+        if 0 <= at < len(events):
+            events[at] = dataclasses.replace(events[at], gate=gate)
     return events
 
 

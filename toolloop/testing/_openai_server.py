@@ -83,6 +83,8 @@ class StreamRecord:
     ended_at: float | None = None
     ended: anyio.Event = field(default_factory=anyio.Event, repr=False)
     """Set when the stream ends, whichever way."""
+    held: anyio.Event = field(default_factory=anyio.Event, repr=False)
+    """Set once the stream waits at a gate of its reply (`FakeReply.gates`)."""
     _content: list[str] = field(default_factory=list, repr=False)
 
     @property
@@ -212,6 +214,7 @@ class FakeOpenAIServer:
         disconnect_after: int | None = None,
         garbled_event: int | None = None,
         usage: Mapping[str, Any] | Literal[False] | None = None,
+        gates: Mapping[int, anyio.Event] | None = None,
     ) -> FakeReply:
         """Queue a completion (see `FakeReply`); tool calls may be dicts with `name`,
         `arguments` and optionally `id`."""
@@ -227,6 +230,7 @@ class FakeOpenAIServer:
             disconnect_after=disconnect_after,
             garbled_event=garbled_event,
             usage=usage,
+            gates=dict(gates or {}),
         )
         self._queue.append(reply)
         return reply
@@ -537,6 +541,10 @@ async def _send_events(
     # paced against a schedule, so the overshoot of each sleep does not add up
     due = anyio.current_time()
     for number, event in enumerate(events[:limit], start=1):
+        if event.gate is not None and not event.gate.is_set():
+            record.held.set()
+            await event.gate.wait()
+            due = anyio.current_time()
         if event.delay > 0:
             due += event.delay
             await anyio.sleep_until(due)

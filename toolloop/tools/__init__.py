@@ -5,6 +5,7 @@ from __future__ import annotations
 from ._context import Progress as Progress
 from ._context import RunContext as RunContext
 from ._context import RunScope as RunScope
+from ._context import call_id_of as call_id_of
 from ._context import run_context as run_context
 from ._function import describe_pydantic_error as describe_pydantic_error
 from ._registry import ToolRegistry as ToolRegistry
@@ -21,6 +22,7 @@ __all__ = [
     "Tool",
     "ToolRegistry",
     "async_call_tool",
+    "call_id_of",
     "describe_pydantic_error",
     "run_context",
     "tool",

@@ -221,18 +221,21 @@ class Tool:
         """The tool in the OpenAI Chat Completions ``tools`` format."""
         return {"type": "function", "function": self.spec()}
 
-    def with_context(self, arguments: dict[str, Any], purpose: str) -> dict[str, Any]:
+    def with_context(
+        self, arguments: dict[str, Any], purpose: str, call_id: str = ""
+    ) -> dict[str, Any]:
         """``arguments`` (from :meth:`validate`) with the run's context added for the
         parameter that asks for it (a new dict; the same one if the tool asks for none).
 
         Args:
             arguments: the checked arguments.
             purpose: why the tool is called (the command's ``purpose``).
+            call_id: the call's id, as the run's events tell it.
         """
         name = self.context_parameter
         if name is None:
             return arguments
-        return {**arguments, name: run_context(self.name, purpose)}
+        return {**arguments, name: run_context(self.name, purpose, call_id)}
 
     def validate(self, kwargs: object) -> dict[str, Any]:
         """Check ``kwargs`` against the schema and return the arguments to call with.

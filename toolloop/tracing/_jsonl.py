@@ -82,11 +82,12 @@ TRACE_VALUE_CHARS = 65_536
 
 
 def dump_event(
-    event: FlowEvent, *, redact: bool = True, max_value_chars: int = TRACE_VALUE_CHARS
+    event: FlowEvent, *, redact: bool = True, max_value_chars: int | None = TRACE_VALUE_CHARS
 ) -> dict[str, Any]:
     """An event as a JSON-ready dict: whatever a tool returned (bytes, datetimes, cycles,
     values nested too deep) is made JSON data as :func:`toolloop.runner.json_safe` does,
-    and strings longer than ``max_value_chars`` are cut before anything scans them."""
+    and strings longer than ``max_value_chars`` are cut before anything scans them
+    (``None``: kept whole)."""
     data: dict[str, Any] = json_safe(event, max_string=max_value_chars)
     if redact:
         data = {
@@ -124,15 +125,19 @@ class EventTrace:
     meta: dict[str, Any] = field(default_factory=dict)
     """What the run was: e.g. the request, the planner, the model (no secrets)."""
 
-    def lines(self, *, redact: bool = True) -> Iterator[str]:
-        """The trace as JSON lines (without line ends): the header, then each event."""
+    def lines(
+        self, *, redact: bool = True, max_value_chars: int | None = TRACE_VALUE_CHARS
+    ) -> Iterator[str]:
+        """The trace as JSON lines (without line ends): the header, then each event (a
+        string longer than ``max_value_chars`` cut; ``None``: kept whole)."""
         header: dict[str, Any] = {"toolloop_trace": TRACE_FORMAT}
         if self.started is not None:
             header["started"] = self.started.isoformat()
         header["meta"] = _redact(self.meta) if redact else self.meta
         yield json.dumps(header, ensure_ascii=False, default=str)
         for event in self.events:
-            yield json.dumps(dump_event(event, redact=redact), ensure_ascii=False)
+            data = dump_event(event, redact=redact, max_value_chars=max_value_chars)
+            yield json.dumps(data, ensure_ascii=False)
 
     @classmethod
     def from_lines(cls, lines: Iterable[str]) -> EventTrace:
@@ -182,6 +187,7 @@ def write_trace(
     meta: Mapping[str, Any] | None = None,
     started: datetime | None = None,
     redact: bool = True,
+    max_value_chars: int | None = TRACE_VALUE_CHARS,
 ) -> None:
     """Write a run's events as JSON lines to a path or an open text file.
 
@@ -192,6 +198,8 @@ def write_trace(
         meta: what the run was, put in the header.
         started: the wall-clock time of the run's start.
         redact: scrub keys, tokens and passwords (see :func:`~toolloop.tracing.redact`).
+        max_value_chars: a longer string (a tool's result, a reply) is cut, saying how long
+            it was; ``None``: kept whole (what a replay of a run with big results needs).
     """
     if isinstance(events, EventTrace):
         trace = EventTrace(
@@ -203,13 +211,15 @@ def write_trace(
         trace = EventTrace(list(events), started=started, meta=dict(meta or {}))
     if isinstance(destination, (str, Path)):
         with Path(destination).open("w", encoding="utf-8") as file:
-            _write_lines(file, trace, redact)
+            _write_lines(file, trace, redact, max_value_chars)
     else:
-        _write_lines(destination, trace, redact)
+        _write_lines(destination, trace, redact, max_value_chars)
 
 
-def _write_lines(file: IO[str], trace: EventTrace, redact: bool) -> None:
-    for line in trace.lines(redact=redact):
+def _write_lines(
+    file: IO[str], trace: EventTrace, redact: bool, max_value_chars: int | None
+) -> None:
+    for line in trace.lines(redact=redact, max_value_chars=max_value_chars):
         file.write(line + "\n")
 
 
@@ -238,6 +248,8 @@ class TraceRecorder:
     Args:
         meta: what the run was, for the header (no secrets: it is scrubbed anyway).
         forward: also call this with every event (e.g. a progress display).
+        max_value_chars: what :meth:`write` keeps of a long string (see
+            :func:`write_trace`; ``None``: whole).
     """
 
     def __init__(
@@ -245,9 +257,11 @@ class TraceRecorder:
         *,
         meta: Mapping[str, Any] | None = None,
         forward: Callable[[FlowEvent], None] | None = None,
+        max_value_chars: int | None = TRACE_VALUE_CHARS,
     ) -> None:
         self.trace = EventTrace(meta=dict(meta or {}))
         self._forward = forward
+        self._max_value_chars = max_value_chars
 
     @property
     def events(self) -> list[FlowEvent]:
@@ -262,7 +276,7 @@ class TraceRecorder:
 
     def write(self, destination: PathLike | IO[str], *, redact: bool = True) -> None:
         """Write what was recorded so far (see :func:`write_trace`)."""
-        write_trace(destination, self.trace, redact=redact)
+        write_trace(destination, self.trace, redact=redact, max_value_chars=self._max_value_chars)
 
 
 def _wall_clock_start(at: float) -> datetime:
@@ -286,6 +300,8 @@ class TraceWriter:
             written fails before the run starts.
         meta: what the run was, for the header (scrubbed unless ``redact=False``).
         redact: scrub keys, tokens and passwords (see :func:`~toolloop.tracing.redact`).
+        max_value_chars: a longer string is cut, saying how long it was (``None``: kept
+            whole, what a replay of a run with big results needs).
 
     Raises:
         OSError: the file cannot be opened for writing.
@@ -297,10 +313,12 @@ class TraceWriter:
         *,
         meta: Mapping[str, Any] | None = None,
         redact: bool = True,
+        max_value_chars: int | None = TRACE_VALUE_CHARS,
     ) -> None:
         self.path = Path(destination)
         self._meta = dict(meta or {})
         self._redact = redact
+        self._max_value_chars = max_value_chars
         self._file: IO[str] | None = self.path.open("w", encoding="utf-8")
         self._header = False
         self.events = 0
@@ -314,7 +332,8 @@ class TraceWriter:
             self._header = True
             trace = EventTrace(started=_wall_clock_start(event.at), meta=self._meta)
             file.write(next(trace.lines(redact=self._redact)) + "\n")
-        file.write(json.dumps(dump_event(event, redact=self._redact), ensure_ascii=False) + "\n")
+        data = dump_event(event, redact=self._redact, max_value_chars=self._max_value_chars)
+        file.write(json.dumps(data, ensure_ascii=False) + "\n")
         file.flush()
         self.events += 1
 

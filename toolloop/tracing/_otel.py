@@ -99,7 +99,7 @@ class _RunSpans:
         self.plans: dict[int, Span] = {}
         self.calls: dict[tuple[int, int], Span] = {}
         self.asked: dict[tuple[int, int], tuple[str, str, str]] = {}
-        """Each open call's tool, purpose and call id (a tool's report names one)."""
+        """Each open call's tool, purpose and call id (a tool's report names its call id)."""
         self.chats: dict[int, Span] = {}
         self.usage: Usage | None = None
         """The usage of the model calls seen (a paused run tells no total)."""
@@ -379,15 +379,11 @@ class OpenTelemetrySpans:
         return span
 
     def _progress(self, event: ToolProgress, spans: _RunSpans, key: str) -> None:
-        """A tool's report, as an event of its call's span (the first open call of that
-        tool in the round whose purpose or call id the report names)."""
+        """A tool's report, as an event of its call's span (the open call of the round with
+        the report's call id)."""
         for found, span in spans.calls.items():
-            tool, purpose, call_id = spans.asked.get(found, ("", "", ""))
-            if (
-                found[0] == event.round_index
-                and tool == event.tool_name
-                and event.purpose in (purpose, call_id)
-            ):
+            _, _, call_id = spans.asked.get(found, ("", "", ""))
+            if found[0] == event.round_index and call_id == event.call_id:
                 span.add_event(
                     "progress",
                     timestamp=self._ns(event.at, key),

@@ -45,6 +45,7 @@ function newRun(id) {
   const run = {
     id, flow: "", meta: pendingMeta, rounds: new Map(), calls: new Map(), models: new Map(),
     statuses: [], pauses: [], resumes: [], offset: 0, started: false, lastAt: 0,
+    retries: [], limits: new Map(),
     receivedAt: performance.now() / 1000, finished: null, failed: null, paused: false,
     usage: {}, live: true,
   };
@@ -67,6 +68,12 @@ function addUsage(run, usage) {
   for (const [key, value] of Object.entries(usage)) {
     if (typeof value === "number") run.usage[key] = (run.usage[key] || 0) + value;
   }
+}
+
+// A model call's try is known by the call's index and the try's number (a retried call has
+// several, each a bar of its own).
+function modelKey(event) {
+  return event.call_index + "/" + (event.attempt || 1);
 }
 
 // A tool call is known by its turn and its id: a provider may use one id in every turn.
@@ -127,13 +134,19 @@ function apply(event) {
     round.planned = true;
     if (round.startAt === null) round.startAt = at - (event.duration || 0);
   } else if (kind === "model_call_started") {
-    run.models.set(event.call_index, { index: event.call_index, startAt: at, endAt: null, event: null });
+    run.models.set(modelKey(event), { key: modelKey(event), index: event.call_index,
+      attempt: event.attempt || 1, startAt: at, endAt: null, event: null });
   } else if (kind === "model_call_finished") {
-    const model = run.models.get(event.call_index) ||
-      { index: event.call_index, startAt: at - (event.duration || 0) };
+    const model = run.models.get(modelKey(event)) ||
+      { key: modelKey(event), index: event.call_index, attempt: event.attempt || 1,
+        startAt: at - (event.duration || 0) };
     model.endAt = at;
     model.event = event;
-    run.models.set(event.call_index, model);
+    run.models.set(modelKey(event), model);
+  } else if (kind === "retry_scheduled") {
+    run.retries.push({ ...event, at });
+  } else if (kind === "rate_limit_changed") {
+    run.limits.set(event.name || "", { ...event, at });
   } else if (kind === "tool_call_started") {
     roundOf(run, event.round_index);
     const key = callKey(event);
@@ -156,14 +169,8 @@ function apply(event) {
     call.source = event.source;
     run.calls.set(key, call);
   } else if (kind === "tool_progress") {
-    for (const call of run.calls.values()) {
-      const name = call.command.tool_name;
-      if (call.round === event.round_index && !call.record && name === event.tool_name &&
-          (call.command.purpose === event.purpose || call.id === event.purpose)) {
-        call.progress = event.message;
-        break;
-      }
-    }
+    const call = run.calls.get(callKey(event));  // the call that reports, by its id
+    if (call && !call.record) call.progress = event.message;
   } else if (kind === "status_changed") {
     run.statuses.push({ at, node: event.node, status: event.status });
   } else if (kind === "round_finished") {
@@ -261,6 +268,10 @@ function bar(cls, start, end, span, label, attrs) {
     title: label, ...attrs }, label);
 }
 
+function modelName(model) {
+  return "model call #" + model.index + (model.attempt > 1 ? " (try " + model.attempt + ")" : "");
+}
+
 function modelRow(run, model, span, now) {
   const state = modelState(model);
   const stop = model.endAt !== null && model.endAt !== undefined ? model.endAt : now;
@@ -268,9 +279,9 @@ function modelRow(run, model, span, now) {
   const label = [modelSaid(model), usage, seconds(Math.max(stop - model.startAt, 0))]
     .filter(Boolean).join(" · ");
   return h("div", { class: "row model-row" },
-    h("span", { class: "label" }, "model call #" + model.index),
+    h("span", { class: "label" }, modelName(model)),
     h("div", { class: "track" }, bar("model", model.startAt, stop, span, label,
-      { "data-state": state, "data-call-index": model.index })));
+      { "data-state": state, "data-call-index": model.index, "data-attempt": model.attempt })));
 }
 
 function callRow(call, span, now) {
@@ -327,14 +338,14 @@ function drawTimeline(run) {
   const inRounds = new Set();
   const blocks = [];
   for (const round of run.rounds.values()) {
-    for (const model of modelsOf(run, round)) inRounds.add(model.index);
+    for (const model of modelsOf(run, round)) inRounds.add(model.key);
     const calls = [...run.calls.values()].filter((c) => c.round === round.index);
     const start = round.planned && round.startAt !== null ? round.startAt
       : Math.min(...calls.map((c) => c.startAt), Infinity);
     blocks.push({ start, order: 1, round, calls });
   }
   for (const model of run.models.values()) {
-    if (!inRounds.has(model.index)) blocks.push({ start: model.startAt, order: 0, model });
+    if (!inRounds.has(model.key)) blocks.push({ start: model.startAt, order: 0, model });
   }
   blocks.sort((a, b) => a.start - b.start || a.order - b.order);
   for (const block of blocks) {
@@ -451,7 +462,8 @@ function drawRounds(run) {
 }
 
 function drawModels(run) {
-  const models = [...run.models.values()].sort((a, b) => a.index - b.index);
+  const models = [...run.models.values()]
+    .sort((a, b) => a.index - b.index || a.attempt - b.attempt);
   if (!models.length) return null;
   return h("details", { class: "models", open: models.length <= 12 },
     h("summary", {}, `${models.length} model call${models.length === 1 ? "" : "s"}`),
@@ -459,8 +471,9 @@ function drawModels(run) {
       const event = model.event || {};
       const took = model.endAt !== null && model.endAt !== undefined
         ? seconds(Math.max(model.endAt - model.startAt, 0)) : "";
-      return h("li", { class: "model-call " + modelState(model), "data-call-index": model.index },
-        h("span", { class: "tool" }, "model call #" + model.index), " ",
+      return h("li", { class: "model-call " + modelState(model), "data-call-index": model.index,
+        "data-attempt": model.attempt },
+        h("span", { class: "tool" }, modelName(model)), " ",
         h("span", { class: "said" }, modelSaid(model)), " ",
         h("span", { class: "tokens" }, tokens(event.usage)), " ",
         h("span", { class: "took" }, took));
@@ -499,6 +512,28 @@ function drawStatuses(run) {
       title: `${mark.node} at ${seconds(mark.at)}` }, mark.status)));
 }
 
+// the retries of the run's calls, and each rate limit as its calls last changed it
+function drawLimits(run) {
+  const lines = [];
+  if (run.retries.length) {
+    const last = run.retries[run.retries.length - 1];
+    const what = last.target === "tool" ? "tool " + last.tool_name : "model call #" + last.call_index;
+    lines.push(h("div", { class: "retries", "data-retries": run.retries.length },
+      `${run.retries.length} retr${run.retries.length === 1 ? "y" : "ies"} · last: ${what} ` +
+      `try ${last.attempt} failed (${preview(last.error || "", 120)}), next in ${seconds(last.wait)}`));
+  }
+  for (const limit of run.limits.values()) {
+    const rate = typeof limit.rate === "number" ? limit.rate.toFixed(1) + "/s" : "no bound";
+    const room = typeof limit.concurrency === "number" ? ", " + limit.concurrency + " at once" : "";
+    const hold = limit.hold > 0 ? ` · holding ${seconds(limit.hold)}` : "";
+    lines.push(h("div", { class: "rate-limit", "data-limit": limit.name, "data-reason": limit.reason },
+      `rate limit ${limit.name || ""}: ${limit.reason.replaceAll("_", " ")} → ${rate}${room}` +
+      ` · ${limit.in_flight} in flight, ${limit.waiting} waiting · ${limit.refused} refused, ` +
+      `${limit.backoffs} back-off${limit.backoffs === 1 ? "" : "s"}${hold}`));
+  }
+  return lines.length ? h("div", { class: "limits" }, lines) : null;
+}
+
 function drawRun(run) {
   const state = run.failed ? "failed" : run.finished ? "finished" : run.paused ? "paused"
     : isRunning(run) ? "running" : "finished";
@@ -532,7 +567,7 @@ function drawRun(run) {
       h("code", { class: "meta run-id" }, run.id)),
     told.length ? h("div", { class: "usage" }, "usage: " +
       told.map(([k, v]) => `${k} ${v}`).join(" · ")) : null,
-    drawStatuses(run), drawPauses(run),
+    drawStatuses(run), drawPauses(run), drawLimits(run),
     drawTimeline(run), drawModels(run), drawRounds(run), finished);
 }
 
