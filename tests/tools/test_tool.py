@@ -5,6 +5,7 @@ import functools
 import threading
 import time
 from typing import Annotated, Any, Literal, Optional
+from unittest import mock
 
 import anyio
 import jsonschema
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, Field, field_validator
 
 from toolloop.errors import ToolArgumentsError, ToolDefinitionError, ToolTimeoutError
-from toolloop.tools import Tool, async_call_tool, tool
+from toolloop.tools import Tool, _function, async_call_tool, tool
 
 pytestmark = pytest.mark.anyio
 
@@ -209,6 +210,46 @@ async def test_conversion_by_pydantic() -> None:
     assert got["near"] == Point(x=1, y=0)
     assert type(got["ratio"]) is float
     assert got["mode"] == "fast"  # default applied by Python
+
+
+def _plain_parameters(
+    a: str,
+    b: int = 0,
+    c: float = 0.0,
+    d: bool = False,
+    e: Optional[int] = None,  # noqa: UP045
+) -> None:
+    """Parameters of plain types."""
+
+
+_CHECKED_FAST = Tool.from_function(_plain_parameters)
+with mock.patch.object(_function, "_PLAIN", ()):  # no plain type: pydantic converts every call
+    _CHECKED_BY_PYDANTIC = Tool.from_function(_plain_parameters)
+
+_json_scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=4))
+
+
+@settings(max_examples=300, deadline=None)
+@given(arguments=st.dictionaries(st.sampled_from("abcdef"), _json_scalars, max_size=6))
+def test_arguments_of_exactly_their_plain_types_pass_as_pydantic_passes_them(
+    arguments: dict[str, Any],
+) -> None:
+    # the fast path (a value of exactly its parameter's plain type passes the schema check
+    # and the conversion without a call) comes to what the plain path comes to
+    try:
+        expected: Any = _CHECKED_BY_PYDANTIC.validate(arguments)
+    except ToolArgumentsError as exc:
+        expected = exc
+    try:
+        got: Any = _CHECKED_FAST.validate(arguments)
+    except ToolArgumentsError as exc:
+        got = exc
+    if isinstance(expected, ToolArgumentsError):
+        assert isinstance(got, ToolArgumentsError), (arguments, got)
+        assert str(got) == str(expected)
+    else:
+        assert got == expected
+        assert {k: type(v) for k, v in got.items()} == {k: type(v) for k, v in expected.items()}
 
 
 async def test_plain_values_pass_unchanged_and_enum_converted() -> None:

@@ -197,9 +197,11 @@ class Execution(Generic[S]):
                 f"execution {self.id} is {self.status}; an execution runs once "
                 "(make another with flow.execution(), or resume() a paused one)"
             )
-        self._flow.validate()
+        if not self._flow._valid:
+            self._flow.validate()
         self.status = "running"  # claimed now: a second run() is refused at once
-        return self._session(self._flow._start, value, "start", timeout)
+        session = self._drive(self._flow._start, value, "start", session=True, timeout=timeout)
+        return session  # type: ignore[return-value]  # a session's outcome: a FlowResult
 
     async def resume(
         self, event: str, value: Any = None, *, timeout: float | None = None
@@ -221,7 +223,8 @@ class Execution(Generic[S]):
         node = self._flow._events.get(event)
         if node is None:  # validated flows handle every external event they declare
             raise ResumeError(f"flow {self._flow.name!r} has no handler for {event!r}")
-        return await self._session(node, value, event, timeout)
+        outcome = await self._drive(node, value, event, session=True, timeout=timeout)
+        return outcome  # type: ignore[return-value]  # a session's outcome: a FlowResult
 
     def emit(self, event: str, value: Any = None) -> None:
         """Send an external event into a running execution (from outside its steps)."""
@@ -309,13 +312,6 @@ class Execution(Generic[S]):
 
     # -- the run ------------------------------------------------------------------------
 
-    def _session(
-        self, node: Node, value: Any, trigger: str, timeout: float | None
-    ) -> Coroutine[Any, Any, FlowResult[S]]:
-        """A session of the execution from ``node``: its chain driven in the session's own
-        frame (see :meth:`_drive`); await it for the outcome."""
-        return self._drive(node, value, trigger, session=True, timeout=timeout)  # type: ignore[return-value]
-
     def _outcome(self, timeout: float | None, cancelled: bool) -> FlowResult[S]:
         elapsed = self._elapsed_before
         failure = self._failure
@@ -351,7 +347,8 @@ class Execution(Generic[S]):
             if self._observers:
                 self._closed("completed", None, elapsed)
                 self._publish(ExecutionFinished(execution_id=self.id, at=elapsed, duration=elapsed))
-            self._close_observers()
+            if self._closers:
+                self._close_observers()
             return FlowResult("completed", self._result, self.state, self._trace, self.id)
         self.status = "paused"
         if self._observers:
@@ -388,8 +385,8 @@ class Execution(Generic[S]):
         without a timeout runs here in its parts, awaiting its function's own awaitable (as
         its :meth:`~StepNode.run` does); any other node runs whole.
 
-        The one chain driver, of the session's chain too: for a ``session``
-        (:meth:`_session`, with its ``timeout``), it opens the execution's task group around
+        The one chain driver, of the session's chain too: for a ``session`` (:meth:`run`,
+        :meth:`resume`, with its ``timeout``), it opens the execution's task group around
         the chain and returns the session's outcome; a chain of a fan-out or of an event
         runs in that group, and returns nothing."""
         if session:
@@ -418,6 +415,8 @@ class Execution(Generic[S]):
                                 raise error from error.__cause__
                             step._succeeded(self, started, trigger)
                             nodes: Sequence[Node] = step.out
+                        elif node.sync:  # it decides at once: no coroutine of its own
+                            nodes, value = node.advance(self, value, trigger)
                         else:
                             nodes, value = await node.run(self, value, trigger)
                         if not nodes:

@@ -108,7 +108,7 @@ class Chain:
         flow = self._flow
         node = MatchNode(
             flow._unique(f"{self._node.name}?"),
-            _bind_router(key, "match key"),
+            key,
             {k: flow._step_node(t) for k, t in cases.items()},
             flow._step_node(default) if default is not None else None,
         )

@@ -2,7 +2,10 @@
 
 A node receives a value and answers with the nodes to run next and the value they get. The
 execution drives that answer in a loop (a trampoline): a chain of steps runs in one task, with
-no task spawned and no recursion per step; only fan-out spawns tasks. Node kinds:
+no task spawned and no recursion per step; only fan-out spawns tasks. A node that decides at
+once (``sync``: entry points, routers, joins, emits, ends) answers from :meth:`Node.advance`,
+called by the driver; one that awaits (a step, a fan-out) from its coroutine
+:meth:`Node.run`. Node kinds:
 
 - ``StartNode`` / ``EventNode``: where values enter (the start value, an emitted event).
 - ``StepNode``: calls the user's function; its result goes to the steps chained after it.
@@ -56,12 +59,20 @@ class Node:
     """Routers and entry points pass the trigger of their input on to their targets."""
     direct: bool = False
     """A step the chain driver runs in its parts (see :class:`StepNode`), not whole."""
+    sync: ClassVar[bool] = False
+    """The node decides at once, without awaiting anything: the driver calls :meth:`advance`
+    (no coroutine of its own), instead of awaiting :meth:`run`."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.out: list[Node] = []
 
     async def run(self, ex: Execution[Any], value: Any, trigger: str) -> tuple[Sequence[Node], Any]:
+        """The next nodes and the value they get, once the node's work is done."""
+        raise NotImplementedError
+
+    def advance(self, ex: Execution[Any], value: Any, trigger: str) -> tuple[Sequence[Node], Any]:
+        """The next nodes and the value they get, from a ``sync`` node."""
         raise NotImplementedError
 
     def targets(self) -> list[Node]:
@@ -75,8 +86,9 @@ class Node:
 class StartNode(Node):
     __slots__ = ()
     passthrough = True
+    sync = True
 
-    async def run(self, ex: Execution[Any], value: Any, trigger: str) -> tuple[Sequence[Node], Any]:
+    def advance(self, ex: Execution[Any], value: Any, trigger: str) -> tuple[Sequence[Node], Any]:
         return self.out, value
 
 
@@ -85,12 +97,13 @@ class EventNode(Node):
 
     __slots__ = ("external",)
     passthrough = True
+    sync = True
 
     def __init__(self, name: str, *, external: bool = False) -> None:
         super().__init__(name)
         self.external = external
 
-    async def run(self, ex: Execution[Any], value: Any, trigger: str) -> tuple[Sequence[Node], Any]:
+    def advance(self, ex: Execution[Any], value: Any, trigger: str) -> tuple[Sequence[Node], Any]:
         return self.out, value
 
 
@@ -298,8 +311,9 @@ class _StepTimedOut(Exception):
 Condition = Callable[..., Any]
 
 
-def _bind_router(fn: Callable[..., Any], what: str) -> Callable[[Any, Any], Any]:
-    """Routers take ``(value, ctx)`` or ``(value)``; normalise to two arguments."""
+def _router_call(fn: Callable[..., Any], what: str) -> tuple[Callable[..., Any], bool]:
+    """Routers take ``(value, ctx)``, ``(value)`` or nothing: the function to call, and
+    whether it takes the context (else it takes the value alone)."""
     if _is_async(fn):
         raise FlowDefinitionError(
             f"{what} {getattr(fn, '__name__', fn)!r} is async; conditions and routers are "
@@ -307,15 +321,22 @@ def _bind_router(fn: Callable[..., Any], what: str) -> Callable[[Any, Any], Any]
         )
     arity = _positional_arity(fn, getattr(fn, "__name__", what))
     if arity == 2:
-        return fn
+        return fn, True
     if arity == 1:
-        return lambda value, ctx: fn(value)
-    return lambda value, ctx: fn()
+        return fn, False
+    return (lambda value: fn()), False
+
+
+def _bind_router(fn: Callable[..., Any], what: str) -> Callable[[Any, Any], Any]:
+    """A router's function as one of two arguments ``(value, ctx)``."""
+    call, with_ctx = _router_call(fn, what)
+    return call if with_ctx else lambda value, ctx: call(value)
 
 
 class _RouterNode(Node):
     __slots__ = ()
     passthrough = True
+    sync = True
 
     def _routed(self, ex: Execution[Any], trigger: str, started: float, route: str) -> None:
         t0 = ex._t0
@@ -342,9 +363,9 @@ class IfNode(_RouterNode):
         self.branches: list[tuple[Callable[[Any, Any], Any], str, Node]] = []
         self.otherwise: Node | None = None
 
-    async def run(self, ex: Execution[Any], value: Any, trigger: str) -> tuple[Sequence[Node], Any]:
+    def advance(self, ex: Execution[Any], value: Any, trigger: str) -> tuple[Sequence[Node], Any]:
         started = perf_counter()
-        ctx = ex.context_for(self.name)
+        ctx = Context(ex, self.name)
         try:
             for cond, label, target in self.branches:
                 if cond(value, ctx):
@@ -368,24 +389,27 @@ class IfNode(_RouterNode):
 class MatchNode(_RouterNode):
     """``match``: a key function picks the case(s); a list of keys fans out to several."""
 
-    __slots__ = ("cases", "default", "key")
+    __slots__ = ("cases", "default", "key", "with_ctx")
 
     def __init__(
         self,
         name: str,
-        key: Callable[[Any, Any], Any],
+        key: Callable[..., Any],
         cases: dict[Hashable, Node],
         default: Node | None,
     ) -> None:
         super().__init__(name)
-        self.key = key
+        self.key, self.with_ctx = _router_call(key, "match key")
         self.cases = cases
         self.default = default
 
-    async def run(self, ex: Execution[Any], value: Any, trigger: str) -> tuple[Sequence[Node], Any]:
+    def advance(self, ex: Execution[Any], value: Any, trigger: str) -> tuple[Sequence[Node], Any]:
         started = perf_counter()
         try:
-            key = self.key(value, ex.context_for(self.name))
+            if self.with_ctx:
+                key = self.key(value, Context(ex, self.name))
+            else:  # a key of the value alone: no context to make
+                key = self.key(value)
         except Exception as exc:
             raise self._fail(ex, exc) from exc
         if type(key) is str:  # the common route: one case by name
@@ -503,12 +527,13 @@ class CollectNode(Node):
     """``collect``: waits until every source has delivered, then passes ``{source: value}``."""
 
     __slots__ = ("sources",)
+    sync = True
 
     def __init__(self, name: str, sources: list[str]) -> None:
         super().__init__(name)
         self.sources = sources
 
-    async def run(self, ex: Execution[Any], value: Any, trigger: str) -> tuple[Sequence[Node], Any]:
+    def advance(self, ex: Execution[Any], value: Any, trigger: str) -> tuple[Sequence[Node], Any]:
         if ex._collected is None:
             ex._collected = {}
         got = ex._collected.setdefault(self.name, {})
@@ -523,12 +548,13 @@ class EmitNode(Node):
     """``.emit(event)`` in a chain: the value becomes that event."""
 
     __slots__ = ("event",)
+    sync = True
 
     def __init__(self, name: str, event: str) -> None:
         super().__init__(name)
         self.event = event
 
-    async def run(self, ex: Execution[Any], value: Any, trigger: str) -> tuple[Sequence[Node], Any]:
+    def advance(self, ex: Execution[Any], value: Any, trigger: str) -> tuple[Sequence[Node], Any]:
         ex._emit(self.event, value, by=trigger, declared=True)  # declared by .emit() itself
         return _NOTHING, None
 
@@ -537,9 +563,10 @@ class EndNode(Node):
     """``.end()``: the value that reaches it is the execution's result."""
 
     __slots__ = ()
+    sync = True
 
-    async def run(self, ex: Execution[Any], value: Any, trigger: str) -> tuple[Sequence[Node], Any]:
-        now = perf_counter()
-        ex._trace.append(("end", trigger, ex._at(now), ex._at(now), "ended", None))
+    def advance(self, ex: Execution[Any], value: Any, trigger: str) -> tuple[Sequence[Node], Any]:
+        at = perf_counter() - ex._t0
+        ex._trace.append(("end", trigger, at, at, "ended", None))
         ex._finish(value, alone=True)
         return _NOTHING, None

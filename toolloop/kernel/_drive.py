@@ -263,11 +263,12 @@ async def drive(
         if observed or current_observer() is not None:
             told = observe(_Limits(execution) if observed else None)
         try:
+            session = execution.run(timeout=options.timeout) if start is None else start()
             if scope is None:
-                result = await _started(execution, start, options)
+                result = await session
             else:
                 with scope.active():
-                    result = await _started(execution, start, options)
+                    result = await session
         finally:
             if told is not None:
                 stop_observing(told)
@@ -296,22 +297,15 @@ async def drive(
         raise
     execution.on_close(None)
     _keep_usage(state, meter)
-    if result.paused:
+    if result.status == "paused":
         if run is not None:
             await run.pause(result)
         request = result.waiting[0].request if result.waiting else None
         return result_of(Ended("paused", state, None, result, request, execution))
     ended = Ended("completed", state, logic.stop_reason(state), result, execution=execution)
+    if run is None:
+        return result_of(ended)
     return await _completed(ended, result_of, run)
-
-
-def _started(
-    execution: Execution[S],
-    start: Callable[[], Awaitable[FlowResult[S]]] | None,
-    options: RunOptions,
-) -> Awaitable[FlowResult[S]]:
-    """What a session awaits: ``start()``, or the execution run from the start."""
-    return execution.run(timeout=options.timeout) if start is None else start()
 
 
 class _Closing(Generic[S]):

@@ -294,9 +294,10 @@ class RunOptions:
         """
         if not given:
             return self
-        for name in given:
-            if name not in _NAMES:
-                raise TypeError(f"no run option named {name!r}{option_hint(name, _NAMES)}")
+        if not _NAMES.issuperset(given):
+            for name in given:
+                if name not in _NAMES:
+                    raise TypeError(f"no run option named {name!r}{option_hint(name, _NAMES)}")
         key = _plain_key(given) if self is _DEFAULTS else None
         if key is not None:  # plain values over the defaults: checked once, then shared
             options = _SHARED.get(key)
@@ -348,24 +349,24 @@ _DEFAULT_RETRY = RetryPolicy()
 _NAMES = frozenset(f.name for f in dataclasses.fields(RunOptions))
 
 _PLAIN = frozenset((int, float, str, bool, type(None)))
-_SHARED: dict[tuple[tuple[str, type, object], ...], RunOptions] = {}
+_Key: TypeAlias = tuple[tuple[tuple[str, object], ...], tuple[type, ...]]
+_SHARED: dict[_Key, RunOptions] = {}
 """The defaults merged with options of plain values (numbers, names, ``None``), by those
 values: options are frozen, so the runs given the same ones share them (each checked
 once). Bounded: emptied when full."""
 _SHARED_MAX = 256
 
 
-def _plain_key(given: Mapping[str, Any]) -> tuple[tuple[str, type, object], ...] | None:
-    """``given`` as a key of :data:`_SHARED` (each value with its type: ``True`` is not
+def _plain_key(given: Mapping[str, Any]) -> _Key | None:
+    """``given`` as a key of :data:`_SHARED` (the values with their types: ``True`` is not
     ``1``), or ``None`` when a value is no plain value (an object, a callable, a list), or
     when it names one run (``run_id``: never the same twice)."""
     if "run_id" in given:
         return None
-    key = tuple((name, type(value), value) for name, value in given.items())
-    for _, kind, _ in key:
-        if kind not in _PLAIN:
-            return None
-    return key
+    kinds = tuple(map(type, given.values()))
+    if not _PLAIN.issuperset(kinds):
+        return None
+    return tuple(given.items()), kinds
 
 
 def option_hint(name: str, known: Collection[str]) -> str:

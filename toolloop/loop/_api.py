@@ -136,12 +136,7 @@ def _prepare(
         scope=RunScope("", options.deps) if registry.takes_context else None,
         answer=answer,
     )
-    if run_id is None:
-        execution = loop_flow.execution(deps=loop_deps)
-    else:
-        execution = Execution(
-            loop_flow, RoundState() if state is None else state, loop_deps, id=run_id
-        )
+    execution = Execution(loop_flow, RoundState() if state is None else state, loop_deps, id=run_id)
     scope = loop_deps.scope
     if scope is not None:
         scope.run_id = execution.id
@@ -168,28 +163,6 @@ def _reporter(execution: Execution[RoundState]) -> Callable[[Progress], None]:
     return progress_reporter(execution.context_for("execute"))
 
 
-def _result(execution: Execution[RoundState], ended: Ended[RoundState]) -> LoopResult:
-    deps: LoopDeps = execution.deps
-    state = ended.state
-    request = None
-    if ended.status == "paused" and isinstance(ended.request, dict):
-        request = HumanRequest.model_validate(ended.request)
-    return LoopResult.build(
-        deps.user_input,
-        state.done_plans,
-        rounds=state.round_index,
-        stop_reason=ended.stop_reason,  # type: ignore[arg-type]  # the loop's own reasons
-        notes=state.notes,
-        planner_text=state.planner_text,
-        run_id=execution.id,
-        request=request,
-        usage=state.usage,
-        text=state.answer,
-        status=ended.status,
-        structured_response=state.structured_response,
-    )
-
-
 def _drive(
     execution: Execution[RoundState],
     options: RunOptions,
@@ -212,10 +185,27 @@ def _drive(
 
 def _result_of(ended: Ended[RoundState]) -> LoopResult:
     """The result of a session of the run."""
-    if ended.stop_reason is not None:  # (a limit's finish: the state says so too)
-        ended.state.stop_reason = ended.stop_reason  # type: ignore[assignment]  # the loop's
-    assert ended.execution is not None  # (the kernel says which)
-    return _result(ended.execution, ended)
+    state, stop, execution = ended.state, ended.stop_reason, ended.execution
+    assert execution is not None  # (the kernel says which)
+    if stop is not None and state.stop_reason != stop:  # a limit's finish: the state says so
+        state.stop_reason = stop  # type: ignore[assignment]  # the loop's own reasons
+    request = None
+    if ended.status == "paused" and isinstance(ended.request, dict):
+        request = HumanRequest.model_validate(ended.request)
+    return LoopResult.build(
+        execution.deps.user_input,
+        state.done_plans,
+        rounds=state.round_index,
+        stop_reason=stop,  # type: ignore[arg-type]  # the loop's own reasons
+        notes=state.notes,
+        planner_text=state.planner_text,
+        run_id=execution.id,
+        request=request,
+        usage=state.usage,
+        text=state.answer,
+        status=ended.status,
+        structured_response=state.structured_response,
+    )
 
 
 def _raised(state: RoundState, exc: Exception) -> None:
@@ -246,17 +236,21 @@ _OWN = ("user_extra_requirement", "max_commands", "answer_with")
 
 
 _KNOWN = frozenset((*RunOverrides.__annotations__, *_OWN))
+_OWN_NAMES = frozenset(_OWN)
 _NONE_OWN: Mapping[str, Any] = types.MappingProxyType({})
 """The loop's own arguments of a call that gives none (read only)."""
 
 
 def _split(given: Mapping[str, Any], verb: str) -> tuple[RunOptions, Mapping[str, Any]]:
     """The run options of a call (checked) and the loop's own arguments."""
-    for name in given:
-        if name not in _KNOWN:
-            hint = option_hint(name, _KNOWN)
-            raise TypeError(f"{verb}() got an unexpected keyword argument {name!r}{hint}")
-    own = {k: given[k] for k in _OWN if k in given} or _NONE_OWN
+    if not _KNOWN.issuperset(given):
+        for name in given:
+            if name not in _KNOWN:
+                hint = option_hint(name, _KNOWN)
+                raise TypeError(f"{verb}() got an unexpected keyword argument {name!r}{hint}")
+    if _OWN_NAMES.isdisjoint(given):  # run options only
+        return RunOptions.over_defaults(**given), _NONE_OWN
+    own = {k: given[k] for k in _OWN if k in given}
     options = RunOptions.over_defaults(**{k: v for k, v in given.items() if k not in own})
     if "max_commands" in own and (
         not isinstance(own["max_commands"], int) or own["max_commands"] < 1

@@ -158,9 +158,10 @@ class DurableHooks(Protocol):
         """As the run pauses for a human, before its snapshot is taken."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LoopDeps:
-    """A run's configuration and services: nothing here changes during the run."""
+    """A run's configuration and services: nothing here changes during the run (it is made
+    for the run, and not frozen only because a frozen one costs more to make)."""
 
     user_input: str
     planner: PlannerLike
@@ -308,25 +309,29 @@ def _decided(
     reason ``refusal`` when the model refused."""
     state = ctx.state
     index = state.round_index
-    reply = raw if isinstance(raw, PlannerReply) else None
-    if reply is not None and reply.refusal is not None and decided.next_action == "response":
-        decided = decided.model_copy(update={"stop_reason": "refusal"})
-    if reply is not None and reply.message is not None and decided.next_action == "execute":
-        _keep_turn(state, index, reply.message, decided.sources or range(len(decided.items)))
+    notes = decided.notes
+    reply: PlannerReply | None = None
+    output = raw
+    if isinstance(raw, PlannerReply):  # a model's reply: its output, and what came with it
+        reply, output = raw, raw.output
+        if reply.refusal is not None and decided.next_action == "response":
+            decided = decided.model_copy(update={"stop_reason": "refusal"})
+        if reply.message is not None and decided.next_action == "execute":
+            _keep_turn(state, index, reply.message, decided.sources or range(len(decided.items)))
+        if reply.notes:  # e.g. a reply cut off by max_tokens
+            notes = [*notes, *reply.notes]
     used: Usage | None = None
     if meter is not None and meter.calls > mark:  # the planner called a model
         state.usage = meter.usage
         used = meter.since(mark)
-    notes = decided.notes
-    if isinstance(raw, PlannerReply) and raw.notes:  # e.g. a reply cut off by max_tokens
-        notes = [*notes, *raw.notes]
-    if notes:
-        state.notes.extend(f"round {index}: {note}" for note in notes)
-    output = raw.output if isinstance(raw, PlannerReply) else raw
+    for note in notes:
+        state.notes.append(f"round {index}: {note}")
     text = output.get("content") if isinstance(output, dict) else None
     if reply is not None and reply.refusal is not None:
         text = reply.refusal
-    state.planner_text = text if isinstance(text, str) and text.strip() else None
+    text = text if isinstance(text, str) and text.strip() else None
+    if text != state.planner_text:  # (most planners write none: nothing to set)
+        state.planner_text = text
     if ctx.observed:
         tell(
             ctx,

@@ -45,6 +45,7 @@ __all__ = ["NormalizedPlan", "PlanItem", "normalize_command", "normalize_plan", 
 PlanItem = ToolCommand | ToolExecutionRecord
 """A command to run, or the record of one that failed before it could run."""
 
+_ABSENT: Any = object()
 _TRUE = {"true", "yes", "y", "1", "on"}
 _FALSE = {"false", "no", "n", "0", "off", "none", "null", ""}
 
@@ -163,7 +164,7 @@ def normalize_plan(
 def _normalize(
     raw: Any, notes: list[str], max_commands: int, max_kwargs_bytes: int
 ) -> NormalizedPlan:
-    data = _to_mapping(raw)
+    data = raw if type(raw) is dict else _to_mapping(raw)
     if data is None:
         notes.append(
             "planner output is not an object with next_action and execution_commands; "
@@ -203,12 +204,14 @@ def _normalize(
         notes.append(f"{len(items) - max_commands} commands past the limit of {max_commands}")
 
     use_tool = data.get("use_tool", True)
-    if _as_bool(use_tool) is False:
+    if use_tool is not True and _as_bool(use_tool) is False:
         return NormalizedPlan.of("response", items=[], notes=notes, stop_reason="use_tool_false")
 
     action = data.get("next_action")
     if action is None:
         next_action = "execute" if items else "response"
+    elif type(action) is str and (action == "execute" or action == "response"):
+        next_action = action  # as it should be: nothing to read
     else:
         text = str(action).strip().lower() if isinstance(action, str) else None
         next_action = "execute" if text == "execute" else "response"
@@ -247,10 +250,30 @@ def normalize_command(
         return None
     purpose = entry.get("purpose")
     purpose = (purpose if type(purpose) is str else _as_text(purpose)).strip() or DEFAULT_PURPOSE
-    todo = entry.get("todo_suggestion", entry.get("next"))
+    todo = entry.get("todo_suggestion", _ABSENT)
+    if todo is _ABSENT:
+        todo = entry.get("next")
     if type(todo) is not str:
         todo = _as_text(todo)
     kwargs: Any = entry.get("tool_kwargs")
+    problem: str | None = None
+    if type(kwargs) is dict and _flat_and_small(kwargs, max_kwargs_bytes):
+        pass  # the common case, settled in one pass: nothing nested, nothing large
+    else:
+        kwargs, problem = _unusual_kwargs(kwargs, max_kwargs_bytes)
+    # every field is checked above, so the model is built without validating it again
+    command = construct(
+        ToolCommand,
+        {"purpose": purpose, "tool_name": name, "tool_kwargs": kwargs, "todo_suggestion": todo},
+    )
+    if problem is not None:
+        return ToolExecutionRecord.failed(command, problem)
+    return command
+
+
+def _unusual_kwargs(kwargs: Any, max_kwargs_bytes: int) -> tuple[dict[str, Any], str | None]:
+    """Arguments other than a small flat object: read (JSON text, a mapping), and why they
+    cannot be used if they cannot (``None``: they can), with what the record keeps."""
     if kwargs is None:
         kwargs = {}
     elif type(kwargs) is str and kwargs.strip().startswith("{"):
@@ -290,14 +313,7 @@ def normalize_command(
         elif not all(type(k) is str for k in kwargs):
             problem = "not run: tool_kwargs keys must be strings"
             kwargs = {str(k): v for k, v in kwargs.items()}
-    # every field is checked above, so the model is built without validating it again
-    command = construct(
-        ToolCommand,
-        {"purpose": purpose, "tool_name": name, "tool_kwargs": kwargs, "todo_suggestion": todo},
-    )
-    if problem is not None:
-        return ToolExecutionRecord.failed(command, problem)
-    return command
+    return kwargs, problem
 
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar, overload
 
 from pydantic import Field, computed_field
 
@@ -32,6 +32,31 @@ reasons that can happen to a loop: ``answered`` (the planner answered ``response
 rounds ran), ``timeout``, ``invalid_plan``, ``usage_limit``, ``refusal``."""
 
 
+T = TypeVar("T")
+_UNSET: Any = object()
+
+
+class _folded(cached_property[T], Generic[T]):  # (lower case: a decorator, as its base)
+    """``functools.cached_property`` without its lock, as in Python 3.12: what a result folds
+    is made once, when it is first read (by the caller that holds the result)."""
+
+    @overload
+    def __get__(self, instance: None, owner: type[Any] | None = None) -> _folded[T]: ...
+
+    @overload
+    def __get__(self, instance: object, owner: type[Any] | None = None) -> T: ...
+
+    def __get__(self, instance: object | None, owner: type[Any] | None = None) -> Any:
+        if instance is None:
+            return self
+        cache: dict[Any, Any] = instance.__dict__
+        name = self.attrname
+        value = cache.get(name, _UNSET)
+        if value is _UNSET:
+            value = cache[name] = self.func(instance)
+        return value
+
+
 def to_action_results(done_plans: Sequence[ToolExecutionRecord]) -> dict[str, Any]:
     """``{purpose: result}`` in record order.
 
@@ -41,12 +66,15 @@ def to_action_results(done_plans: Sequence[ToolExecutionRecord]) -> dict[str, An
     """
     results: dict[str, Any] = {}
     for record in done_plans:
-        key = record.purpose
+        fields = record.__dict__  # (a record's fields, read at once)
+        key = purpose = fields["purpose"]
         n = 2
         while key in results:
-            key = f"{record.purpose} ({n})"
+            key = f"{purpose} ({n})"
             n += 1
-        results[key] = json_safe(record.result) if record.success else {"error": record.error}
+        results[key] = (
+            json_safe(fields["result"]) if fields["success"] else {"error": fields["error"]}
+        )
     return results
 
 
@@ -74,8 +102,8 @@ class LoopResult(RunResult):
     tool-calling model that called no tool, or its refusal (``None`` when there was
     none)."""
 
-    @computed_field  # type: ignore[prop-decorator]
-    @cached_property
+    @computed_field
+    @_folded
     def prompt(self) -> dict[str, Any]:
         """``{"action_results": ..., "extra_instruction": ...}`` when there are records."""
         if not self.done_plans:
@@ -85,8 +113,8 @@ class LoopResult(RunResult):
             "extra_instruction": EXTRA_INSTRUCTION,
         }
 
-    @computed_field  # type: ignore[prop-decorator]
-    @cached_property
+    @computed_field
+    @_folded
     def extra(self) -> dict[str, Any]:
         """``{"tool_logs": [records as dicts]}`` when there are records."""
         if not self.done_plans:

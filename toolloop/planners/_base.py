@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable
+from types import CoroutineType
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -126,6 +127,6 @@ async def call_planner(planner: PlannerLike, context: PlannerContext) -> Any:
     # a runtime-checkable Protocol's isinstance is slow: look for the method instead
     plan = getattr(planner, "plan", None)
     result = plan(context) if callable(plan) else planner(context)  # type: ignore[operator]
-    if inspect.isawaitable(result):
+    if type(result) is CoroutineType or inspect.isawaitable(result):
         result = await result
     return result

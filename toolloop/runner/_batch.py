@@ -151,6 +151,7 @@ class ToolBatch(Generic[T, R]):
         "_started",
         "_state",
         "_task_group",
+        "_told",
         "_workers",
     )
 
@@ -177,6 +178,7 @@ class ToolBatch(Generic[T, R]):
         self._limit = concurrency
         self._on_start = on_start
         self._on_finish = on_finish
+        self._told = on_start is not None or on_finish is not None  # (when calls start)
         self._sink = results
         self._items: list[T] = []
         self._results: list[R | None] = []
@@ -376,7 +378,7 @@ class ToolBatch(Generic[T, R]):
         index = self._next
         self._next = index + 1
         item = self._items[index]
-        told = self._on_start is not None or self._on_finish is not None
+        told = self._told
         split = self._split
         if split is None:
             started = functools.partial(self._mark_started, index) if told else _nothing

@@ -57,6 +57,8 @@ def tool_error_text(tool_name: str, exc: BaseException) -> str:
 
 
 _LOG = logging.getLogger("toolloop")
+_succeeded = ToolExecutionRecord.succeeded  # (looked up once: a model class's attributes
+# are read through pydantic's metaclass)
 
 
 def _raised(command: ToolCommand, error: str, exc: BaseException) -> ToolExecutionRecord:
@@ -284,10 +286,11 @@ class Executor(SplitCall[ToolCommand, ToolExecutionRecord]):
         """Check ``command`` and start its tool: ``(record, None)`` for a command that
         cannot run (unknown tool, arguments that fail the schema: the tool does not run),
         ``(None, work)`` for one that runs: await ``work`` for what the tool returned."""
-        name = command.tool_name
+        fields = command.__dict__  # (its fields, read at once)
+        name = fields["tool_name"]
         try:
             tool = self.registry.get(name)
-            arguments = tool.validate(command.tool_kwargs)
+            arguments = tool.validate(fields["tool_kwargs"])
         except ToolCallError as exc:  # unknown tool, bad arguments: the tool did not run
             return ToolExecutionRecord.failed(command, str(exc)), None
         except Exception as exc:  # a validator that broke: still a record, never a crash
@@ -308,7 +311,7 @@ class Executor(SplitCall[ToolCommand, ToolExecutionRecord]):
         """The record of a command whose tool returned ``value``."""
         if type(value) is _Tried:  # a guarded call, with its tries
             return value.record(self, command)
-        return ToolExecutionRecord.succeeded(command, value)
+        return _succeeded(command, value)
 
     def raised(self, command: ToolCommand, exc: Exception) -> ToolExecutionRecord:
         """The record of a command whose tool raised ``exc`` or ran out of time (logged,

@@ -29,6 +29,7 @@ __all__ = [
 M = TypeVar("M", bound=BaseModel)
 _MAX_TRACEBACK_CHARS = 8000
 _set_attribute = object.__setattr__
+_new = object.__new__
 # the setters of pydantic's own slots of a model instance (what object.__setattr__ finds)
 _set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
 _set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
@@ -45,8 +46,11 @@ def construct(cls: type[M], fields: dict[str, Any]) -> M:
 
     Instances of a frozen model share one set of set fields (pydantic never changes that
     set in place for a frozen model: a copy gets its own), one object less per instance.
+    The instance is made by ``object.__new__``, as pydantic makes one (a model class
+    defines no ``__new__``): looked up on the class, a model's ``__new__`` goes through
+    pydantic's metaclass, which costs more than the rest of this function.
     """
-    model = cls.__new__(cls)
+    model = _new(cls)
     _set_attribute(model, "__dict__", fields)
     fields_set = _FIELDS_SETS.get(cls)
     if fields_set is None or len(fields_set) != len(fields):

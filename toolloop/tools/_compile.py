@@ -100,6 +100,19 @@ _TYPES: dict[str, Check] = {
     "string": lambda x: isinstance(x, str),
 }
 
+_EXACT: dict[Check, type] = {
+    _TYPES["array"]: list,
+    _TYPES["boolean"]: bool,
+    _TYPES["integer"]: int,
+    _TYPES["null"]: type(None),
+    _TYPES["number"]: int,
+    _TYPES["object"]: dict,
+    _TYPES["string"]: str,
+}
+"""The check of a schema that is one type, by the type of the values it surely accepts
+(a float must still be finite, a subclass is still checked): a value of exactly that type
+fits without the call."""
+
 _TRUE, _FALSE = object(), object()
 
 
@@ -187,6 +200,7 @@ class _Compiler:
 
     def _object(self, schema: Mapping[str, Any], *, strict: bool) -> Check:
         props = {k: self.compile(v) for k, v in schema.get("properties", {}).items()}
+        exact = {k: _EXACT[c] for k, c in props.items() if c in _EXACT}
         required = tuple(schema.get("required", ()))
         extra = schema.get("additionalProperties")
         additional = None if extra is None else self.compile(extra)
@@ -202,6 +216,8 @@ class _Compiler:
             if len(x) < low or (high is not None and len(x) > high):
                 return False
             for key, value in x.items():
+                if type(value) is exact.get(key):  # e.g. a str where a string is asked
+                    continue
                 sub = props.get(key)
                 if sub is None:
                     if additional is not None and not additional(value):

@@ -155,6 +155,7 @@ def inspect_function(
     fields: dict[str, Any] = {}
     aliases: dict[str, str] = {}
     unchanged: dict[str, Callable[[Any], bool] | None] = {}
+    exact: dict[str, type] = {}  # the parameters of a plain type (str, int, ...): which
     context: str | None = None
     for index, param in enumerate(signature.parameters.values()):
         if param.kind is not param.VAR_KEYWORD and is_run_context(param.annotation):
@@ -197,10 +198,14 @@ def inspect_function(
         fields[key] = (param.annotation, pydantic.Field(**field_args))
         aliases[key] = param.name
         unchanged[param.name] = _unchanged_check(param.annotation)
+        if param.annotation in _PLAIN:
+            exact[param.name] = param.annotation
 
     model = _build_model(fn_name, label, fields, signature)
     parameters = _strip_titles(model.model_json_schema())
-    convert = None if not fields else _converter(model, aliases, unchanged, f"tool {fn_name!r}")
+    convert = (
+        None if not fields else _converter(model, aliases, unchanged, exact, f"tool {fn_name!r}")
+    )
     return FunctionSignature(
         name=fn_name,
         description=summary if description is None else description,
@@ -266,6 +271,7 @@ def _converter(
     model: type[pydantic.BaseModel],
     aliases: dict[str, str],
     unchanged: dict[str, Callable[[Any], bool] | None],
+    exact: dict[str, type],
     owner: str,
 ) -> Callable[[dict[str, Any]], dict[str, Any]]:
     validate = model.model_validate
@@ -291,6 +297,8 @@ def _converter(
         # Every parameter has a plain type (str, int, Optional[str], Literal[...]):
         # values of exactly those types are what pydantic would return, so skip it.
         for key, value in arguments.items():
+            if type(value) is exact.get(key):  # its check's answer, without the call
+                continue
             check = checks.get(key)
             if check is None or not check(value):
                 return convert(arguments)

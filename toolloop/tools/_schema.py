@@ -41,7 +41,7 @@ class ArgumentsSchema:
             resolve. (The tool turns this into a ``ToolDefinitionError``.)
     """
 
-    __slots__ = ("_check", "_validator", "schema")
+    __slots__ = ("_validator", "is_valid", "schema")
 
     def __init__(self, schema: Mapping[str, Any], *, owner: str, trusted: bool = False) -> None:
         try:
@@ -57,13 +57,10 @@ class ArgumentsSchema:
         check_patterns(schema)  # ECMA-262, as JSON Schema says (ValueError if one is not)
         self.schema: Mapping[str, Any] = schema
         self._validator = _Validator(schema)
-        self._check: Check | None = compile_schema(schema)
-
-    def is_valid(self, instance: Any) -> bool:
-        """Whether ``instance`` fits the schema (the fast path when there is one)."""
-        if self._check is not None:
-            return self._check(instance)
-        return bool(self._validator.is_valid(instance))
+        check = compile_schema(schema)
+        self.is_valid: Check = self._validator.is_valid if check is None else check
+        """``is_valid(instance)``: whether ``instance`` fits the schema (the compiled fast
+        path when there is one, else ``jsonschema``)."""
 
     def violations(self, instance: Any) -> list[str]:
         """Every way ``instance`` fails the schema, one readable line each (slow path)."""

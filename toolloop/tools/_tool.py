@@ -247,7 +247,7 @@ class Tool:
             ToolArgumentsError: ``kwargs`` is not a dict, or does not fit the schema (the
                 message lists every violation: where, what was expected, what came).
         """
-        if not isinstance(kwargs, dict):
+        if type(kwargs) is not dict and not isinstance(kwargs, dict):
             raise ToolArgumentsError(
                 f"arguments for tool {self.name!r} must be a JSON object (argument names to "
                 f"values), got {describe_value(kwargs)}"
@@ -274,7 +274,7 @@ class Tool:
             ToolTimeoutError: the call did not finish in time and was cancelled.
             Exception: whatever the function raised, unchanged.
         """
-        limit = _min_timeout(timeout, self.timeout)
+        limit = timeout if self.timeout is None else _min_timeout(timeout, self.timeout)
         if limit is None:
             if self._is_async:  # the function's own coroutine: no frame of ours around it
                 return self.function(**arguments)  # type: ignore[no-any-return]
