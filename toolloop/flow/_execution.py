@@ -212,11 +212,7 @@ class Execution(Generic[S]):
                 f"execution {self.id} is {self.status}, not paused; only a paused execution "
                 "can be resumed"
             )
-        for i, wait in enumerate(self._waits):
-            if wait.event == event:
-                del self._waits[i]
-                break
-        else:
+        if not self._take_wait(event):
             raise ResumeError(
                 f"execution {self.id} waits for {[w.event for w in self._waits]}, not for {event!r}"
             )
@@ -239,11 +235,16 @@ class Execution(Generic[S]):
                 f"execution {self.id} is {self.status}; emit() reaches a running execution, "
                 "resume() a paused one"
             )
+        self._take_wait(event)
+        self._emit(event, value, by=None)
+
+    def _take_wait(self, event: str) -> bool:
+        """Strike the first wait for ``event``; whether there was one."""
         for i, wait in enumerate(self._waits):
             if wait.event == event:
                 del self._waits[i]
-                break
-        self._emit(event, value, by=None)
+                return True
+        return False
 
     def snapshot(self) -> FlowSnapshot:
         """A JSON-ready picture of a paused (or finished) execution."""
@@ -471,14 +472,15 @@ class Execution(Generic[S]):
             self._fail(exc)
             return
         # an observer broke (or the engine did)
+        self._fail(self.step_failed(node.name, f"{node.name!r} failed:", exc))
+
+    def step_failed(self, step: str, what: str, exc: Exception) -> StepFailedError:
+        """The error of ``step`` that raised ``exc`` (its cause), with the trace so far."""
         failed = StepFailedError(
-            f"{node.name!r} failed: {type(exc).__name__}: {exc}",
-            step=node.name,
-            trace=self.trace,
-            state=self.state,
+            f"{what} {type(exc).__name__}: {exc}", step=step, trace=self.trace, state=self.state
         )
         failed.__cause__ = exc
-        self._fail(failed)
+        return failed
 
     # -- called by nodes and contexts ---------------------------------------------------
 

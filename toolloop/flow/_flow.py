@@ -69,7 +69,8 @@ class Chain:
         A step already in the flow (the same function, or its name) is linked, not copied:
         ``flow.step(execute).to(plan)`` makes a loop. Options apply where a step first appears.
         """
-        node = self._flow._step_node(target, name=name, timeout=timeout, emits=emits, thread=thread)
+        options = {"timeout": timeout, "emits": emits, "thread": thread}
+        node = self._flow._step_node(target, name, options)
         self._link(node)
         return Chain(self._flow, node)
 
@@ -345,15 +346,14 @@ class Flow(Generic[S]):
         return name
 
     def _step_node(
-        self,
-        target: Target,
-        *,
-        name: str | None = None,
-        timeout: float | None = None,
-        emits: Sequence[str] = (),
-        thread: bool = False,
+        self, target: Target, name: str | None = None, given: dict[str, Any] | None = None
     ) -> StepNode:
-        options = timeout is not None or bool(emits) or thread
+        """The node of ``target`` (added, or the one already in the flow); ``given``: the
+        step options of :meth:`Chain.to` (``timeout``, ``emits``, ``thread``)."""
+        given = given or {}
+        options = (
+            given.get("timeout") is not None or bool(given.get("emits")) or given.get("thread")
+        )
         if isinstance(target, str):
             found = self._steps.get(target)
             if found is None:
@@ -386,7 +386,7 @@ class Flow(Generic[S]):
                         f"step {found.name!r} exists; give its options where it is first added"
                     )
                 return found
-            step = Step(target, name=name, timeout=timeout, emits=emits, thread=thread)
+            step = Step(target, name=name, **given)
         if step.name in self._names:
             raise FlowDefinitionError(
                 f"flow {self.name!r} already has a step or event named {step.name!r}; give the "

@@ -343,14 +343,7 @@ class _RouterNode(Node):
         ex._trace.append((self.name, trigger, started - t0, perf_counter() - t0, "routed", route))
 
     def _fail(self, ex: Execution[Any], exc: Exception) -> StepFailedError:
-        err = StepFailedError(
-            f"router {self.name!r} raised {type(exc).__name__}: {exc}",
-            step=self.name,
-            trace=ex.trace,
-            state=ex.state,
-        )
-        err.__cause__ = exc
-        return err
+        return ex.step_failed(self.name, f"router {self.name!r} raised", exc)
 
 
 class IfNode(_RouterNode):

@@ -11,13 +11,20 @@ fields are whole is *settled*: its reader closes the stream there (the short-cir
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ._json_events import remaining_choices, settle_choice
 from ._json_reader import JSONStreamReader
 
+if TYPE_CHECKING:
+    from ._chat import ChatDelta
+    from ._reply import ReplyReader
+
 __all__ = ["DecisionReader"]
+
+TRAILING_DELTAS = 8
+"""Deltas read after a decision is whole before the stream is closed."""
 
 
 class DecisionReader:
@@ -87,6 +94,23 @@ class DecisionReader:
         self.settled = False
         """The choice is settled and the values it needs are whole: what follows changes
         nothing taken of the decision."""
+
+    async def text(
+        self, deltas: AsyncIterable[ChatDelta], said: ReplyReader
+    ) -> AsyncGenerator[str, None]:
+        """The text of each delta of a streamed reply, to :meth:`feed` (each delta is fed
+        to ``said`` as well), until the decision is :attr:`done`. Only the end of the
+        stream should follow: it is read (so the connection is reused), and a model that
+        goes on for more than a few deltas is cut off."""
+        after_done = 0
+        async for delta in deltas:
+            said.feed(delta)
+            if self.done:
+                after_done += 1
+                if after_done > TRAILING_DELTAS:
+                    return
+            elif delta.content:
+                yield delta.content
 
     @property
     def done(self) -> bool:

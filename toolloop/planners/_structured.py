@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from contextlib import aclosing
 from time import perf_counter
 from typing import Any
 
@@ -34,7 +35,6 @@ from ._prompt import PLANNER_SYSTEM_PROMPT, PlannerSchema, planner_messages
 __all__ = ["StructuredPlanner"]
 
 _CHOICES = ("execute", "response")
-_TRAILING_DELTAS = 8
 
 
 class StructuredPlanner(ChatPlanner):
@@ -125,20 +125,12 @@ class StructuredPlanner(ChatPlanner):
         said = ReplyReader()  # the rest of the reply: reasoning, refusal, how it ended
         started = perf_counter()
         decided_after: float | None = None
-        after_done = 0
-        async with stream_chat(self.model, request) as deltas:
-            async for delta in deltas:
-                said.feed(delta)
-                if reader.done:
-                    # only the end of the stream should follow: reading it lets the
-                    # connection be reused; a model that rambles on is cut off
-                    after_done += 1
-                    if after_done > _TRAILING_DELTAS:
-                        break
-                    continue
-                if not delta.content:
-                    continue
-                for position, command in reader.feed(delta.content):
+        async with (
+            stream_chat(self.model, request) as deltas,
+            aclosing(reader.text(deltas, said)) as texts,
+        ):
+            async for text in texts:
+                for position, command in reader.feed(text):
                     if dispatch is not None:
                         dispatch(position, self._clean(schema, command))
                 if decided_after is None and reader.choice is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Mapping
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -43,8 +44,6 @@ M = TypeVar("M", bound=BaseModel)
 CallDispatch = Callable[[int, Any], None]
 """``dispatch(position, call)``: a tool call of a decision (its JSON data) handed over the
 moment it is complete, while the rest of the decision still streams."""
-
-_TRAILING_DELTAS = 8
 
 
 @dataclass(frozen=True)
@@ -307,15 +306,7 @@ class LLMStatusSteps:
         async with stream_chat(self.model, request) as deltas:
             async for delta in deltas:
                 reader.feed(delta)
-        reply = reader.reply()
-        if reply.refusal is not None and not reply.text:
-            raise ModelRefusalError(
-                f"the {step} step: the model refused to answer: {reply.refusal!r}",
-                refusal=reply.refusal,
-            )
-        if not reply.text:
-            raise ModelOutputError(f"the {step} step: {reply.why_empty()}")
-        return reply
+        return _said(reader.reply(), step)
 
     async def _decision(
         self,
@@ -333,21 +324,13 @@ class LLMStatusSteps:
             needs=choice.needs if self.short_circuit else None,
         )
         said = ReplyReader()
-        after_done = 0
-        async with stream_chat(self.model, request) as deltas:
-            async for delta in deltas:
-                said.feed(delta)
-                if reader.done:
-                    # only the end of the stream should follow: reading it lets the
-                    # connection be reused; a model that goes on is cut off
-                    after_done += 1
-                    if after_done > _TRAILING_DELTAS:
-                        break
-                    continue
-                if not delta.content:
-                    continue
+        async with (
+            stream_chat(self.model, request) as deltas,
+            aclosing(reader.text(deltas, said)) as texts,
+        ):
+            async for text in texts:
                 try:
-                    closed = reader.feed(delta.content)
+                    closed = reader.feed(text)
                 except ModelOutputError as exc:  # not JSON: what came says why
                     raise self._not_json(step, said.reply(), exc) from exc
                 if dispatch is not None:
@@ -355,14 +338,7 @@ class LLMStatusSteps:
                         dispatch(position, call)
                 if reader.settled and not reader.done:  # the rest changes nothing kept
                     return {**reader.fields, choice.key: reader.choice}
-        reply = said.reply()
-        if reply.refusal is not None and not reply.text:
-            raise ModelRefusalError(
-                f"the {step} step: the model refused to answer: {reply.refusal!r}",
-                refusal=reply.refusal,
-            )
-        if not reply.text:
-            raise ModelOutputError(f"the {step} step: {reply.why_empty()}")
+        reply = _said(said.reply(), step)
         if not reader.done:
             try:
                 reader.close()
@@ -388,3 +364,15 @@ class LLMStatusSteps:
             return json.loads(reply.text)
         except ValueError as exc:
             raise self._not_json(step, reply, exc) from exc
+
+
+def _said(reply: ChatReply, step: str) -> ChatReply:
+    """``reply`` when it has text; a refusal or a reply with nothing in it is an error."""
+    if reply.refusal is not None and not reply.text:
+        raise ModelRefusalError(
+            f"the {step} step: the model refused to answer: {reply.refusal!r}",
+            refusal=reply.refusal,
+        )
+    if not reply.text:
+        raise ModelOutputError(f"the {step} step: {reply.why_empty()}")
+    return reply
