@@ -147,6 +147,8 @@ class S(BaseModel):
 
 
 class Logic:
+    tool_step = "step"
+
     def stop_reason(self, state: S) -> StopReason | None:
         return "answered" if state.done else None
 
@@ -259,6 +261,8 @@ class Cut(BaseModel):
 
 
 class CutLogic:
+    tool_step = "step"
+
     def stop_reason(self, state: Cut) -> StopReason | None:
         return None
 

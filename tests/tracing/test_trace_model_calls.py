@@ -104,6 +104,8 @@ class S(BaseModel):
 
 
 class Logic:
+    tool_step = "step"
+
     def stop_reason(self, state: S) -> StopReason | None:
         return "answered" if state.done else None
 

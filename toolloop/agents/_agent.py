@@ -33,7 +33,7 @@ from ..kernel import (
     stream_run,
 )
 from ..models import ChatModel, ModelSettings, Usage, check_settings
-from ..runner import ToolExecutionRecord, progress_reporter
+from ..runner import ToolExecutionRecord
 from ..tools import RunScope, Tool, ToolRegistry
 from ._durable import RECOVERY
 from ._flow import ANSWERED, MAX_TURNS, AgentDeps, agent_flow, settle, stop_reason
@@ -57,6 +57,8 @@ Snapshot = FlowSnapshot | Mapping[str, Any] | str | bytes
 
 class _Logic:
     """What the kernel is told of the agent's states."""
+
+    tool_step = "tools"
 
     def stop_reason(self, state: AgentState) -> StopReason | None:
         return stop_reason(state)
@@ -138,9 +140,6 @@ class Agent(SyncTwins[AgentResult], StreamTwins[AgentResult]):
         deps = execution.deps
         assert isinstance(deps, AgentDeps)
         deps.run = run  # progress checkpoints and the tool journal
-        if deps.scope is not None:
-            deps.scope.run_id = execution.id
-            deps.scope.report = progress_reporter(execution.context_for("tools"))
         return await drive(
             execution,
             start,
@@ -376,20 +375,12 @@ class Agent(SyncTwins[AgentResult], StreamTwins[AgentResult]):
         engine_events: bool = True,
         **options: Unpack[RunOverrides],
     ) -> AbstractAsyncContextManager[RunStream[AgentResult]]:
-        """The stream twin of :meth:`run`: the run beside the block, its typed events read
-        as they happen, then its result::
+        """The stream twin of :meth:`run` (its arguments, and ``engine_events``): read the
+        run's typed events in ``async with agent.stream("Mail Ada") as run: async for event in
+        run``, then ``run.result`` (see :func:`~toolloop.kernel.stream_run`).
 
-            async with agent.stream("Mail Ada") as run:
-                async for event in run:
-                    print(event.kind)
-            print(run.result.text)
-
-        Takes the arguments of :meth:`run` (``on_event`` is called with every event as
-        well), and ``engine_events``: with ``False``, read only the run's own events (model
-        and tool calls, tool progress, checkpoints, the middleware's, a pause, the end), not
-        the engine's (:data:`~toolloop.kernel.ENGINE_EVENTS`). Leaving the block before the
-        events ended cancels the run (``result`` then raises); an error of the run is raised
-        when the block exits (see :func:`~toolloop.kernel.stream_run`).
+        ``engine_events=False`` leaves the engine's events out: the run's own are model
+        and tool calls, tool progress, checkpoints, the middleware's, a pause, the end.
         """
         call = functools.partial(self.run, messages, state=state, metadata=metadata)
         return stream_run(call, options, engine_events=engine_events)

@@ -32,7 +32,7 @@ from ..ratelimit import (
     observe,
     stop_observing,
 )
-from ..runner import ToolExecutionRecord, json_safe
+from ..runner import ToolExecutionRecord, json_safe, progress_reporter
 from ..tools import RunScope
 from ._events import (
     ModelCallFinished,
@@ -55,6 +55,9 @@ S_contra = TypeVar("S_contra", contravariant=True)
 
 class TurnLogic(Protocol[S_contra]):
     """What a product tells the kernel about its runs' states."""
+
+    tool_step: str
+    """The step whose events a tool's progress (``ctx.report``) is told among."""
 
     def stop_reason(self, state: S_contra) -> StopReason | None:
         """Why a completed run stopped."""
@@ -219,7 +222,8 @@ async def drive(
 
     Args:
         logic: what the product tells of its states (stop reason, records, turns).
-        scope: the tools' run context, made active for the run (``None``: no tool takes one).
+        scope: the tools' run context, made active for the run, its progress reports told
+            as the run's events (``None``: no tool takes one).
         result_of: the product's result of the session (the store keeps a completed one's
             as JSON data).
         run: the store's handle of a durable run: how the session ends is written there.
@@ -237,6 +241,9 @@ async def drive(
             stays ``running`` in the store, to be recovered.
     """
     state = execution.state
+    if scope is not None:  # a tool's ctx.report(...): a ToolProgress of the run
+        scope.run_id = execution.id
+        scope.report = progress_reporter(execution.context_for(logic.tool_step))
     if options.on_event is not None:
         execution.subscribe(options.on_event)
     for observer in _OBSERVERS.get():

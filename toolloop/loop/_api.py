@@ -32,8 +32,8 @@ from ..kernel import (
 )
 from ..models import ChatModel
 from ..planners import PlannerLike
-from ..runner import Executor, ToolExecutionRecord, progress_reporter
-from ..tools import Progress, RunScope, Tool, ToolRegistry
+from ..runner import Executor, ToolExecutionRecord
+from ..tools import RunScope, Tool, ToolRegistry
 from ._flow import AnswerWith, LoopDeps, RoundState, loop_flow
 from ._results import LoopResult
 
@@ -62,6 +62,7 @@ class _Logic:
     """What the loop tells the kernel about its round state."""
 
     __slots__ = ()
+    tool_step = "execute"
 
     def stop_reason(self, state: RoundState) -> StopReason | None:
         return state.stop_reason
@@ -137,10 +138,6 @@ def _prepare(
         answer=answer,
     )
     execution = Execution(loop_flow, RoundState() if state is None else state, loop_deps, id=run_id)
-    scope = loop_deps.scope
-    if scope is not None:
-        scope.run_id = execution.id
-        scope.report = _reporter(execution)
     return execution
 
 
@@ -156,11 +153,6 @@ def _executor(registry: ToolRegistry, options: RunOptions) -> Executor:
     if executor is not shared:
         _EXECUTORS[registry] = executor
     return executor
-
-
-def _reporter(execution: Execution[RoundState]) -> Callable[[Progress], None]:
-    """A tool's progress as a :class:`~toolloop.runner.ToolProgress` event of the run."""
-    return progress_reporter(execution.context_for("execute"))
 
 
 def _drive(

@@ -7,14 +7,12 @@ Streamable HTTP (:class:`MCPServerHTTP`) in ``async with``; inside, its tools
 both agents. The guide: "MCP servers" in the documentation.
 """
 
+# ruff: noqa: E402  (the extra is checked before the modules that import it)
 from __future__ import annotations
 
-try:
-    import mcp as _mcp  # noqa: F401
-except ImportError as exc:  # pragma: no cover - the dev extra installs it
-    raise ImportError(
-        "toolloop.mcp needs the official MCP SDK (mcp 2.x): pip install 'toolloop[mcp]'"
-    ) from exc
+from .._extras import require
+
+require("mcp", needs="toolloop.mcp needs the official MCP SDK (mcp 2.x)", extra="mcp")
 
 from ._errors import MCPConnectionError as MCPConnectionError
 from ._errors import MCPToolError as MCPToolError

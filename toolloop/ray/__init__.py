@@ -28,14 +28,12 @@ unless they give one, its ``store`` the job's (made once in each actor by the jo
 driver when the driver listens.
 """
 
+# ruff: noqa: E402  (the extra is checked before the modules that import it)
 from __future__ import annotations
 
-try:
-    import ray as _ray  # noqa: F401
-except ImportError as exc:  # pragma: no cover - the extra is not installed
-    raise ImportError(
-        "toolloop.ray needs Ray, which is not installed: pip install 'toolloop[ray]'"
-    ) from exc
+from .._extras import require
+
+require("ray", needs="toolloop.ray needs Ray, which is not installed", extra="ray")
 
 from ._await import await_ref as await_ref
 from ._jobs import AgentJob as AgentJob

@@ -135,42 +135,12 @@ class ToolExecutionRecord(BaseModel):
     @classmethod
     def succeeded(cls, command: ToolCommand, result: Any) -> ToolExecutionRecord:
         """The record of a command whose tool returned ``result``."""
-        fields = command.__dict__
-        return construct(
-            cls,
-            {
-                "purpose": fields["purpose"],
-                "tool_name": fields["tool_name"],
-                "kwargs": fields["tool_kwargs"],
-                "todo_suggestion": fields["todo_suggestion"],
-                "success": True,
-                "result": result,
-                "error": None,
-                "error_type": None,
-                "traceback": None,
-                "attempts": 1,
-            },
-        )
+        return _record(cls, command, True, result, None)
 
     @classmethod
     def failed(cls, command: ToolCommand, error: str) -> ToolExecutionRecord:
         """The record of a command that did not succeed, with what went wrong."""
-        fields = command.__dict__
-        return construct(
-            cls,
-            {
-                "purpose": fields["purpose"],
-                "tool_name": fields["tool_name"],
-                "kwargs": fields["tool_kwargs"],
-                "todo_suggestion": fields["todo_suggestion"],
-                "success": False,
-                "result": None,
-                "error": str(error),
-                "error_type": None,
-                "traceback": None,
-                "attempts": 1,
-            },
-        )
+        return _record(cls, command, False, None, str(error))
 
     @classmethod
     def raised(cls, command: ToolCommand, error: str, exc: BaseException) -> ToolExecutionRecord:
@@ -187,3 +157,24 @@ class ToolExecutionRecord(BaseModel):
         record.__dict__["error_type"] = type(exc).__name__
         record.__dict__["traceback"] = text
         return record
+
+
+def _record(
+    cls: type[ToolExecutionRecord], command: ToolCommand, success: bool, result: Any, error: Any
+) -> ToolExecutionRecord:
+    fields = command.__dict__
+    return construct(
+        cls,
+        {
+            "purpose": fields["purpose"],
+            "tool_name": fields["tool_name"],
+            "kwargs": fields["tool_kwargs"],
+            "todo_suggestion": fields["todo_suggestion"],
+            "success": success,
+            "result": result,
+            "error": error,
+            "error_type": None,
+            "traceback": None,
+            "attempts": 1,
+        },
+    )

@@ -74,7 +74,7 @@ from ..kernel import (
     stream_run,
 )
 from ..models import ChatModel, Usage
-from ..runner import ToolExecutionRecord, progress_reporter
+from ..runner import ToolExecutionRecord
 from ..tools import RunScope, Tool, ToolRegistry
 from ._flow import status_agent_flow
 from ._human import HUMAN_EVENT
@@ -115,6 +115,8 @@ class StatusAgentResult(RunResult):
 
 class _Logic:
     """What the kernel reads of a status agent run's state."""
+
+    tool_step = "tool_execution"
 
     def stop_reason(self, state: StatusAgentState) -> StopReason | None:
         return state.stop_reason
@@ -426,20 +428,11 @@ class StatusAgent(SyncTwins[StatusAgentResult], StreamTwins[StatusAgentResult]):
         engine_events: bool = True,
         **options: Unpack[RunOverrides],
     ) -> AbstractAsyncContextManager[RunStream[StatusAgentResult]]:
-        """The stream twin of :meth:`run`: the run beside the block, its typed events read
-        as they happen, then its result::
-
-            async with agent.stream("Mail Ada the forecast") as run:
-                async for event in run:
-                    print(event.kind)
-            print(run.result.text)
-
-        Takes the arguments of :meth:`run` (``on_event`` is called with every event as
-        well), and ``engine_events``: with ``False``, read only the run's own events (its
-        statuses, model and tool calls, tool progress, checkpoints, a pause, the end), not
-        the engine's (:data:`~toolloop.kernel.ENGINE_EVENTS`). Leaving the block before the
-        events ended cancels the run (``result`` then raises); an error of the run is raised
-        when the block exits (see :func:`~toolloop.kernel.stream_run`).
+        """Read the run's typed events as they happen (``async for event in run`` in
+        ``async with agent.stream(user_input) as run``), then ``run.result``: the twin of
+        :meth:`run`, with its arguments, made by :func:`~toolloop.kernel.stream_run`. With
+        ``engine_events=False`` only the run's own events come: its statuses, model and tool
+        calls, tool progress, checkpoints, a pause, the end.
         """
         call = functools.partial(self.run, user_input, metadata=metadata)
         return stream_run(call, options, engine_events=engine_events)
@@ -521,8 +514,6 @@ class StatusAgent(SyncTwins[StatusAgentResult], StreamTwins[StatusAgentResult]):
     ) -> StatusAgentResult:
         deps = execution.deps
         assert isinstance(deps, StatusDeps)
-        if deps.scope is not None:  # a tool's ctx.report(...): a ToolProgress of the run
-            deps.scope.report = progress_reporter(execution.context_for("tool_execution"))
         return await drive(
             execution,
             start,
