@@ -315,28 +315,18 @@ async def drive(
     return await _completed(ended, result_of, run)
 
 
+@dataclass(slots=True, eq=False)
 class _Closing(Generic[S]):
     """How a session of a run ends, for its observers (the execution's closing hook:
     ``RunFinished``), and the product's last word on a state that a limit finished in the
     middle of a turn (``settle``, called once)."""
 
-    __slots__ = ("execution", "logic", "meter", "options", "settle", "state")
-
-    def __init__(
-        self,
-        execution: Execution[S],
-        state: S,
-        options: RunOptions,
-        logic: TurnLogic[S],
-        meter: UsageMeter,
-        settle: Callable[[S, StopReason], None] | None,
-    ) -> None:
-        self.execution = execution
-        self.state = state
-        self.options = options
-        self.logic = logic
-        self.meter = meter
-        self.settle = settle
+    execution: Execution[S]
+    state: S
+    options: RunOptions
+    logic: TurnLogic[S]
+    meter: UsageMeter
+    settle: Callable[[S, StopReason], None] | None
 
     def finish(self, stop: StopReason) -> None:
         """The run ends with ``stop`` instead of raising: ``settle`` says its last word."""

@@ -243,18 +243,10 @@ class RunOptions:
         them (an executor is configuration only: runs with the same limits share one)."""
         if reuse is not None and self._fits(reuse, concurrency):
             return reuse
-        if not concurrency:
-            return Executor(
-                registry,
-                limiter=self.limiter,
-                tool_timeout=self.tool_timeout,
-                rate_limits=self.rate_limits,
-                retry=self.tool_retry,
-                idempotent_tools=self.idempotent_tools,
-            )
+        per_run: dict[str, Any] = {"concurrency": self.concurrency} if concurrency else {}
         return Executor(
             registry,
-            concurrency=self.concurrency,
+            **per_run,
             limiter=self.limiter,
             tool_timeout=self.tool_timeout,
             rate_limits=self.rate_limits,

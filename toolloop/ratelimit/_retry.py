@@ -132,6 +132,7 @@ class RetryPolicy:
         return wait
 
 
+@dataclass(slots=True, eq=False)
 class Tries:
     """The tries of one call: each admitted by ``limit``, retried by ``retry`` (see the
     module docs). ``attempt`` is the try in progress (1 for the first).
@@ -153,22 +154,12 @@ class Tries:
                 raise failure
     """
 
-    __slots__ = ("attempt", "index", "limit", "name", "retry", "target")
-
-    def __init__(
-        self,
-        limit: RateLimit | None,
-        retry: RetryPolicy | None,
-        target: RetryTarget,
-        name: str = "",
-        index: int | None = None,
-    ) -> None:
-        self.limit = limit
-        self.retry = retry
-        self.target = target
-        self.name = name
-        self.index = index
-        self.attempt = 0
+    limit: RateLimit | None
+    retry: RetryPolicy | None
+    target: RetryTarget
+    name: str = ""
+    index: int | None = None
+    attempt: int = field(default=0, init=False)
 
     async def admit(self) -> Permit | None:
         """Start the next try: its permit from the limiter (``None``: no limiter)."""
