@@ -35,6 +35,7 @@ from ..flow import (
     StepStarted,
 )
 from ._options import OnEvent
+from ._sync import Verbs
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -188,23 +189,13 @@ async def stream_run(
         raise stream._failure
 
 
-class StreamTwins(Generic[ResultT]):
+class StreamTwins(Verbs[ResultT]):
     """The stream twins of an agent's ``resume`` and ``recover`` (the same arguments, and
     ``engine_events``): each an async context manager of the run's :class:`RunStream`, as
     :func:`stream_run` makes it. An agent class derives from it, defines the two async
     verbs, and its own ``stream`` of ``run``."""
 
     __slots__ = ()
-
-    if TYPE_CHECKING:
-
-        async def resume(
-            self, run: Any, decision: Any, /, **options: Unpack[RunOverrides]
-        ) -> ResultT: ...
-
-        async def recover(
-            self, run_id: str, /, *, force: bool = False, **options: Unpack[RunOverrides]
-        ) -> ResultT: ...
 
     def stream_resume(
         self,

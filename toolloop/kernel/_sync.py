@@ -47,10 +47,8 @@ def run_sync(call: Callable[[], Awaitable[T]], backend: Backend, *, name: str, i
 R = TypeVar("R")
 
 
-class SyncTwins(Generic[R]):
-    """The sync twins of an agent's ``resume`` and ``recover`` (the same arguments, and
-    ``backend``): one event loop per call, for scripts. An agent class derives from it and
-    defines the two async verbs."""
+class Verbs(Generic[R]):
+    """What a product's twins stand on: its async ``resume`` and ``recover``."""
 
     __slots__ = ()
 
@@ -63,6 +61,14 @@ class SyncTwins(Generic[R]):
         async def recover(
             self, run_id: str, /, *, force: bool = False, **options: Unpack[RunOverrides]
         ) -> R: ...
+
+
+class SyncTwins(Verbs[R]):
+    """The sync twins of an agent's ``resume`` and ``recover`` (the same arguments, and
+    ``backend``): one event loop per call, for scripts. An agent class derives from it and
+    defines the two async verbs."""
+
+    __slots__ = ()
 
     def resume_sync(
         self,

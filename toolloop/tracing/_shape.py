@@ -26,6 +26,11 @@ from ..runner import ToolCallFinished, ToolCallStarted
 __all__ = ["CallSpan", "ModelSpan", "PauseSpan", "RoundSpan", "RunShape", "StatusMark"]
 
 
+def _duration(span: CallSpan | ModelSpan) -> float | None:
+    """Seconds from the span's start to its end (``None`` while it runs)."""
+    return None if span.ended is None else span.ended - span.started
+
+
 @dataclass
 class CallSpan:
     """One tool call of a turn: when its tool ran, and how it ended."""
@@ -44,9 +49,7 @@ class CallSpan:
     error: str | None = None
     call_id: str = ""
 
-    @property
-    def duration(self) -> float | None:
-        return None if self.ended is None else self.ended - self.started
+    duration = property(_duration)
 
 
 @dataclass
@@ -64,9 +67,7 @@ class ModelSpan:
     error: str | None = None
     text: str = ""
 
-    @property
-    def duration(self) -> float | None:
-        return None if self.ended is None else self.ended - self.started
+    duration = property(_duration)
 
 
 @dataclass
