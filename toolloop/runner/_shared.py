@@ -159,7 +159,8 @@ class SharedResults:
     reads ``ctx.deps`` of one run serves another with it).
 
     Counters: ``runs`` (the tool's body ran), ``joined`` (a call took the outcome of one in
-    flight), ``hits`` (a call took a cached result).
+    flight), ``hits`` (a call took a cached result), ``waiting`` (calls that wait now for
+    one in flight).
     """
 
     __slots__ = (
@@ -172,6 +173,7 @@ class SharedResults:
         "runs",
         "store",
         "ttl",
+        "waiting",
     )
 
     def __init__(
@@ -208,11 +210,12 @@ class SharedResults:
         self.runs = 0
         self.joined = 0
         self.hits = 0
+        self.waiting = 0
 
     def __repr__(self) -> str:
         return (
             f"SharedResults(ttl={self.ttl!r}, store={self.store!r}, runs={self.runs}, "
-            f"joined={self.joined}, hits={self.hits})"
+            f"joined={self.joined}, hits={self.hits}, waiting={self.waiting})"
         )
 
     def in_flight(self) -> int:
@@ -246,8 +249,12 @@ class SharedResults:
             return await self._lead(key, run)
         deadline = math.inf if timeout is None else anyio.current_time() + timeout
         while True:
-            with anyio.move_on_after(deadline - anyio.current_time()):
-                await flight.done.wait()
+            self.waiting += 1
+            try:
+                with anyio.move_on_after(deadline - anyio.current_time()):
+                    await flight.done.wait()
+            finally:
+                self.waiting -= 1
             outcome = flight.outcome
             if outcome is not None:
                 ok, value, source = outcome
