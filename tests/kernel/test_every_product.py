@@ -1140,9 +1140,9 @@ class Gated(Mailer):
 
 
 async def until(condition: Callable[[], bool]) -> None:
-    """Wait (a few event-loop turns at a time) until ``condition()`` holds."""
+    """Wait until ``condition()`` holds, looking each time every task waits."""
     while not condition():
-        await anyio.sleep(0.001)
+        await anyio.wait_all_tasks_blocked()
 
 
 @pytest.mark.parametrize("make", EACH)
