@@ -19,6 +19,7 @@ SCRIPTS = [
     "bench_agent.py",
     "bench_checkpoints.py",
     "bench_rate_limits.py",  # starts a rate-limited server of its own
+    "bench_shared_results.py",
     "bench_ray.py",  # starts and stops a local Ray cluster of its own
 ]
 TAKES_QUICK = {

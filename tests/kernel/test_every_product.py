@@ -72,6 +72,7 @@ from toolloop.models import ChatModel, ChatRequest, ReplyReader, UsageLimits, st
 from toolloop.planners import StructuredPlanner
 from toolloop.ratelimit import RateLimit, RetryPolicy
 from toolloop.runner import (
+    SharedResults,
     ToolCallFinished,
     ToolCallStarted,
     ToolExecutionRecord,
@@ -81,6 +82,7 @@ from toolloop.runner import (
 from toolloop.status_agent import StatusAgent, StatusView
 from toolloop.testing import (
     FakeToolCall,
+    ManualClock,
     ReplayMismatch,
     ScriptedChatModel,
     ScriptedChatReply,
@@ -1117,6 +1119,110 @@ async def test_a_tool_that_is_not_idempotent_is_never_retried(make: type[Product
     (record,) = sends(result)
     assert not record.success and record.attempts == 1 and mailer.sent == ["ada"]
     assert of(events, RetryScheduled) == []
+
+
+class Gated(Mailer):
+    """``send`` notes every call, then waits for ``gate``."""
+
+    def __init__(self, gate: anyio.Event) -> None:
+        super().__init__()
+        self.gate = gate
+
+    async def send(self, to: str) -> str:
+        """Send a mail.
+
+        Args:
+            to: who gets it.
+        """
+        self.sent.append(to)
+        await self.gate.wait()
+        return f"sent to {to}"
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait until ``condition()`` holds, looking each time every task waits."""
+    while not condition():
+        await anyio.wait_all_tasks_blocked()
+
+
+@pytest.mark.parametrize("make", EACH)
+@pytest.mark.parametrize("durable", [False, True], ids=["plain", "durable"])
+async def test_identical_calls_of_two_runs_at_once_run_the_tool_once(
+    make: type[Product], durable: bool
+) -> None:
+    """Two runs at once make the same call of a tool of ``shared_results``: its body runs
+    once; each run keeps its own record (the one that waited says so), its own events and
+    (durable) its own journal entry."""
+    gate = anyio.Event()
+    mailer = Gated(gate)
+    shared = SharedResults()
+    products = [make(), make()]
+    for product in products:
+        product.script_tool_call("send", to="ada")
+        product.script_answer("sent")
+    store = MemoryCheckpointStore() if durable else None
+    results: list[RunResult] = []
+    events: list[list[FlowEvent]] = [[], []]
+
+    async def run(n: int) -> None:
+        results.append(
+            await products[n].run(
+                mailer.tools,
+                shared_results={"send": shared},
+                on_event=events[n].append,
+                store=store,
+            )
+        )
+
+    with anyio.fail_after(20):  # (a hang guard)
+        async with anyio.create_task_group() as tg:
+            for n in range(2):
+                tg.start_soon(run, n)
+            await until(lambda: shared.waiting == 1)  # one runs the tool, one waits for it
+            gate.set()
+    assert mailer.sent == ["ada"] and (shared.runs, shared.joined, shared.waiting) == (1, 1, 0)
+    records = [record for result in results for record in sends(result)]
+    assert [(r.success, r.result) for r in records] == [(True, "sent to ada")] * 2
+    assert sorted(str(r.shared) for r in records) == ["None", "in_flight"]
+    for told in events:
+        (started,) = of(told, ToolCallStarted)
+        (finished,) = of(told, ToolCallFinished)
+        assert finished.call_id == started.call_id and finished.record.success
+    if store is not None:
+        for result in results:
+            checkpoint = await store.get(result.run_id)
+            assert checkpoint is not None
+            (entry,) = [e for e in checkpoint.journal if e.tool_name == "send"]
+            assert entry.state == "finished"
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_cached_result_serves_a_later_run_and_a_failure_is_never_cached(
+    make: type[Product],
+) -> None:
+    """With a ``ttl``, a later run's identical call takes the cached result (its record
+    says so, the tool does not run); a failed call is not cached: the next one runs."""
+    clock = ManualClock()
+    shared = SharedResults(ttl=60, clock=clock)
+    mailer = Refusing(times=1)  # the first call fails
+
+    async def run() -> ToolExecutionRecord:
+        product = make()
+        product.script_tool_call("send", to="ada")
+        product.script_answer("done")
+        (record,) = sends(await product.run(mailer.tools, shared_results={"send": shared}))
+        return record
+
+    failed = await run()
+    assert not failed.success and failed.shared is None
+    ran = await run()
+    assert ran.success and ran.shared is None and mailer.sent == ["ada", "ada"]
+    cached = await run()
+    assert cached.success and cached.shared == "cache" and cached.result == ran.result
+    assert mailer.sent == ["ada", "ada"] and (shared.runs, shared.hits) == (2, 1)
+    clock.advance(61)  # expired: it runs again
+    again = await run()
+    assert again.shared is None and mailer.sent == ["ada", "ada", "ada"]
 
 
 async def test_one_rate_limit_is_shared_by_runs_of_every_product() -> None:

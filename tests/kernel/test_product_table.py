@@ -173,6 +173,14 @@ KERNEL_ROWS: dict[str, tuple[str, ...]] = {
         "test_a_tool_that_is_not_idempotent_is_never_retried",
     ),
     (
+        "shared results: `shared_results` (identical calls in flight at once, in any runs given "
+        "the same `SharedResults`, run once; a `ttl` caches successes, in memory or a store; a "
+        "record's `shared`) ([guide](guides/real-apis-at-scale.md#shared-results))"
+    ): (
+        "test_identical_calls_of_two_runs_at_once_run_the_tool_once",
+        "test_a_cached_result_serves_a_later_run_and_a_failure_is_never_cached",
+    ),
+    (
         "structured output: `response_format` (`ToolStrategy`, `ProviderStrategy`), retried, "
         "`structured_response`, `StructuredOutputError`"
     ): ("test_a_structured_answer_is_retried_counted_and_kept",),

@@ -393,6 +393,7 @@ async def test_records_are_pydantic_and_kept_in_tool_logs() -> None:
         "purpose", "tool_name", "kwargs", "todo_suggestion", "next", "success", "result", "error",
         "error_type", "traceback",  # set when the tool raised: for the developer, not the model
         "attempts",  # the tries the call took (a tool_retry)
+        "shared",  # where a shared call's outcome came from (shared_results)
     }  # fmt: skip
 
 

@@ -182,8 +182,11 @@ async def run_tool_call(
 
 
 def _tried(outcome: ToolOutcome, request: ToolCallRequest) -> ToolOutcome:
-    """``outcome`` with the tries its tool took in its record (when more than one)."""
-    count = request._tries.count
-    if count > 1:
-        outcome.record.__dict__["attempts"] = count
+    """``outcome`` with the tries its tool took in its record (when more than one), and
+    where its outcome came from when the tool did not run for it (``shared``)."""
+    tries = request._tries
+    if tries.count > 1:
+        outcome.record.__dict__["attempts"] = tries.count
+    if tries.shared is not None:
+        outcome.record.__dict__["shared"] = tries.shared
     return outcome

@@ -26,6 +26,8 @@ class MemoryCheckpointStore(StoreBase):
         # run_id -> (revision, created_at, status, JSON text)
         self._rows: dict[str, tuple[int, float, CheckpointStatus, str]] = {}
         self._journals: dict[str, dict[str, JournalEntry]] = {}
+        # shared results: key -> (JSON text, expires_at)
+        self._shared: dict[str, tuple[str, float | None]] = {}
 
     async def get(self, run_id: str) -> Checkpoint | None:
         await anyio.lowlevel.checkpoint()
@@ -82,6 +84,28 @@ class MemoryCheckpointStore(StoreBase):
         )
         journal[call_id] = done
         return done
+
+    async def get_shared(self, key: str, *, now: float) -> tuple[Any] | None:
+        """The result kept under ``key`` (boxed), or ``None`` (none, or expired)."""
+        await anyio.lowlevel.checkpoint()
+        entry = self._shared.get(key)
+        if entry is None:
+            return None
+        if entry[1] is not None and entry[1] <= now:
+            del self._shared[key]
+            return None
+        return (json.loads(entry[0]),)
+
+    async def put_shared(
+        self, key: str, value: Any, *, expires_at: float | None, now: float
+    ) -> None:
+        """Keep ``value`` (JSON data) under ``key`` until ``expires_at``; the entries
+        expired before ``now`` are forgotten."""
+        await anyio.lowlevel.checkpoint()
+        text = json_text(value, f"the shared result {key!r}")
+        for old in [k for k, (_, ends) in self._shared.items() if ends is not None and ends <= now]:
+            del self._shared[old]
+        self._shared[key] = (text, expires_at)
 
     async def aclose(self) -> None:
         """Nothing to release."""

@@ -78,6 +78,17 @@ CREATE TABLE {s}.journal (
 )
 """
 
+_SHARED_SCHEMA = """
+CREATE TABLE IF NOT EXISTS {s}.shared_results (
+    shared_key  TEXT PRIMARY KEY,
+    value       TEXT NOT NULL,
+    expires_at  DOUBLE PRECISION
+);
+CREATE INDEX IF NOT EXISTS shared_results_by_expiry ON {s}.shared_results (expires_at)
+"""
+"""The cache of :class:`~toolloop.runner.SharedResults` (made in a schema of version 1
+too: a table that an older toolloop leaves alone)."""
+
 _MIGRATION_LOCK = 0x746F6F6C6C6F6F70  # "toolloop": one migrator at a time
 
 
@@ -472,6 +483,7 @@ class PostgresCheckpointStore(SQLStore):
                 conn.execute(
                     f"INSERT INTO {s}.schema_version (version) VALUES (%s)", (SCHEMA_VERSION,)
                 )
+                self._shared_table(conn, s)
                 return
             row = conn.execute(f"SELECT max(version) FROM {s}.schema_version").fetchone()
             version = int(row[0]) if row and row[0] is not None else 0
@@ -481,12 +493,19 @@ class PostgresCheckpointStore(SQLStore):
                     f"{version}; this toolloop reads schema {SCHEMA_VERSION}: upgrade toolloop"
                 )
             # migrations from older versions go here, one step at a time
+            self._shared_table(conn, s)
+
+    @staticmethod
+    def _shared_table(conn: psycopg.Connection[Any], s: str) -> None:
+        for statement in _SHARED_SCHEMA.format(s=s).split(";"):
+            if statement.strip():
+                conn.execute(statement)
 
     def _sql(self, statement: str) -> str:
         s = f'"{self.schema}"'
-        return statement.format(checkpoints=f"{s}.checkpoints", journal=f"{s}.journal").replace(
-            "?", "%s"
-        )
+        return statement.format(
+            checkpoints=f"{s}.checkpoints", journal=f"{s}.journal", shared=f"{s}.shared_results"
+        ).replace("?", "%s")
 
     def _insert_new(self, rest: str) -> str:
         return self._sql(f"INSERT {rest} ON CONFLICT DO NOTHING")

@@ -45,8 +45,8 @@ class SQLStore(StoreBase):
     connection (its first argument) in a worker thread, in a transaction: :meth:`_read`
     says how for a read, :meth:`_writing` for a batch of writes (of one write, without
     group commit). The statements are written once, here, in the words both databases
-    know: ``{checkpoints}`` and ``{journal}`` stand for the tables, ``?`` for a parameter
-    (:meth:`_sql` puts the store's own).
+    know: ``{checkpoints}``, ``{journal}`` and ``{shared}`` stand for the tables, ``?``
+    for a parameter (:meth:`_sql` puts the store's own).
 
     **Group commit** (``group_commit=True``, the default): the writes of concurrent callers
     of one event loop are committed together, in one transaction, by the first of them
@@ -88,6 +88,41 @@ class SQLStore(StoreBase):
 
     async def aclose(self) -> None:
         await anyio.to_thread.run_sync(self._close)
+
+    # -- shared results (a cache of tool results, see toolloop.runner.SharedResults) --------
+
+    async def get_shared(self, key: str, *, now: float) -> tuple[Any] | None:
+        """The result kept under ``key`` (boxed), or ``None`` (none, or expired)."""
+        return await self._read(self._get_shared, key, now)
+
+    async def put_shared(
+        self, key: str, value: Any, *, expires_at: float | None, now: float
+    ) -> None:
+        """Keep ``value`` (JSON data) under ``key`` until ``expires_at``; the entries
+        expired before ``now`` are forgotten."""
+        text = json_text(value, f"the shared result {key!r}")
+        await self._write(self._put_shared, key, text, expires_at, now)
+
+    def _get_shared(self, conn: Any, key: str, now: float) -> tuple[Any] | None:
+        row = conn.execute(
+            self._sql("SELECT value, expires_at FROM {shared} WHERE shared_key = ?"), (key,)
+        ).fetchone()
+        if row is None or (row[1] is not None and row[1] <= now):
+            return None
+        return (json.loads(row[0]),)
+
+    def _put_shared(
+        self, conn: Any, key: str, text: str, expires_at: float | None, now: float
+    ) -> None:
+        conn.execute(self._sql("DELETE FROM {shared} WHERE expires_at <= ?"), (now,))
+        conn.execute(
+            self._sql(
+                "INSERT INTO {shared} (shared_key, value, expires_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (shared_key) DO UPDATE SET value = excluded.value, "
+                "expires_at = excluded.expires_at"
+            ),
+            (key, text, expires_at),
+        )
 
     # -- writes, committed together -------------------------------------------------------
 

@@ -53,6 +53,17 @@ CREATE TABLE journal (
 CREATE INDEX checkpoints_by_status ON checkpoints (status, created_at);
 """
 
+_SHARED_SCHEMA = """
+CREATE TABLE IF NOT EXISTS shared_results (
+    shared_key  TEXT PRIMARY KEY,
+    value       TEXT NOT NULL,
+    expires_at  REAL
+);
+CREATE INDEX IF NOT EXISTS shared_results_by_expiry ON shared_results (expires_at);
+"""
+"""The cache of :class:`~toolloop.runner.SharedResults` (made in a file of schema 1 too:
+a table that an older toolloop leaves alone)."""
+
 T = TypeVar("T")
 
 
@@ -133,7 +144,9 @@ class SQLiteCheckpointStore(SQLStore):
         return exc
 
     def _sql(self, statement: str) -> str:
-        return statement.format(checkpoints="checkpoints", journal="journal")
+        return statement.format(
+            checkpoints="checkpoints", journal="journal", shared="shared_results"
+        )
 
     def _insert_new(self, rest: str) -> str:
         return self._sql(f"INSERT OR IGNORE {rest}")
@@ -235,6 +248,9 @@ class SQLiteCheckpointStore(SQLStore):
                     f"{str(self.path)!r} has checkpoint schema {version}; this toolloop reads "
                     f"schema {SCHEMA_VERSION}: upgrade toolloop"
                 )
+            for statement in _SHARED_SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
 
     def _close(self) -> None:
         with self._lock:

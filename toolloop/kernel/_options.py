@@ -21,7 +21,7 @@ from ..checkpoints import CheckpointStore
 from ..flow import FlowEvent
 from ..models import UsageLimits
 from ..ratelimit import RateLimit, RetryPolicy
-from ..runner import Executor
+from ..runner import Executor, SharedResults
 from ..tools import ToolRegistry
 from ._approval import ApprovalSpec
 
@@ -54,6 +54,7 @@ OnEvent: TypeAlias = Callable[[FlowEvent], None]
 
 _POLICIES = ("raise", "finish")
 _NO_RATE_LIMITS: Mapping[str, RateLimit] = MappingProxyType({})
+_NO_SHARING: Mapping[str, SharedResults] = MappingProxyType({})
 
 
 def _whole(value: object) -> bool:
@@ -117,6 +118,10 @@ class RunOptions:
             go through (one object for several tools limits them as a group).
         tool_retry: a :class:`~toolloop.ratelimit.RetryPolicy` for the calls of the
             run's ``idempotent_tools`` (no other tool is ever retried).
+        shared_results: tool names to the :class:`~toolloop.runner.SharedResults` their
+            calls are shared by: identical calls in flight at once (in this run and in
+            every run given the same object) run once, each keeping its own record; with
+            a ``ttl``, successful results are cached.
     """
 
     concurrency: int = 4
@@ -140,6 +145,7 @@ class RunOptions:
     model_retry: RetryPolicy | None = None
     rate_limits: Mapping[str, RateLimit] = field(default_factory=lambda: _NO_RATE_LIMITS)
     tool_retry: RetryPolicy | None = None
+    shared_results: Mapping[str, SharedResults] = field(default_factory=lambda: _NO_SHARING)
 
     def __post_init__(self) -> None:
         self.check()
@@ -224,6 +230,18 @@ class RunOptions:
                     "rate_limits takes tool names to toolloop.ratelimit.RateLimit objects, got "
                     f"{tool!r}: {type(limit).__name__}"
                 )
+        sharing = self.shared_results
+        if not isinstance(sharing, Mapping):
+            raise TypeError(
+                "shared_results takes tool names to SharedResults ({'search': "
+                f"SharedResults()}}), got {type(sharing).__name__}"
+            )
+        for tool, shared in sharing.items():
+            if not isinstance(tool, str) or not isinstance(shared, SharedResults):
+                raise TypeError(
+                    "shared_results takes tool names to toolloop.runner.SharedResults objects, "
+                    f"got {tool!r}: {type(shared).__name__}"
+                )
 
     @property
     def model_tries(self) -> RetryPolicy | None:
@@ -239,8 +257,9 @@ class RunOptions:
     ) -> Executor:
         """The run's :class:`~toolloop.runner.Executor` of ``registry``, with the limits of
         these options (``limiter``, ``tool_timeout``, ``rate_limits``, ``tool_retry`` for
-        the ``idempotent_tools``; ``concurrency`` unless told not to): ``reuse`` if it has
-        them (an executor is configuration only: runs with the same limits share one)."""
+        the ``idempotent_tools``, ``shared_results``; ``concurrency`` unless told not to):
+        ``reuse`` if it has them (an executor is configuration only: runs with the same
+        limits share one)."""
         if reuse is not None and self._fits(reuse, concurrency):
             return reuse
         per_run: dict[str, Any] = {"concurrency": self.concurrency} if concurrency else {}
@@ -252,6 +271,7 @@ class RunOptions:
             rate_limits=self.rate_limits,
             retry=self.tool_retry,
             idempotent_tools=self.idempotent_tools,
+            shared_results=self.shared_results,
         )
 
     def _fits(self, executor: Executor, concurrency: bool) -> bool:
@@ -265,6 +285,10 @@ class RunOptions:
         limits = self.rate_limits
         if (limits or executor.rate_limits) and limits is not executor.rate_limits:
             if dict(limits) != dict(executor.rate_limits):
+                return False
+        sharing = self.shared_results
+        if (sharing or executor.shared_results) and sharing is not executor.shared_results:
+            if dict(sharing) != dict(executor.shared_results):
                 return False
         # the idempotent tools matter only to a retry policy
         return self.tool_retry is None or executor.idempotent_tools == frozenset(
@@ -411,6 +435,7 @@ class RunDefaults(TypedDict, total=False):
     model_retry: RetryPolicy | None
     rate_limits: Mapping[str, RateLimit]
     tool_retry: RetryPolicy | None
+    shared_results: Mapping[str, SharedResults]
 
 
 class RunOverrides(RunDefaults, total=False):

@@ -223,6 +223,7 @@ class DurableLoop:
             rate_limits=inner.rate_limits,
             retry=inner.retry,
             idempotent_tools=inner.idempotent_tools,
+            shared_results=inner.shared_results,
         )
         executor.durable = self
         self.scope = deps.scope

@@ -4,6 +4,8 @@ A batch of calls runs under an exact per-run concurrency limit and an optional
 :class:`anyio.CapacityLimiter` shared across runs, each call under its timeout, and every
 command ends in exactly one :class:`ToolExecutionRecord`, whatever happens to it
 (cancellation included). Commands may be submitted while the batch already runs.
+Identical calls of a tool given a :class:`SharedResults` run once while in flight, and
+their results may be cached.
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ from ._records import ToolCommand as ToolCommand
 from ._records import ToolExecutionRecord as ToolExecutionRecord
 from ._records import construct as construct
 from ._result import RunResult as RunResult
+from ._shared import SharedResults as SharedResults
+from ._shared import SharedResultStore as SharedResultStore
+from ._shared import SharedSource as SharedSource
+from ._shared import shared_key as shared_key
 
 __all__ = [
     "DEFAULT_PURPOSE",
@@ -47,6 +53,9 @@ __all__ = [
     "OnFinish",
     "OnStart",
     "RunResult",
+    "SharedResultStore",
+    "SharedResults",
+    "SharedSource",
     "SplitCall",
     "ToolBatch",
     "ToolCallEvent",
@@ -62,6 +71,7 @@ __all__ = [
     "json_safe",
     "nesting_depth",
     "progress_reporter",
+    "shared_key",
     "short_repr",
     "tool_error_text",
 ]

@@ -9,7 +9,10 @@ fail the schema (the tool does not run), an exception or a timeout each become a
 bounds tool runs across batches and runs too. A tool given a
 :class:`~toolloop.ratelimit.RateLimit` (``rate_limits``) has each try admitted by it; an
 idempotent tool (``idempotent_tools``) is tried again by the ``retry`` policy; the record
-says how many tries the call took (``attempts``).
+says how many tries the call took (``attempts``). A tool given a
+:class:`~toolloop.runner.SharedResults` (``shared_results``) has identical calls in flight
+at once run once, and its results cached (see :mod:`toolloop.runner._shared`): the record
+of a call that did not run its tool says where its outcome came from (``shared``).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from ..ratelimit import RateLimit, RetryPolicy, Tries
 from ..tools import Tool, ToolRegistry, call_id_of
 from ._batch import SplitCall, ToolBatch, call_split
 from ._records import ToolCommand, ToolExecutionRecord
+from ._shared import SharedResults, SharedSource, shared_key
 
 __all__ = [
     "CallTries",
@@ -79,20 +83,30 @@ def cancelled_record(command: ToolCommand) -> ToolExecutionRecord:
 
 @dataclass(slots=True)
 class CallTries:
-    """How many tries the calls given it took (:meth:`Executor.execute` adds each call's)."""
+    """How many tries the calls given it took (:meth:`Executor.execute` adds each call's),
+    and where the outcome of the last came from when its tool did not run for it
+    (``shared``: see :data:`~toolloop.runner.SharedSource`)."""
 
     count: int = 0
+    shared: SharedSource | None = None
 
 
 class _Tried:
     """What a guarded call came to, with its tries: a value, or the last failure."""
 
-    __slots__ = ("attempts", "failure", "value")
+    __slots__ = ("attempts", "failure", "shared", "value")
 
-    def __init__(self, value: Any, failure: Exception | None, attempts: int) -> None:
+    def __init__(
+        self,
+        value: Any,
+        failure: Exception | None,
+        attempts: int,
+        shared: SharedSource | None = None,
+    ) -> None:
         self.value = value
         self.failure = failure
         self.attempts = attempts
+        self.shared = shared
 
     def record(self, executor: Executor, command: ToolCommand) -> ToolExecutionRecord:
         failure = self.failure
@@ -102,11 +116,14 @@ class _Tried:
             record = executor.raised(command, failure)
         if self.attempts != 1:
             record.__dict__["attempts"] = self.attempts
+        if self.shared is not None:
+            record.__dict__["shared"] = self.shared
         return record
 
 
 _Guard = tuple[RateLimit | None, RetryPolicy | None]
 _NO_LIMITS: Mapping[str, RateLimit] = MappingProxyType({})
+_NO_SHARING: Mapping[str, SharedResults] = MappingProxyType({})
 
 
 def _guards(
@@ -155,6 +172,8 @@ class Executor(SplitCall[ToolCommand, ToolExecutionRecord]):
         retry: the :class:`~toolloop.ratelimit.RetryPolicy` of the ``idempotent_tools``'
             calls (no other tool is retried).
         idempotent_tools: the tools safe to run twice.
+        shared_results: tool names to the :class:`~toolloop.runner.SharedResults` their
+            calls are shared by (identical calls in flight run once; a ``ttl`` caches).
 
     An executor holds only configuration: one can serve many rounds and runs, concurrently.
 
@@ -176,6 +195,7 @@ class Executor(SplitCall[ToolCommand, ToolExecutionRecord]):
         "rate_limits",
         "registry",
         "retry",
+        "shared_results",
         "tool_timeout",
     )
 
@@ -191,6 +211,7 @@ class Executor(SplitCall[ToolCommand, ToolExecutionRecord]):
         rate_limits: Mapping[str, RateLimit] | None = None,
         retry: RetryPolicy | None = None,
         idempotent_tools: Collection[str] = (),
+        shared_results: Mapping[str, SharedResults] | None = None,
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be an int >= 1, got {concurrency!r}")
@@ -208,6 +229,15 @@ class Executor(SplitCall[ToolCommand, ToolExecutionRecord]):
         )
         self.retry = retry
         self.idempotent_tools: frozenset[str] = frozenset(idempotent_tools)
+        for name, shared in (shared_results or {}).items():
+            if not isinstance(shared, SharedResults):
+                raise TypeError(
+                    f"shared_results[{name!r}] must be a toolloop.runner.SharedResults, got "
+                    f"{type(shared).__name__}"
+                )
+        self.shared_results: Mapping[str, SharedResults] = (
+            _NO_SHARING if shared_results is None else shared_results
+        )
 
     def batch(
         self,
@@ -295,6 +325,16 @@ class Executor(SplitCall[ToolCommand, ToolExecutionRecord]):
             return ToolExecutionRecord.failed(command, str(exc)), None
         except Exception as exc:  # a validator that broke: still a record, never a crash
             return _raised(command, tool_error_text(name, exc), exc), None
+        if self.shared_results:
+            shared = self.shared_results.get(name)
+            if shared is not None:
+                key = shared_key(name, arguments)  # (its checked arguments, no run context)
+                if key is not None:
+                    if tool.context_parameter is not None:
+                        arguments = tool.with_context(
+                            arguments, command.purpose, call_id_of(command)
+                        )
+                    return None, self._shared(shared, key, tool, arguments, None, boxed=True)
         if tool.context_parameter is not None:  # decided when the tool was built
             arguments = tool.with_context(arguments, command.purpose, call_id_of(command))
         guards = self._guards
@@ -332,8 +372,28 @@ class Executor(SplitCall[ToolCommand, ToolExecutionRecord]):
         Unlike :meth:`call`, this raises: the tool's own exception, unchanged (the last
         try's), or :class:`~toolloop.errors.ToolTimeoutError`. For callers that decide per
         exception what to do (the agent's ``wrap_tool_call`` middleware retries chosen
-        exceptions). ``tries``, if given, counts the tries made.
+        exceptions). ``tries``, if given, counts the tries made, and says where the outcome
+        came from when the tool did not run for this call (``tries.shared``: a tool of
+        ``shared_results``).
         """
+        if self.shared_results:
+            shared = self.shared_results.get(tool.name)
+            if shared is not None:
+                context = tool.context_parameter
+                key = shared_key(
+                    tool.name,
+                    arguments
+                    if context is None
+                    else {k: v for k, v in arguments.items() if k != context},
+                )
+                if key is not None:
+                    return self._shared(shared, key, tool, arguments, tries, boxed=False)
+        return self._run(tool, arguments, tries)
+
+    def _run(
+        self, tool: Tool, arguments: dict[str, Any], tries: CallTries | None
+    ) -> Awaitable[Any]:
+        """:meth:`execute`, shared by no one."""
         guards = self._guards
         if guards is not None:
             guard = guards.get(tool.name)
@@ -347,6 +407,45 @@ class Executor(SplitCall[ToolCommand, ToolExecutionRecord]):
         if self.limiter is None:  # the tool's own awaitable: no frame of ours in between
             return tool.execute(arguments, timeout=self.tool_timeout)
         return self._execute_limited(tool, arguments, self.limiter)
+
+    async def _shared(
+        self,
+        shared: SharedResults,
+        key: str,
+        tool: Tool,
+        arguments: dict[str, Any],
+        tally: CallTries | None,
+        *,
+        boxed: bool,
+    ) -> Any:
+        """The call of ``key`` through ``shared``: run here, or its outcome taken from the
+        same call in flight or from the cache. ``boxed``: as a :class:`_Tried` (a failure
+        included); else the value, or the failure raised."""
+        tries = CallTries()
+        ok, value, source = await shared.call(
+            key,
+            lambda: self._run(tool, arguments, tries),
+            tool_name=tool.name,
+            timeout=self._timeout_of(tool),
+        )
+        attempts = max(tries.count, 1)
+        if tally is not None:
+            tally.count += tries.count
+            tally.shared = source
+        if boxed:
+            if ok:
+                return _Tried(value, None, attempts, source)
+            return _Tried(None, value, attempts, source)
+        if ok:
+            return value
+        raise value
+
+    def _timeout_of(self, tool: Tool) -> float | None:
+        """The call's timeout: the smaller of the executor's and the tool's own."""
+        mine, its = self.tool_timeout, tool.timeout
+        if mine is None or its is None:
+            return its if mine is None else mine
+        return min(mine, its)
 
     async def _tried(
         self,

@@ -12,7 +12,7 @@ Shapes as in the design, exactly::
 from __future__ import annotations
 
 import traceback
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, field_serializer
 
@@ -116,6 +116,10 @@ class ToolExecutionRecord(BaseModel):
     attempts: int = 1
     """The tries the call took (more than 1 when a ``tool_retry`` tried it again; each
     retry is told as a ``RetryScheduled`` event)."""
+    shared: Literal["in_flight", "cache"] | None = None
+    """Where the outcome came from when the tool did not run for this call (a tool of
+    ``shared_results``): the same call of another caller, running at the time
+    (``"in_flight"``), or the cache (``"cache"``); ``None``: the tool ran for it."""
 
     @field_serializer("kwargs", "result", when_used="json")
     def _as_json(self, value: Any) -> Any:
@@ -176,5 +180,6 @@ def _record(
             "error_type": None,
             "traceback": None,
             "attempts": 1,
+            "shared": None,
         },
     )
