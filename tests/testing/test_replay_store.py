@@ -6,7 +6,7 @@ once); a divergence said as a trace replay says it; a store run that kept nothin
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +75,7 @@ def scripted(product: str, to: str = "ada") -> ScriptedChatModel:
 
 def builder(
     product: str, store: CheckpointStore, *, pause: bool
-) -> Callable[[ChatModel, ToolRegistry], Any]:
+) -> Callable[[ChatModel, ToolRegistry], Awaitable[RunResult]]:
     """Runs ``product`` durably in ``store`` (``pause``: the mail waits for a human, who
     approves it: the run is resumed)."""
     options: dict[str, Any] = {"needs_approval": ["send"]} if pause else {}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ..checkpoints import CheckpointStore, JournalEntry
 from ..flow import FlowEvent
@@ -21,12 +21,7 @@ from ..tracing import TraceError, load_event, redact
 from ._recording import Recording
 from ._replay_diff import ReplayError
 
-__all__ = ["META_KEY", "StoredRun"]
-
-META_KEY = "replay/meta"
-"""The journal key of a note that says what the run was (``toolloop run --store`` writes
-the header a trace would have: the product, the request, the tools), as
-``{"meta": {...}}``."""
+__all__ = ["StoredRun"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +37,12 @@ class StoredRun:
     store: CheckpointStore
     run_id: str
     label: str | None = None
+
+    META_KEY: ClassVar[str] = "replay/meta"
+    """The journal key of a note that says what the run was, as ``{"meta": {...}}``:
+    ``toolloop run --store`` keeps there what a trace's header would say (the product,
+    the request, the options, the tools), so that ``toolloop replay --store`` makes it
+    again."""
 
     @property
     def source(self) -> str:
