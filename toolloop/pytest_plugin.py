@@ -19,7 +19,7 @@ import pytest
 
 if TYPE_CHECKING:
     from .models import ChatModel
-    from .testing import Recording
+    from .testing import Recording, StoredRun
     from .tools import ToolRegistry
     from .tracing import EventTrace
 
@@ -28,7 +28,8 @@ __all__ = ["ReplayFixture", "toolloop_replay"]
 
 class ReplayFixture:
     """What the ``toolloop_replay`` fixture gives a test: ``await toolloop_replay(trace,
-    run, **options)`` is :func:`toolloop.testing.replay`, with a trace's relative path read
+    run, **options)`` is :func:`toolloop.testing.replay` (of a trace, or of a durable run in
+    its store: :class:`~toolloop.testing.StoredRun`), with a trace's relative path read
     from the test file's folder, and a divergence failing the test with its diff (no
     traceback to wade through)."""
 
@@ -46,7 +47,7 @@ class ReplayFixture:
 
     async def __call__(
         self,
-        recording: str | Path | EventTrace | Recording,
+        recording: str | Path | EventTrace | Recording | StoredRun,
         run: Callable[[ChatModel, ToolRegistry], Awaitable[Any]] | None = None,
         **options: Any,
     ) -> Any:

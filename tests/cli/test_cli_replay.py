@@ -94,6 +94,37 @@ async def test_a_trace_of_toolloop_run_replays_offline(
     assert calls(workdir) == [CALL, CALL]
 
 
+@pytest.mark.parametrize("product", PRODUCTS)
+async def test_a_run_of_toolloop_run_store_replays_from_the_store(
+    workdir: Path, anyio_backend: str, product: str
+) -> None:
+    async with FakeOpenAIServer(responder=Model(product)) as server:
+        flags = [*product_flags(server, product), "--store", "runs.db", "--run-id", "r1"]
+        code, out, err = await toolloop(workdir, anyio_backend, "run", "Mail Ann", *flags)
+    assert (code, err) == (0, ""), out
+    assert calls(workdir) == [CALL]
+
+    # offline: the replies and the result come from the store; the tool does not run again
+    code, out, err = await toolloop(workdir, anyio_backend, "replay", "--store", "runs.db", "r1")
+    assert (code, err) == (0, ""), out
+    assert f"replaying run r1 of the store: the {product} product" in out
+    assert "the code did what the recorded run did (as recorded): answered, 1 record\n" in out
+    assert calls(workdir) == [CALL]
+
+    # the code changed: the tool's schema refuses the recorded address now
+    (workdir / "strict.py").write_text(STRICT_SOURCE, encoding="utf-8")
+    code, out, err = await toolloop(
+        workdir, anyio_backend, "replay", "--store", "runs.db", "r1", "--tools", "strict:TOOLS"
+    )
+    assert (code, err) == (1, ""), out
+    assert "the replay of run r1 in runs.db diverged: " in out
+    assert "+ (stopped here)" in out or "(not run: arguments for tool 'send_email'" in out
+
+    code, _, err = await toolloop(workdir, anyio_backend, "replay", "--store", "runs.db", "r2")
+    assert code == 2
+    assert "the store has no run 'r2'" in err
+
+
 async def test_replay_refuses_what_it_cannot_do(workdir: Path, anyio_backend: str) -> None:
     code, _, err = await toolloop(workdir, anyio_backend, "replay", "missing.jsonl")
     assert code == 2

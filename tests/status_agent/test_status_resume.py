@@ -193,7 +193,7 @@ async def test_a_snapshot_that_does_not_fit_the_agent_is_corrupt() -> None:
     )
     with pytest.raises(CorruptCheckpointError, match="does not restore into flow 'status_agent'"):
         await agent.resume("run-1", Approve())
-    assert await stored(store) == before
+    assert (await stored(store)).model_copy(update={"journal": []}) == before
     # paused, but for something else than a human
     waits = checkpoint.snapshot.model_copy(update={"waiting": []})
     await store.put(

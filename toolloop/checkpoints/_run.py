@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, TypeVar
 
 import anyio
@@ -45,6 +45,7 @@ from ._store import CheckpointStore, LeasingStore
 __all__ = ["INTERRUPTED", "CheckpointedRun", "expect_status", "restore"]
 
 S = TypeVar("S")
+T = TypeVar("T")
 
 _PAUSED: tuple[CheckpointStatus, ...] = ("paused",)
 INTERRUPTED: tuple[CheckpointStatus, ...] = ("running", "failed")
@@ -82,12 +83,14 @@ class CheckpointedRun:
     Made by :meth:`begin` (a new run) or :meth:`claim` (a stored one).
     """
 
-    __slots__ = ("_open", "checkpoint", "store")
+    __slots__ = ("_kept", "_open", "_written", "checkpoint", "store")
 
     def __init__(self, store: CheckpointStore, checkpoint: Checkpoint) -> None:
         self.store = store
         self.checkpoint = checkpoint
         self._open: set[str] = set()
+        self._written: set[str] = set()
+        self._kept: list[JournalEntry] = []
         if checkpoint.owner is not None:
             _LIVE.add(checkpoint.owner.token)
 
@@ -306,7 +309,7 @@ class CheckpointedRun:
 
     async def record_intent(self, entry: JournalEntry) -> JournalEntry:
         """Journal a call before it starts (see :meth:`CheckpointStore.record_intent`)."""
-        stored = await self.store.record_intent(self.run_id, entry)
+        stored = await self._beside_kept(self.store.record_intent, self.run_id, entry)
         if stored.state == "started" and stored.started_at == entry.started_at:
             self._open.add(entry.call_id)  # ours: the call starts now
         return stored
@@ -319,9 +322,53 @@ class CheckpointedRun:
         state: Literal["finished", "interrupted"] = "finished",
     ) -> JournalEntry:
         """Journal what came of a call (see :meth:`CheckpointStore.record_outcome`)."""
-        entry = await self.store.record_outcome(self.run_id, call_id, outcome, state=state)
+        entry = await self._beside_kept(self._outcome, call_id, outcome, state)
         self._open.discard(call_id)
+        if state == "finished":
+            self._written.add(call_id)
         return entry
+
+    async def _outcome(self, call_id: str, outcome: Any, state: Any) -> JournalEntry:
+        return await self.store.record_outcome(self.run_id, call_id, outcome, state=state)
+
+    @property
+    def written_outcomes(self) -> frozenset[str]:
+        """The calls whose outcome this process journaled (``finished``)."""
+        return frozenset(self._written)
+
+    def keep(self, call_id: str, tool_name: str, outcome: Any) -> None:
+        """Journal a note with the run's next write, in the same commit where the store
+        commits concurrent writes together (a group commit: SQLite, PostgreSQL): what the
+        run keeps of itself for a later look (e.g. its model replies, for a replay), at no
+        commit of its own. Kept when the run writes next, whatever it writes; lost if the
+        process stops first. A store that fails to write it does not fail the run."""
+        self._kept.append(
+            JournalEntry(
+                call_id=call_id,
+                tool_name=tool_name,
+                state="finished",
+                outcome=outcome,
+                finished_at=time.time(),
+            )
+        )
+
+    async def _beside_kept(self, write: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """``write(*args)``, with the notes kept since the last write written beside it."""
+        if not self._kept:
+            return await write(*args)
+        kept, self._kept = self._kept, []
+        async with anyio.create_task_group() as group:
+            for note in kept:
+                group.start_soon(self._write_kept, note)
+            done = await write(*args)
+        return done
+
+    async def _write_kept(self, note: JournalEntry) -> None:
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.store.record_intent(self.run_id, note)
+            except Exception:  # what the run keeps of itself matters less than the run
+                return
 
     async def record_note(self, call_id: str, tool_name: str, outcome: Any) -> JournalEntry:
         """Journal a note: an entry finished as it is written (what the planner answered,
@@ -335,7 +382,7 @@ class CheckpointedRun:
             outcome=outcome,
             finished_at=time.time(),
         )
-        stored = await self.store.record_intent(self.run_id, note)
+        stored = await self._beside_kept(self.store.record_intent, self.run_id, note)
         if stored.state == "started":  # an intent only (this store's, or written before)
             return await self.store.record_outcome(self.run_id, call_id, outcome)
         return stored
@@ -356,8 +403,12 @@ class CheckpointedRun:
 
     async def _write(self, **fields: Any) -> Checkpoint:
         update = self.checkpoint.model_copy(update=fields)
-        self.checkpoint = await self.store.put(update, expected_revision=self.checkpoint.revision)
+        revision = self.checkpoint.revision
+        self.checkpoint = await self._beside_kept(self._put, update, revision)
         return self.checkpoint
+
+    async def _put(self, checkpoint: Checkpoint, revision: int) -> Checkpoint:
+        return await self.store.put(checkpoint, expected_revision=revision)
 
 
 async def _take(

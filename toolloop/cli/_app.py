@@ -65,6 +65,7 @@ examples:
   toolloop graph > loop.mmd
   toolloop trace timeline run.jsonl -o run.svg
   toolloop replay run.jsonl --live-tool get_weather
+  toolloop replay --store runs.db RUN_ID
   toolloop view run.jsonl --follow --open
 
 Progress is live on a terminal, one line per event otherwise (or with --plain).
@@ -548,9 +549,21 @@ def _add_replay(commands: Any) -> None:
         description="Run the run FILE.jsonl tells (written by `toolloop run --trace`) again, "
         "offline: the same product and options, the model's replies and the tools' results "
         "taken from the trace. Exit status 0: the code does what the recorded run did; 1: it "
-        "does something else (a diff, turn by turn, shows where).",
+        "does something else (a diff, turn by turn, shows where). With --store, RUN_ID is a "
+        "run of that store (made by `toolloop run --store`): it keeps its model replies "
+        "beside its tool calls' outcomes.",
     )
-    replay.add_argument("file", type=Path, metavar="FILE.jsonl", help="a trace (--trace)")
+    replay.add_argument(
+        "file",
+        type=Path,
+        metavar="FILE.jsonl|RUN_ID",
+        help="a trace (--trace); with --store: the run's id",
+    )
+    replay.add_argument(
+        "--store",
+        metavar="PATH|URL",
+        help="replay run RUN_ID of this store (a SQLite file, or a postgresql:// URL)",
+    )
     replay.add_argument(
         "--tools",
         action="append",

@@ -1,5 +1,6 @@
-"""``toolloop replay``: a run recorded with ``toolloop run --trace`` played again through
-today's code, the model's replies and the tools' results taken from the trace."""
+"""``toolloop replay``: a run recorded with ``toolloop run --trace`` (or kept in the store
+of ``toolloop run --store``) played again through today's code, the model's replies and the
+tools' results taken from the record."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from ..kernel import RunResult
 from ..models import ChatModel, UsageLimits
@@ -17,7 +18,10 @@ from ..tracing import TraceError, redact_text
 from ._app import describe_error
 from ._load import CLIError, load_tools
 from ._products import AGENTS
-from ._run import LIMIT_NAMES, RunOptions, _product, _run_options
+from ._run import LIMIT_NAMES, RunOptions, _product, _run_options, open_store
+
+if TYPE_CHECKING:
+    from ..testing import Recording
 
 __all__ = ["ReplayOptions", "async_replay", "rerun"]
 
@@ -98,6 +102,9 @@ class ReplayOptions:
     """The options of ``toolloop replay`` (see ``toolloop replay --help``)."""
 
     file: Path
+    """The trace; with ``store``: the run's id."""
+    store: str | None = None
+    """``--store``: replay run ``file`` of this store (a SQLite file, a PostgreSQL URL)."""
     tools: list[str] = field(default_factory=list)
     """``--tools``; none: the trace's own (``tool_specs``), else stand-ins."""
     live_tools: list[str] = field(default_factory=list)
@@ -116,14 +123,48 @@ async def async_replay(options: ReplayOptions, *, out: TextIO) -> int:
         CLIError: the trace cannot be read, the tools cannot be loaded, an option does not
             fit (exit status 2), or the replay cannot be made.
     """
-    from ..testing import Recording, ReplayError, ReplayMismatch, replay
 
+    async with AsyncExitStack() as stack:
+        recording = await _recording(options, stack)
+        return await _replayed(options, recording, stack, out=out)
+
+
+async def _recording(options: ReplayOptions, stack: AsyncExitStack) -> Recording:
+    """The recorded run ``options`` name: a trace, or a run of a store (opened on ``stack``)."""
+    from ..testing import Recording, ReplayError, StoredRun
+
+    if options.store is None:
+        try:
+            return Recording.from_trace(options.file)
+        except TraceError as exc:
+            raise CLIError(
+                f"replay: {options.file} is not a toolloop trace: {exc}", code=2
+            ) from exc
+        except OSError as exc:
+            raise CLIError(f"replay: cannot read {options.file}: {exc.strerror}", code=2) from exc
+    store = open_store(options.store)
+    stack.push_async_callback(store.aclose)
+    run_id = str(options.file)
+    label = f"run {run_id} in {redact_text(options.store)}"
     try:
-        recording = Recording.from_trace(options.file)
-    except TraceError as exc:
-        raise CLIError(f"replay: {options.file} is not a toolloop trace: {exc}", code=2) from exc
-    except OSError as exc:
-        raise CLIError(f"replay: cannot read {options.file}: {exc.strerror}", code=2) from exc
+        recording = await StoredRun(store, run_id, label=label).read()
+    except ReplayError as exc:
+        raise CLIError(f"replay: {exc}", code=2) from exc
+    if not recording.meta.get("agent"):
+        raise CLIError(
+            f"replay: {label} was not made by `toolloop run --store`: it does not say which "
+            "product ran; replay it from Python (toolloop.testing.replay with "
+            "StoredRun(store, run_id) and run=)",
+            code=2,
+        )
+    return recording
+
+
+async def _replayed(
+    options: ReplayOptions, recording: Recording, stack: AsyncExitStack, *, out: TextIO
+) -> int:
+    from ..testing import ReplayError, ReplayMismatch, replay
+
     meta = recording.meta
     run = rerun(meta)
     specs = options.tools or [str(s) for s in meta.get("tool_specs") or ()]
@@ -143,46 +184,46 @@ async def async_replay(options: ReplayOptions, *, out: TextIO) -> int:
         raise CLIError("replay: --model is for --reask-from (the model asked again)", code=2)
     stand_ins = [str(n) for n in meta.get("tools") or () if str(n) not in tools.names]
     models, tool_calls = len(recording.model_calls), len(recording.tool_calls)
+    what_ran = f"run {options.file} of the store" if options.store else str(options.file)
     out.write(
-        f"replaying {options.file}: the {meta.get('agent')} product, {models} model "
+        f"replaying {what_ran}: the {meta.get('agent')} product, {models} model "
         f"call{'s' * (models != 1)}, {tool_calls} tool call{'s' * (tool_calls != 1)}\n"
     )
     if stand_ins:
         out.write(f"stand-ins (no schema check) for: {', '.join(stand_ins)}\n")
-    async with AsyncExitStack() as stack:
-        live_model: ChatModel | None = None
-        if options.model is not None:
-            from ..models import OpenAIChatModel
+    live_model: ChatModel | None = None
+    if options.model is not None:
+        from ..models import OpenAIChatModel
 
-            opened = OpenAIChatModel(
-                options.model,
-                base_url=options.base_url or os.environ.get("OPENAI_BASE_URL") or None,
-                api_key=options.api_key or os.environ.get("OPENAI_API_KEY") or None,
-            )
-            live_model = await stack.enter_async_context(opened)
-        try:
-            result = await replay(
-                recording,
-                run,
-                tools=tools,
-                live_tools=options.live_tools,
-                reask_from=options.reask_from,
-                model=live_model,
-                compare_requests=options.compare_requests,
-            )
-        except ReplayMismatch as exc:
-            out.write(f"\n{redact_text(str(exc))}\n")
-            return 1
-        except ReplayError as exc:
-            raise CLIError(f"replay: {exc}") from exc
-        except ValueError as exc:
-            raise CLIError(f"replay: {exc}", code=2) from exc
-        except Exception as exc:  # the recorded run failed the same way (else: a mismatch)
-            out.write(
-                "the code did what the recorded run did: it failed again "
-                f"({redact_text(describe_error(exc))})\n"
-            )
-            return 0
+        opened = OpenAIChatModel(
+            options.model,
+            base_url=options.base_url or os.environ.get("OPENAI_BASE_URL") or None,
+            api_key=options.api_key or os.environ.get("OPENAI_API_KEY") or None,
+        )
+        live_model = await stack.enter_async_context(opened)
+    try:
+        result = await replay(
+            recording,
+            run,
+            tools=tools,
+            live_tools=options.live_tools,
+            reask_from=options.reask_from,
+            model=live_model,
+            compare_requests=options.compare_requests,
+        )
+    except ReplayMismatch as exc:
+        out.write(f"\n{redact_text(str(exc))}\n")
+        return 1
+    except ReplayError as exc:
+        raise CLIError(f"replay: {exc}") from exc
+    except ValueError as exc:
+        raise CLIError(f"replay: {exc}", code=2) from exc
+    except Exception as exc:  # the recorded run failed the same way (else: a mismatch)
+        out.write(
+            "the code did what the recorded run did: it failed again "
+            f"({redact_text(describe_error(exc))})\n"
+        )
+        return 0
     what = (
         "as recorded"
         if options.reask_from is None

@@ -6,12 +6,15 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+import time
 import uuid
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter
 from typing import Any, Literal, TextIO
+
+import anyio
 
 from .._errors import ToolloopError
 from ..checkpoints import CheckpointStore, HumanAnswer
@@ -209,6 +212,30 @@ def continue_command(
     for tool in options.idempotent_tools:
         words += ["--idempotent-tool", tool]
     return words
+
+
+async def keep_meta(store: CheckpointStore, run_id: str, meta: dict[str, Any]) -> None:
+    """Keep with run ``run_id`` what a trace's header would say of it (the product, the
+    request, the options, the tools), so that ``toolloop replay --store`` makes it again;
+    scrubbed as a trace is. A store that fails here does not fail the run."""
+    from ..checkpoints import JournalEntry
+    from ..kernel import REPLAY_NOTE
+    from ..testing import StoredRun
+    from ..tracing import redact
+
+    note = JournalEntry(
+        call_id=StoredRun.META_KEY,
+        tool_name=REPLAY_NOTE,
+        state="finished",
+        outcome={"meta": redact(meta)},
+        finished_at=time.time(),
+    )
+    with anyio.CancelScope(shield=True):
+        try:
+            if await store.get(run_id) is not None:
+                await store.record_intent(run_id, note)
+        except Exception:  # the run matters more than what replays it
+            return
 
 
 def open_store(spec: str) -> CheckpointStore:
@@ -522,6 +549,9 @@ async def _observed(
             if store is not None and run_id is not None:
                 await _tell_recover(exc, options, store, run_id)
             raise
+        finally:
+            if store is not None and run_id is not None and verb == "run":
+                await keep_meta(store, run_id, meta)
         elapsed = perf_counter() - started
         if result.paused:
             command = continue_command(options, result.run_id or run_id or "", "resume")

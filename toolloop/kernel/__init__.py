@@ -43,6 +43,7 @@ from ._journal import journaled_call as journaled_call
 from ._journal import own_key as own_key
 from ._journal import record_interrupted as record_interrupted
 from ._journal import same_call as same_call
+from ._keep import REPLAY_NOTE as REPLAY_NOTE
 from ._options import RENAMED_OPTIONS as RENAMED_OPTIONS
 from ._options import OnEvent as OnEvent
 from ._options import OnLimit as OnLimit
@@ -78,6 +79,7 @@ __all__ = [
     "ENGINE_EVENTS",
     "MAX_ARGUMENT_BYTES",
     "RENAMED_OPTIONS",
+    "REPLAY_NOTE",
     "Approval",
     "ApprovalRule",
     "ApprovalSpec",

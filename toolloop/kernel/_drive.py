@@ -8,9 +8,10 @@ the retries and limiter changes of its calls told as ``RetryScheduled`` and
 ``RateLimitChanged``, the tools' run context, what a timeout or a
 spent budget does (``on_timeout``, ``on_usage_limit``), the store's bookkeeping of a durable
 run (paused, completed, failed, or left to be recovered; the calls its own end cut off
-noted), and the ``RunFinished`` event. The product builds its result from the
-:class:`Ended` session (``result_of``); the store keeps a completed run's result as JSON, so
-that recovering a completed run gives it back.
+noted; its model replies kept for a replay: :data:`~toolloop.kernel.REPLAY_NOTE`), and the
+``RunFinished`` event. The product builds its result from the :class:`Ended` session
+(``result_of``); the store keeps a completed run's result as JSON, so that recovering a
+completed run gives it back.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from ._events import (
     RunFinished,
     tell,
 )
+from ._keep import Keeper
 from ._options import RunOptions
 from ._result import RunStatus
 from ._vocabulary import StopReason
@@ -248,6 +250,9 @@ async def drive(
         execution.subscribe(options.on_event)
     for observer in _OBSERVERS.get():
         execution.subscribe(observer)
+    spent = _usage_of(state)
+    if run is not None:  # what a replay needs, kept beside the journal
+        execution.subscribe(Keeper(run, spent.requests if spent is not None else 0))
     observed = execution.observed
     meter = UsageMeter(
         options.usage_limits,
@@ -255,7 +260,6 @@ async def drive(
         rate_limit=options.model_rate_limit,
         retry=options.model_tries,
     )
-    spent = _usage_of(state)
     if spent is not None:  # a resumed run: its budget counts what came before
         meter.usage = spent
         meter.started = spent.requests

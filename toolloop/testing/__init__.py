@@ -6,7 +6,8 @@ a script, offline, and records what its consumers read.
 `FakeOpenAIServer` is a local OpenAI-compatible HTTP server that the real `openai` client
 talks to, with scripted (optionally streamed) replies and a record of what happened.
 `replay` runs a recorded run (a trace) again through today's code, the model's replies and
-the tools' results taken from the record, and raises `ReplayMismatch` (a diff, turn by
+the tools' results taken from the record (a trace, or a durable run in its store:
+`StoredRun`), and raises `ReplayMismatch` (a diff, turn by
 turn) where the code now does something else; `Replay`, `ReplayModel` and `Recording` are
 its parts.
 `ManualClock` is a clock a test moves by hand, for rate limits and retries.
@@ -31,11 +32,13 @@ from ._recording import RecordedModelCall as RecordedModelCall
 from ._recording import RecordedToolCall as RecordedToolCall
 from ._recording import Recording as Recording
 from ._replay import Replay as Replay
+from ._replay import ReplaySettings as ReplaySettings
 from ._replay import replay as replay
 from ._replay_compare import CompareRequests as CompareRequests
 from ._replay_diff import ReplayError as ReplayError
 from ._replay_diff import ReplayMismatch as ReplayMismatch
 from ._replay_model import ReplayModel as ReplayModel
+from ._replay_store import StoredRun as StoredRun
 from ._scripted import ScriptedPlanner as ScriptedPlanner
 
 __all__ = [
@@ -55,11 +58,13 @@ __all__ = [
     "ReplayError",
     "ReplayMismatch",
     "ReplayModel",
+    "ReplaySettings",
     "Responder",
     "ScriptedChatModel",
     "ScriptedChatReply",
     "ScriptedChatStream",
     "ScriptedPlanner",
+    "StoredRun",
     "StreamRecord",
     "replay",
 ]

@@ -190,6 +190,22 @@ class Recording:
         return len(self.model_calls)
 
 
+_REPLY_FIELDS = (
+    "text",
+    "reasoning",
+    "reasoning_field",
+    "refusal",
+    "finish_reason",
+    "usage",
+    "closed_early",
+    "error",
+    "request",
+)
+"""What a :class:`RecordedModelCall` takes as ``ModelCallFinished`` tells it."""
+_OUTCOME_FIELDS = ("success", "result", "error", "error_type")
+"""What a :class:`RecordedToolCall` takes of its call's record."""
+
+
 class _Reader:
     """Reads one run's events in order."""
 
@@ -213,16 +229,8 @@ class _Reader:
             self.models[event.call_index] = RecordedModelCall(
                 position=self.started_models.index(event.call_index),
                 call_index=event.call_index,
-                text=event.text,
-                reasoning=event.reasoning,
-                reasoning_field=event.reasoning_field,
-                refusal=event.refusal,
                 tool_calls=tuple(dict(call) for call in event.tool_calls),
-                finish_reason=event.finish_reason,
-                usage=event.usage,
-                closed_early=event.closed_early,
-                error=event.error,
-                request=event.request,
+                **{name: getattr(event, name) for name in _REPLY_FIELDS},
             )
         elif isinstance(event, ToolCallStarted):
             self.open_calls[(event.round_index, event.index)] = (self.turn, event)
@@ -240,11 +248,8 @@ class _Reader:
                     tool_name=record.tool_name,
                     arguments=dict(arguments),
                     ran=opened is not None and event.source == "ran" and _reached(record),
-                    success=record.success,
-                    result=record.result,
-                    error=record.error,
-                    error_type=record.error_type,
                     source=event.source,
+                    **{name: getattr(record, name) for name in _OUTCOME_FIELDS},
                 )
             )
         elif isinstance(event, RunFinished):

@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import IO, Any, TypeVar, overload
+from typing import IO, Any, TypedDict, TypeVar, overload
 
 import anyio
 import anyio.lowlevel
+from typing_extensions import Unpack
 
 from ..flow import FlowEvent
 from ..kernel import RunResult, observe_runs
@@ -33,13 +34,14 @@ from ._replay_compare import (
 )
 from ._replay_diff import ReplayError, ReplayMismatch, Transcript, render_diff
 from ._replay_model import ReplayModel
+from ._replay_store import StoredRun
 from ._replay_tools import recorded_outcome, replay_tools
 
-__all__ = ["CompareRequests", "Replay", "replay"]
+__all__ = ["CompareRequests", "Replay", "ReplaySettings", "replay"]
 
 R = TypeVar("R")
 
-RecordingSource = Recording | EventTrace | str | Path | IO[str]
+RecordingSource = Recording | StoredRun | EventTrace | str | Path | IO[str]
 
 DEFAULT_TIMEOUT = 60.0
 
@@ -60,7 +62,8 @@ class Replay:
     call that diverges fails its record, and :meth:`check` raises the first divergence.
 
     Args:
-        recording: a :class:`Recording`, or a trace (a path, an open file, an
+        recording: a :class:`Recording` (of a durable run: ``await
+            StoredRun(store, run_id).read()``), or a trace (a path, an open file, an
             :class:`~toolloop.tracing.EventTrace`).
         tools: the real tools (functions or :class:`~toolloop.tools.Tool`): their names,
             descriptions and schemas make the replayed tools, so arguments are checked as
@@ -442,18 +445,24 @@ class Replay:
         self._scope = scope
 
 
+class ReplaySettings(TypedDict, total=False):
+    """The keyword options :func:`replay` hands to :class:`Replay` (see there)."""
+
+    tools: Iterable[Tool | Callable[..., Any]] | ToolRegistry
+    live_tools: Collection[str]
+    reask_from: int | None
+    model: ChatModel | None
+    compare_requests: CompareRequests
+    chunk_size: int
+
+
 @overload
 async def replay(
     recording: RecordingSource,
     run: Callable[[ChatModel, ToolRegistry], Awaitable[R]],
     *,
-    tools: Iterable[Tool | Callable[..., Any]] | ToolRegistry = (),
-    live_tools: Collection[str] = (),
-    reask_from: int | None = None,
-    model: ChatModel | None = None,
-    compare_requests: CompareRequests = "shape",
-    chunk_size: int = 16,
     timeout: float | None = DEFAULT_TIMEOUT,
+    **options: Unpack[ReplaySettings],
 ) -> R: ...
 
 
@@ -462,13 +471,8 @@ async def replay(
     recording: RecordingSource,
     run: None = None,
     *,
-    tools: Iterable[Tool | Callable[..., Any]] | ToolRegistry = (),
-    live_tools: Collection[str] = (),
-    reask_from: int | None = None,
-    model: ChatModel | None = None,
-    compare_requests: CompareRequests = "shape",
-    chunk_size: int = 16,
     timeout: float | None = DEFAULT_TIMEOUT,
+    **options: Unpack[ReplaySettings],
 ) -> RunResult: ...
 
 
@@ -476,13 +480,8 @@ async def replay(
     recording: RecordingSource,
     run: Callable[[ChatModel, ToolRegistry], Awaitable[R]] | None = None,
     *,
-    tools: Iterable[Tool | Callable[..., Any]] | ToolRegistry = (),
-    live_tools: Collection[str] = (),
-    reask_from: int | None = None,
-    model: ChatModel | None = None,
-    compare_requests: CompareRequests = "shape",
-    chunk_size: int = 16,
     timeout: float | None = DEFAULT_TIMEOUT,
+    **options: Unpack[ReplaySettings],
 ) -> Any:
     """Run a recorded run again through today's code, its model's replies and its tools'
     results taken from the record, and check that the code does what it did.
@@ -507,7 +506,8 @@ async def replay(
 
     Args:
         recording: the recorded run: a trace (a path, an open file, an
-            :class:`~toolloop.tracing.EventTrace`) or a :class:`Recording`.
+            :class:`~toolloop.tracing.EventTrace`), a durable run in its store
+            (:class:`StoredRun`), or a :class:`Recording`.
         run: makes and runs the product with the replay's model and tools.
         tools: the real tools (see :class:`Replay`).
         live_tools: tools that run for real (see :class:`Replay`).
@@ -523,17 +523,12 @@ async def replay(
     Raises:
         ReplayMismatch: the code now does something else.
         ReplayError: the recording cannot be replayed (the replay did not end in time, a
-            result the trace cut, no ``run`` for a trace that names no product).
+            result the trace cut, no ``run`` for a trace that names no product, a stored
+            run that kept nothing to replay).
     """
-    referee = Replay(
-        recording,
-        tools=tools,
-        live_tools=live_tools,
-        reask_from=reask_from,
-        model=model,
-        compare_requests=compare_requests,
-        chunk_size=chunk_size,
-    )
+    if isinstance(recording, StoredRun):
+        recording = await recording.read()
+    referee = Replay(recording, **options)
     if run is None:
         run = _product_of(referee.recording)
     deadline = anyio.current_time() + timeout if timeout is not None else float("inf")
@@ -609,4 +604,9 @@ def _product_of(recording: Recording) -> Callable[[ChatModel, ToolRegistry], Awa
 def _recording_of(source: RecordingSource) -> Recording:
     if isinstance(source, Recording):
         return source
+    if isinstance(source, StoredRun):
+        raise TypeError(
+            f"{source.source} is read from its store with await: pass `await stored.read()` "
+            "(a Recording) to Replay; replay() reads it itself"
+        )
     return Recording.from_trace(source)
