@@ -117,6 +117,10 @@ class RunOptions:
             go through (one object for several tools limits them as a group).
         tool_retry: a :class:`~toolloop.ratelimit.RetryPolicy` for the calls of the
             run's ``idempotent_tools`` (no other tool is ever retried).
+        max_result_chars: a tool result longer than this (as text: a string as it is,
+            else its JSON) is shown to the model cut to it, with a handle the built-in
+            ``read_result`` tool reads the rest by; the run keeps it whole (see
+            :mod:`toolloop.kernel` ``ResultKept``). ``None``: results are shown whole.
     """
 
     concurrency: int = 4
@@ -140,6 +144,7 @@ class RunOptions:
     model_retry: RetryPolicy | None = None
     rate_limits: Mapping[str, RateLimit] = field(default_factory=lambda: _NO_RATE_LIMITS)
     tool_retry: RetryPolicy | None = None
+    max_result_chars: int | None = 2000
 
     def __post_init__(self) -> None:
         self.check()
@@ -197,6 +202,11 @@ class RunOptions:
         if not isinstance(self.streaming_dispatch, bool):
             raise TypeError(
                 f"streaming_dispatch must be True or False, got {self.streaming_dispatch!r}"
+            )
+        limit = self.max_result_chars
+        if limit is not None and not (_whole(limit) and limit >= 1):
+            raise ValueError(
+                f"max_result_chars must be an int of 1 or more (or None: no cut), got {limit!r}"
             )
         self._check_rates()
 
@@ -419,6 +429,7 @@ class RunDefaults(TypedDict, total=False):
     model_retry: RetryPolicy | None
     rate_limits: Mapping[str, RateLimit]
     tool_retry: RetryPolicy | None
+    max_result_chars: int | None
 
 
 class RunOverrides(RunDefaults, total=False):
