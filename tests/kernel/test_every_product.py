@@ -37,6 +37,7 @@ from toolloop.errors import (
     PlannerError,
     RateLimitedError,
     StepFailedError,
+    ToolDefinitionError,
     UsageLimitError,
 )
 from toolloop.flow import ExecutionPaused, FlowEvent
@@ -48,6 +49,7 @@ from toolloop.kernel import (
     ModelCallStarted,
     RateLimitChanged,
     ResponseFormat,
+    ResultKept,
     RetryScheduled,
     RunFinished,
     RunResult,
@@ -107,6 +109,7 @@ class Product:
     """One product of the kernel: its model, scripted, and its verbs, called alike."""
 
     name = ""
+    handles: tuple[str, ...] = ()
     model_error: type[ExecutionError] = ExecutionError
     """What the product raises when its model call fails (or outlives ``model_timeout``)."""
     reviews_failed_calls = False
@@ -206,6 +209,8 @@ class Loop(Product):
 
     name = "loop"
     model_error = PlannerError
+    handles = ("r:0", "r:1", "r:2")
+    """The handles of the run's first results (the loop: a record's place in done_plans)."""
 
     def planner(self) -> StructuredPlanner:
         return StructuredPlanner(self.model, short_circuit=False)
@@ -291,6 +296,9 @@ class Loop(Product):
 class ToolCalling(Product):
     """A product whose model asks for tools with tool calls."""
 
+    handles = ("r:c1", "r:c2", "r:c3")
+    """The handles of the run's first results (the middleware agent: the model's call ids)."""
+
     def __init__(self) -> None:
         super().__init__()
         self.asked = 0
@@ -366,6 +374,8 @@ class Status(ToolCalling):
     name = "status"
     model_error = StepFailedError
     reviews_failed_calls = True
+    handles = ("r:call-1", "r:call-2", "r:call-3")
+    """The handles of the run's first results (the status agent: its call ids)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -1734,3 +1744,156 @@ async def test_an_approval_rule_that_raises_puts_the_call_to_a_human(
     assert mailer.sent == [] and paused.paused and paused.request is not None
     (asked,) = paused.request.tool_calls
     assert "the approval rule raised KeyError" in asked.why
+
+
+# -- big results kept whole --------------------------------------------------------------------
+
+PAGE = "".join(f"{i:06d}" for i in range(1000))
+"""A result of 6,000 characters, each slice of it telling where it is."""
+
+
+async def fetch() -> str:
+    """Fetch the page."""
+    return PAGE
+
+
+def sliced(record: ToolExecutionRecord) -> str:
+    """The text a ``read_result`` record holds (after its first line, which says where)."""
+    assert record.tool_name == "read_result" and record.success, record.error
+    head, _, text = record.result.partition("\n")
+    assert head.startswith("[r:")
+    return str(text)
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_long_result_is_kept_whole_and_read_by_slices(make: type[Product]) -> None:
+    product = make()
+    product.script_tool_call("fetch")
+    product.script_tool_call("read_result", handle=product.handles[0], offset=2000, length=30)
+    product.script_tool_call("read_result", handle=product.handles[0], offset=5990)
+    product.script_answer("read")
+    events: list[FlowEvent] = []
+    result = await product.run([fetch], on_event=events.append)
+    fetched, first, last = result.records
+    assert fetched.result == PAGE  # kept whole
+    assert sliced(first) == PAGE[2000:2030]
+    assert sliced(last) == PAGE[5990:]
+    assert "of 6,000; the end of the result" in last.result
+    (kept,) = of(events, ResultKept)
+    assert (kept.tool_name, kept.handle, kept.shown, kept.total) == (
+        "fetch",
+        product.handles[0],
+        2000,
+        6000,
+    )
+    (finished,) = [e for e in of(events, ToolCallFinished) if e.record.tool_name == "fetch"]
+    assert kept.call_id == finished.call_id
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_slice_out_of_range_is_a_failed_call_that_says_why(make: type[Product]) -> None:
+    product = make()
+    product.script_tool_call("fetch")
+    product.script_tool_call("read_result", handle=product.handles[0], offset=6000)
+    product.script_tool_call("read_result", handle="r:nothing")
+    product.script_tool_call("read_result", handle=product.handles[0], offset=-1)
+    product.script_answer("gave up")
+    if isinstance(product, Status):  # a failed call goes to a human's review: on with it
+        product.reflect = lambda view: {"verdict": "continue" if view.last_records else "finish"}
+    result = await product.run([fetch], needs_approval=())
+    reads = [r for r in result.records if r.tool_name == "read_result"]
+    if isinstance(product, Status):
+        assert reads and all(not r.success for r in reads)
+        return
+    past, unknown, negative = reads
+    assert not past.success and "offset 6,000 is past the end" in str(past.error)
+    assert "has 6,000 characters" in str(past.error)
+    assert not unknown.success and "no kept result has the handle 'r:nothing'" in str(unknown.error)
+    assert not negative.success and "offset" in str(negative.error)
+    assert "do not fit its schema" in str(negative.error)  # refused before it ran
+
+
+@pytest.mark.parametrize("make", EACH)
+@pytest.mark.parametrize("backend_store", ["memory", "sqlite"])
+async def test_a_resumed_run_reads_the_results_kept_before_its_pause(
+    make: type[Product], backend_store: str, tmp_path: Any
+) -> None:
+    from toolloop.checkpoints import SQLiteCheckpointStore
+
+    product, mailer = make(), Mailer()
+    store: CheckpointStore = (
+        MemoryCheckpointStore()
+        if backend_store == "memory"
+        else SQLiteCheckpointStore(str(tmp_path / "runs.db"))
+    )
+    product.script_tool_call("fetch")
+    product.script_tool_call("send", to="ada")
+    tools = [fetch, *mailer.tools]
+    paused = await product.run(tools, store=store, needs_approval=["send"])
+    assert paused.paused
+    product.script_tool_call("read_result", handle=product.handles[0], offset=4000, length=12)
+    product.script_answer("done")
+    done = await product.resume(paused.run_id, Approve(), tools, store=store)
+    assert done.status == "completed" and mailer.sent == ["ada"]
+    (slice_,) = [r for r in done.records if r.tool_name == "read_result"]
+    assert sliced(slice_) == PAGE[4000:4012]
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_tool_of_the_built_in_s_name_is_refused_unless_nothing_is_cut(
+    make: type[Product],
+) -> None:
+    def read_result(handle: str) -> str:
+        """Mine.
+
+        Args:
+            handle: a handle.
+        """
+        return f"mine: {handle}"
+
+    product = make()
+    with pytest.raises(ToolDefinitionError, match="max_result_chars=None"):
+        await product.run([read_result])
+    product.script_tool_call("read_result", handle="x")
+    product.script_answer("ok")
+    result = await product.run([read_result], max_result_chars=None)
+    (record,) = result.records
+    assert record.result == "mine: x"
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_with_no_limit_a_result_is_shown_whole_and_nothing_is_kept(
+    make: type[Product],
+) -> None:
+    product = make()
+    product.script_tool_call("fetch")
+    product.script_tool_call("read_result", handle=product.handles[0])
+    product.script_answer("ok")
+    if isinstance(product, Status):
+        product.reflect = lambda view: {"verdict": "continue" if view.last_records else "finish"}
+    events: list[FlowEvent] = []
+    result = await product.run([fetch], max_result_chars=None, on_event=events.append)
+    assert of(events, ResultKept) == []
+    reads = [r for r in result.records if r.tool_name == "read_result"]
+    assert not reads[0].success and "max_result_chars is None" in str(reads[0].error)
+
+
+async def bad() -> Any:
+    """Return what JSON cannot hold, and much of it."""
+    cycle: list[Any] = [float("nan")]
+    cycle.append(cycle)
+    return {"bytes": b"\xff" * 1000, "cycle": cycle, "n": float("inf"), "text": "x" * 20_000_000}
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_huge_odd_result_is_kept_and_read_without_a_crash(make: type[Product]) -> None:
+    product = make()
+    product.script_tool_call("bad")
+    product.script_tool_call("read_result", handle=product.handles[0], offset=0, length=40)
+    product.script_answer("ok")
+    events: list[FlowEvent] = []
+    result = await product.run([bad], on_event=events.append)
+    first = result.records[1]
+    assert sliced(first).startswith('{"bytes": "\\\\xff\\\\xff')
+    (kept,) = of(events, ResultKept)
+    assert kept.total > 20_000_000
