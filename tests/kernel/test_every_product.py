@@ -80,7 +80,7 @@ from toolloop.runner import (
     ToolProgress,
     cancelled_error,
 )
-from toolloop.status_agent import StatusAgent, StatusView
+from toolloop.status_agent import LLMStatusSteps, StatusAgent, StatusView
 from toolloop.testing import (
     FakeToolCall,
     ReplayMismatch,
@@ -381,6 +381,8 @@ class Status(ToolCalling):
         super().__init__()
         self.store: CheckpointStore | None = None
         self.decides_by_model = False
+        self.views: list[StatusView] = []
+        """What each decision saw."""
 
     def model_decides(self) -> None:
         self.decides_by_model = True
@@ -401,6 +403,7 @@ class Status(ToolCalling):
         self.model.add_reply(chunks=(text[:cut], text[cut:]), gates={1: gate})
 
     async def decide(self, view: StatusView) -> dict[str, Any]:
+        self.views.append(view)
         request = ChatRequest(messages=[{"role": "user", "content": view.user_input}])
         reader = ReplyReader()
         async with stream_chat(self.model, request) as deltas:
@@ -1788,6 +1791,58 @@ async def test_a_long_result_is_kept_whole_and_read_by_slices(make: type[Product
     )
     (finished,) = [e for e in of(events, ToolCallFinished) if e.record.tool_name == "fetch"]
     assert kept.call_id == finished.call_id
+
+
+def strings(value: Any) -> list[str]:
+    """The strings of ``value``, those of JSON text in it too."""
+    if isinstance(value, str):
+        try:
+            inner = json.loads(value)
+        except ValueError:
+            return [value]
+        return strings(inner) if isinstance(inner, (dict, list)) else [value]
+    if isinstance(value, dict):
+        return [text for item in value.values() for text in strings(item)]
+    if isinstance(value, list):
+        return [text for item in value for text in strings(item)]
+    return []
+
+
+def shown(product: Product, k: int) -> tuple[str, list[str]]:
+    """What the ``k``-th model call (the status agent: decision) of the run was shown: the
+    texts of its prompt and the names of the tools it was offered."""
+    if isinstance(product, Status):
+        view = product.views[k]
+        request = LLMStatusSteps(product.model).request("decide", view)  # its model's prompt
+        return "\n".join(strings(request.messages)), [t["name"] for t in view.tools]
+    request = product.model.requests[k]
+    text = "\n".join(strings(request.messages))
+    if request.tools:
+        return text, [t["function"]["name"] for t in request.tools]
+    schema = request.structured_output
+    assert schema is not None  # the loop's planner: the tools are the plan's schema's
+    return text, re.findall(r'"enum": \["(\w+)"\]', json.dumps(schema.schema))
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_the_model_is_shown_the_head_and_offered_read_result_once_a_result_is_cut(
+    make: type[Product],
+) -> None:
+    product = make()
+    product.script_tool_call("fetch")
+    product.script_answer("read")
+    await product.run([fetch])
+    before, offered_before = shown(product, 0)
+    after, offered_after = shown(product, 1)
+    assert offered_before == ["fetch"] and "read_result" not in before
+    assert offered_after == ["fetch", "read_result"]
+    handle = product.handles[0]
+    line = (
+        "[cut for the model: shown 2,000 of 6,000 characters; read the rest with "
+        f'read_result(handle="{handle}", offset=2000)]'
+    )
+    assert line in after
+    assert PAGE[:2000] in after and PAGE[2000:2100] not in after
 
 
 @pytest.mark.parametrize("make", EACH)
