@@ -73,8 +73,9 @@ class Driven:
         self.store = MemoryCheckpointStore()
         self.status_agent = StatusAgent(model=self.model, tools=[send], store=self.store)
 
-    async def run(self, on_event: OnEvent, *, pause: bool = False) -> RunResult:
-        options: dict[str, Any] = {"on_event": on_event}
+    async def run(self, on_event: OnEvent, *, pause: bool = False, **more: Any) -> RunResult:
+        """Run it (``more``: other run options, e.g. ``max_result_chars``)."""
+        options: dict[str, Any] = {"on_event": on_event, **more}
         if pause:
             options["needs_approval"] = ["send"]
         if self.product == "loop":

@@ -37,6 +37,7 @@ from toolloop.errors import (
     PlannerError,
     RateLimitedError,
     StepFailedError,
+    ToolDefinitionError,
     UsageLimitError,
 )
 from toolloop.flow import ExecutionPaused, FlowEvent
@@ -48,6 +49,7 @@ from toolloop.kernel import (
     ModelCallStarted,
     RateLimitChanged,
     ResponseFormat,
+    ResultKept,
     RetryScheduled,
     RunFinished,
     RunResult,
@@ -79,7 +81,7 @@ from toolloop.runner import (
     ToolProgress,
     cancelled_error,
 )
-from toolloop.status_agent import StatusAgent, StatusView
+from toolloop.status_agent import LLMStatusSteps, StatusAgent, StatusView
 from toolloop.testing import (
     FakeToolCall,
     ManualClock,
@@ -109,6 +111,7 @@ class Product:
     """One product of the kernel: its model, scripted, and its verbs, called alike."""
 
     name = ""
+    handles: tuple[str, ...] = ()
     model_error: type[ExecutionError] = ExecutionError
     """What the product raises when its model call fails (or outlives ``model_timeout``)."""
     reviews_failed_calls = False
@@ -208,6 +211,8 @@ class Loop(Product):
 
     name = "loop"
     model_error = PlannerError
+    handles = ("r:0", "r:1", "r:2")
+    """The handles of the run's first results (the loop: a record's place in done_plans)."""
 
     def planner(self) -> StructuredPlanner:
         return StructuredPlanner(self.model, short_circuit=False)
@@ -293,6 +298,9 @@ class Loop(Product):
 class ToolCalling(Product):
     """A product whose model asks for tools with tool calls."""
 
+    handles = ("r:c1", "r:c2", "r:c3")
+    """The handles of the run's first results (the middleware agent: the model's call ids)."""
+
     def __init__(self) -> None:
         super().__init__()
         self.asked = 0
@@ -368,11 +376,15 @@ class Status(ToolCalling):
     name = "status"
     model_error = StepFailedError
     reviews_failed_calls = True
+    handles = ("r:call-1", "r:call-2", "r:call-3")
+    """The handles of the run's first results (the status agent: its call ids)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.store: CheckpointStore | None = None
         self.decides_by_model = False
+        self.views: list[StatusView] = []
+        """What each decision saw."""
 
     def model_decides(self) -> None:
         self.decides_by_model = True
@@ -393,6 +405,7 @@ class Status(ToolCalling):
         self.model.add_reply(chunks=(text[:cut], text[cut:]), gates={1: gate})
 
     async def decide(self, view: StatusView) -> dict[str, Any]:
+        self.views.append(view)
         request = ChatRequest(messages=[{"role": "user", "content": view.user_input}])
         reader = ReplyReader()
         async with stream_chat(self.model, request) as deltas:
@@ -1840,3 +1853,205 @@ async def test_an_approval_rule_that_raises_puts_the_call_to_a_human(
     assert mailer.sent == [] and paused.paused and paused.request is not None
     (asked,) = paused.request.tool_calls
     assert "the approval rule raised KeyError" in asked.why
+
+
+# -- big results kept whole --------------------------------------------------------------------
+
+PAGE = "".join(f"{i:06d}" for i in range(1000))
+"""A result of 6,000 characters, each slice of it telling where it is."""
+
+
+async def fetch() -> str:
+    """Fetch the page."""
+    return PAGE
+
+
+def sliced(record: ToolExecutionRecord) -> str:
+    """The text a ``read_result`` record holds (after its first line, which says where)."""
+    assert record.tool_name == "read_result" and record.success, record.error
+    head, _, text = record.result.partition("\n")
+    assert head.startswith("[r:")
+    return str(text)
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_long_result_is_kept_whole_and_read_by_slices(make: type[Product]) -> None:
+    product = make()
+    product.script_tool_call("fetch")
+    product.script_tool_call("read_result", handle=product.handles[0], offset=2000, length=30)
+    product.script_tool_call("read_result", handle=product.handles[0], offset=5990)
+    product.script_answer("read")
+    events: list[FlowEvent] = []
+    result = await product.run([fetch], on_event=events.append)
+    fetched, first, last = result.records
+    assert fetched.result == PAGE  # kept whole
+    assert sliced(first) == PAGE[2000:2030]
+    assert sliced(last) == PAGE[5990:]
+    assert "of 6,000; the end of the result" in last.result
+    (kept,) = of(events, ResultKept)
+    assert (kept.tool_name, kept.handle, kept.shown, kept.total) == (
+        "fetch",
+        product.handles[0],
+        2000,
+        6000,
+    )
+    (finished,) = [e for e in of(events, ToolCallFinished) if e.record.tool_name == "fetch"]
+    assert kept.call_id == finished.call_id
+
+
+def strings(value: Any) -> list[str]:
+    """The strings of ``value``, those of JSON text in it too."""
+    if isinstance(value, str):
+        try:
+            inner = json.loads(value)
+        except ValueError:
+            return [value]
+        return strings(inner) if isinstance(inner, (dict, list)) else [value]
+    if isinstance(value, dict):
+        return [text for item in value.values() for text in strings(item)]
+    if isinstance(value, list):
+        return [text for item in value for text in strings(item)]
+    return []
+
+
+def shown(product: Product, k: int) -> tuple[str, list[str]]:
+    """What the ``k``-th model call (the status agent: decision) of the run was shown: the
+    texts of its prompt and the names of the tools it was offered."""
+    if isinstance(product, Status):
+        view = product.views[k]
+        request = LLMStatusSteps(product.model).request("decide", view)  # its model's prompt
+        return "\n".join(strings(request.messages)), [t["name"] for t in view.tools]
+    request = product.model.requests[k]
+    text = "\n".join(strings(request.messages))
+    if request.tools:
+        return text, [t["function"]["name"] for t in request.tools]
+    schema = request.structured_output
+    assert schema is not None  # the loop's planner: the tools are the plan's schema's
+    return text, re.findall(r'"enum": \["(\w+)"\]', json.dumps(schema.schema))
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_the_model_is_shown_the_head_and_offered_read_result_once_a_result_is_cut(
+    make: type[Product],
+) -> None:
+    product = make()
+    product.script_tool_call("fetch")
+    product.script_answer("read")
+    await product.run([fetch])
+    before, offered_before = shown(product, 0)
+    after, offered_after = shown(product, 1)
+    assert offered_before == ["fetch"] and "read_result" not in before
+    assert offered_after == ["fetch", "read_result"]
+    handle = product.handles[0]
+    line = (
+        "[cut for the model: shown 2,000 of 6,000 characters; read the rest with "
+        f'read_result(handle="{handle}", offset=2000)]'
+    )
+    assert line in after
+    assert PAGE[:2000] in after and PAGE[2000:2100] not in after
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_slice_out_of_range_is_a_failed_call_that_says_why(make: type[Product]) -> None:
+    product = make()
+    product.script_tool_call("fetch")
+    product.script_tool_call("read_result", handle=product.handles[0], offset=6000)
+    product.script_tool_call("read_result", handle="r:nothing")
+    product.script_tool_call("read_result", handle=product.handles[0], offset=-1)
+    product.script_answer("gave up")
+    result = await product.run([fetch], needs_approval=())
+    reads = [r for r in result.records if r.tool_name == "read_result"]
+    if isinstance(product, Status):  # its first failed call goes to a human's review
+        (past,) = reads
+        assert not past.success and "offset 6,000 is past the end" in str(past.error)
+        return
+    past, unknown, negative = reads
+    assert not past.success and "offset 6,000 is past the end" in str(past.error)
+    assert "has 6,000 characters" in str(past.error)
+    assert not unknown.success and "no kept result has the handle 'r:nothing'" in str(unknown.error)
+    assert not negative.success and "offset" in str(negative.error)
+    assert "do not fit its schema" in str(negative.error)  # refused before it ran
+
+
+@pytest.mark.parametrize("make", EACH)
+@pytest.mark.parametrize("backend_store", ["memory", "sqlite"])
+async def test_a_resumed_run_reads_the_results_kept_before_its_pause(
+    make: type[Product], backend_store: str, tmp_path: Any
+) -> None:
+    from toolloop.checkpoints import SQLiteCheckpointStore
+
+    product, mailer = make(), Mailer()
+    store: CheckpointStore = (
+        MemoryCheckpointStore()
+        if backend_store == "memory"
+        else SQLiteCheckpointStore(str(tmp_path / "runs.db"))
+    )
+    product.script_tool_call("fetch")
+    product.script_tool_call("send", to="ada")
+    tools = [fetch, *mailer.tools]
+    paused = await product.run(tools, store=store, needs_approval=["send"])
+    assert paused.paused
+    product.script_tool_call("read_result", handle=product.handles[0], offset=4000, length=12)
+    product.script_answer("done")
+    done = await product.resume(paused.run_id, Approve(), tools, store=store)
+    assert done.status == "completed" and mailer.sent == ["ada"]
+    (slice_,) = [r for r in done.records if r.tool_name == "read_result"]
+    assert sliced(slice_) == PAGE[4000:4012]
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_tool_of_the_built_in_s_name_is_refused_unless_nothing_is_cut(
+    make: type[Product],
+) -> None:
+    def read_result(handle: str) -> str:
+        """Mine.
+
+        Args:
+            handle: a handle.
+        """
+        return f"mine: {handle}"
+
+    product = make()
+    with pytest.raises(ToolDefinitionError, match="max_result_chars=None"):
+        await product.run([read_result])
+    product.script_tool_call("read_result", handle="x")
+    product.script_answer("ok")
+    result = await product.run([read_result], max_result_chars=None)
+    (record,) = result.records
+    assert record.result == "mine: x"
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_with_no_limit_a_result_is_shown_whole_and_nothing_is_kept(
+    make: type[Product],
+) -> None:
+    product = make()
+    product.script_tool_call("fetch")
+    product.script_tool_call("read_result", handle=product.handles[0])
+    product.script_answer("ok")
+    events: list[FlowEvent] = []
+    result = await product.run([fetch], max_result_chars=None, on_event=events.append)
+    assert of(events, ResultKept) == []
+    reads = [r for r in result.records if r.tool_name == "read_result"]
+    assert not reads[0].success and "max_result_chars is None" in str(reads[0].error)
+
+
+async def bad() -> Any:
+    """Return what JSON cannot hold, and much of it."""
+    cycle: list[Any] = [float("nan")]
+    cycle.append(cycle)
+    return {"bytes": b"\xff" * 1000, "cycle": cycle, "n": float("inf"), "text": "x" * 20_000_000}
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_huge_odd_result_is_kept_and_read_without_a_crash(make: type[Product]) -> None:
+    product = make()
+    product.script_tool_call("bad")
+    product.script_tool_call("read_result", handle=product.handles[0], offset=0, length=40)
+    product.script_answer("ok")
+    events: list[FlowEvent] = []
+    result = await product.run([bad], on_event=events.append)
+    first = result.records[1]
+    assert sliced(first).startswith('{"bytes": "\\\\xff\\\\xff')
+    (kept,) = of(events, ResultKept)
+    assert kept.total > 20_000_000

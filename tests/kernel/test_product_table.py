@@ -181,6 +181,18 @@ KERNEL_ROWS: dict[str, tuple[str, ...]] = {
         "test_a_cached_result_serves_a_later_run_and_a_failure_is_never_cached",
     ),
     (
+        "big results kept whole: `max_result_chars` (a longer result is shown cut, with a "
+        "handle), the built-in `read_result` (offered once a result is cut; a resumed run reads "
+        "what it kept before), `ResultKept` events "
+        "([guide](guides/real-apis-at-scale.md#big-results-kept-whole))"
+    ): (
+        "test_a_long_result_is_kept_whole_and_read_by_slices",
+        "test_the_model_is_shown_the_head_and_offered_read_result_once_a_result_is_cut",
+        "test_a_resumed_run_reads_the_results_kept_before_its_pause",
+        "test_a_slice_out_of_range_is_a_failed_call_that_says_why",
+        "test_a_tool_of_the_built_in_s_name_is_refused_unless_nothing_is_cut",
+    ),
+    (
         "structured output: `response_format` (`ToolStrategy`, `ProviderStrategy`), retried, "
         "`structured_response`, `StructuredOutputError`"
     ): ("test_a_structured_answer_is_retried_counted_and_kept",),

@@ -319,7 +319,10 @@ def test_messages_cut_long_results() -> None:
     messages = tool_calling_messages(
         context(done_plans=[long], last_round_result=[long]), max_result_chars=10
     )
-    assert messages[-1]["content"] == '"yyyyyyyyy... (cut)'
+    assert messages[-1]["content"] == (
+        "yyyyyyyyyy\n[cut for the model: shown 10 of 50 characters; read the rest with "
+        'read_result(handle="r:0", offset=10)]'
+    )
 
 
 async def test_streaming_dispatch_starts_a_tool_before_the_stream_ends() -> None:

@@ -130,3 +130,22 @@ async def test_several_runs_of_every_product_at_once_have_their_own_spans(
         (run,) = named(finished, "toolloop.run", result.run_id)
         assert (run.attributes or {})["toolloop.stop_reason"] == "answered"
         assert len(named(finished, "chat", result.run_id)) == MODEL_CALLS[product]
+
+
+@pytest.mark.parametrize("product", PRODUCTS)
+async def test_the_timeline_says_a_result_was_cut_for_the_model(product: str) -> None:
+    """A result longer than the run's ``max_result_chars``: the shape of the run keeps what
+    the model was shown and the handle, and the call's bar in the timeline says it (its
+    title)."""
+    from toolloop.flow import FlowEvent
+    from toolloop.kernel import ResultKept
+    from toolloop.tracing import RunShape, render_timeline
+
+    events: list[FlowEvent] = []
+    await Driven(product).run(events.append, max_result_chars=4)
+    (kept,) = [e for e in events if isinstance(e, ResultKept)]
+    shape = RunShape.from_events(events)
+    (call,) = [c for r in shape.rounds for c in r.calls]
+    said = f"cut for the model: shown 4 of 11 chars, kept whole · handle {kept.handle}"
+    assert call.kept == said
+    assert said in render_timeline(events)

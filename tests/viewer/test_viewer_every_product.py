@@ -238,3 +238,32 @@ def test_the_viewer_shows_each_try_the_retries_and_the_rate_limit(
     assert "9.0/s" in shown["limitText"] and "1 refused, 1 back-off" in shown["limitText"]
     _, errors = chromium.drain()
     assert not errors, errors
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("product", PRODUCTS)
+def test_the_viewer_says_a_result_was_cut_for_the_model(
+    chromium: Browser, product: str, backend: str
+) -> None:
+    """A result longer than the run's ``max_result_chars``: its record says how much the
+    model was shown, and the handle to read the rest by."""
+    driven = Driven(product)
+    with ViewerSink() as sink:
+        assert sink.server is not None
+        chromium.open(sink.url)
+        assert sink.server.wait_for_pages(1, timeout=30)
+        result = anyio.run(functools.partial(driven.run, sink, max_result_chars=4), backend=backend)
+        _wait_state(chromium, result.run_id, "finished")
+        kept = chromium.js(
+            """
+            const run = document.querySelector(`article.run[data-execution-id="${arguments[0]}"]`);
+            return [...run.querySelectorAll('.record .kept')]
+              .map(k => [k.dataset.handle, k.textContent]);
+            """,
+            result.run_id,
+        )
+    ((handle, text),) = kept
+    assert handle.startswith("r:")
+    assert text == f"cut for the model: shown 4 of 11 chars, kept whole · handle {handle}"
+    _, errors = chromium.drain()
+    assert not errors, errors

@@ -27,6 +27,7 @@ from ..kernel import (
     StopReason,
     StreamTwins,
     SyncTwins,
+    check_tool_names,
     decide,
     drive,
     run_sync,
@@ -37,7 +38,7 @@ from ..runner import ToolExecutionRecord
 from ..tools import RunScope, Tool, ToolRegistry
 from ._durable import RECOVERY
 from ._flow import ANSWERED, MAX_TURNS, AgentDeps, agent_flow, settle, stop_reason
-from ._messages import MessageLike, as_messages
+from ._messages import MessageLike, ToolMessage, as_messages
 from ._middleware import AgentMiddleware
 from ._persist import (
     begin_run,
@@ -71,6 +72,18 @@ class _Logic:
 
 
 _LOGIC = _Logic()
+
+
+def kept_result(state: AgentState, handle: str) -> str | None:
+    """The whole text of the result of ``handle`` (``"r:<tool_call_id>"``): its tool
+    message, as the run keeps it (``None``: no such result in the conversation)."""
+    if not handle.startswith("r:"):
+        return None
+    call_id = handle[2:]
+    for message in reversed(state.messages):
+        if type(message) is ToolMessage and message.tool_call_id == call_id:
+            return message.content if message.status == "success" else None
+    return None
 
 
 class Agent(SyncTwins[AgentResult], StreamTwins[AgentResult]):
@@ -125,6 +138,7 @@ class Agent(SyncTwins[AgentResult], StreamTwins[AgentResult]):
 
     def _deps(self, options: RunOptions) -> AgentDeps:
         spec = self._spec
+        check_tool_names(spec.registry.names, options.max_result_chars)
         scope = RunScope("", options.deps) if spec.registry.takes_context else None
         return AgentDeps(
             spec, options, spec.executor_for(options), spec.approval_for(options), scope=scope
@@ -149,6 +163,8 @@ class Agent(SyncTwins[AgentResult], StreamTwins[AgentResult]):
             result_of=lambda ended: result_of(ended, execution),
             run=run,
             settle=settle,
+            kept=kept_result,
+            max_result_chars=options.max_result_chars,
         )
 
     def _validate(self, tool_name: str, arguments: dict[str, Any]) -> dict[str, Any]:

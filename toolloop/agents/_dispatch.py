@@ -48,8 +48,9 @@ from ..kernel import (
     same_call,
     tell_call_finished,
     tell_call_started,
+    tell_kept,
 )
-from ..runner import CallSource, ToolBatch, cancelled_error
+from ..runner import CallSource, ToolBatch, cancelled_error, result_handle
 from ._durable import dump_outcome, load_outcome
 from ._messages import AssistantMessage, ToolCall, pending_tool_calls
 from ._state import AgentState
@@ -165,6 +166,10 @@ class TurnTools:
         tell_call_finished(
             self.ctx, self.turn, self.positions[k], call.id, outcome.record, duration, source
         )
+        message = outcome.message
+        if message.status == "success":
+            limit = self.ctx.deps.options.max_result_chars
+            tell_kept(self.ctx, call.id, result_handle(call.id), call.name, message.content, limit)
 
 
 class StreamedTurn:

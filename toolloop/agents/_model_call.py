@@ -19,7 +19,15 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .._errors import ModelOutputError
-from ..kernel import ProviderStrategy, arguments_problem, model_timeout_error
+from ..kernel import (
+    ProviderStrategy,
+    arguments_problem,
+    is_cut,
+    model_timeout_error,
+    read_result_tool,
+    result_handle,
+    shown_result,
+)
 from ..models import (
     ChatRequest,
     ReplyReader,
@@ -29,7 +37,7 @@ from ..models import (
     stream_chat,
 )
 from ..tools import Tool
-from ._messages import AssistantMessage, ToolCall, new_id, to_openai
+from ._messages import AssistantMessage, Message, ToolCall, ToolMessage, new_id, to_openai
 from ._middleware import ModelRequest, ModelResponse
 
 if TYPE_CHECKING:
@@ -56,13 +64,21 @@ def chat_request(
     messages: list[dict[str, Any]] = []
     if request.system_prompt:
         messages.append({"role": "system", "content": request.system_prompt})
-    messages.extend(to_openai(m) for m in request.messages)
+    run = request.runtime._run
+    limit = run.options.max_result_chars if run is not None else None
+    offered = request.tools
+    if limit is None:
+        messages.extend(to_openai(m) for m in request.messages)
+    elif _shown(request.messages, messages, limit) and not any(
+        tool.name == _READ.name for tool in offered
+    ):
+        offered = [*offered, _READ]  # a result is cut: the model may read the rest
     structured = None
     strategy = request.response_format
     if isinstance(strategy, ProviderStrategy):
         structured = strategy.structured_output()
     settings = request.settings
-    tools = _openai_tools(request.tools, cache or {})
+    tools = _openai_tools(offered, cache or {})
     return ChatRequest(
         messages=messages,
         structured_output=structured,
@@ -73,6 +89,33 @@ def chat_request(
         extra=settings.get("extra") or {},
         settings=settings.get("model_settings") or None,
     )
+
+
+_READ = read_result_tool()
+
+
+def _shown(conversation: list[Message], messages: list[dict[str, Any]], limit: int) -> bool:
+    """Append ``conversation`` to ``messages`` in the OpenAI format, each tool result
+    longer than ``limit`` cut, with its handle (``"r:<tool_call_id>"``); whether one was."""
+    cut = False
+    for message in conversation:
+        if (
+            type(message) is ToolMessage
+            and message.status == "success"
+            and is_cut(message.content, limit, message.name)
+        ):
+            cut = True
+            handle = result_handle(message.tool_call_id)
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": message.tool_call_id,
+                    "content": shown_result(message.content, handle, limit),
+                }
+            )
+        else:
+            messages.append(to_openai(message))
+    return cut
 
 
 def _tool_call(call: ReplyToolCall, seen: set[str]) -> ToolCall:

@@ -44,6 +44,19 @@ from ._journal import own_key as own_key
 from ._journal import record_interrupted as record_interrupted
 from ._journal import same_call as same_call
 from ._keep import REPLAY_NOTE as REPLAY_NOTE
+from ._kept import READ_RESULT as READ_RESULT
+from ._kept import RESULT_CHARS as RESULT_CHARS
+from ._kept import ReadResultError as ReadResultError
+from ._kept import ResultKept as ResultKept
+from ._kept import check_tool_names as check_tool_names
+from ._kept import is_cut as is_cut
+from ._kept import keeping as keeping
+from ._kept import read_result_spec as read_result_spec
+from ._kept import read_result_tool as read_result_tool
+from ._kept import result_handle as result_handle
+from ._kept import result_text as result_text
+from ._kept import shown_result as shown_result
+from ._kept import tell_kept as tell_kept
 from ._options import RENAMED_OPTIONS as RENAMED_OPTIONS
 from ._options import OnEvent as OnEvent
 from ._options import OnLimit as OnLimit
@@ -78,8 +91,10 @@ from ._vocabulary import rejected_error as rejected_error
 __all__ = [
     "ENGINE_EVENTS",
     "MAX_ARGUMENT_BYTES",
+    "READ_RESULT",
     "RENAMED_OPTIONS",
     "REPLAY_NOTE",
+    "RESULT_CHARS",
     "Approval",
     "ApprovalRule",
     "ApprovalSpec",
@@ -96,7 +111,9 @@ __all__ = [
     "OutputSchema",
     "ProviderStrategy",
     "RateLimitChanged",
+    "ReadResultError",
     "ResponseFormat",
+    "ResultKept",
     "RetryScheduled",
     "Run",
     "RunDefaults",
@@ -119,24 +136,33 @@ __all__ = [
     "approval_rule",
     "arguments_problem",
     "ask_structured",
+    "check_tool_names",
     "cut_off_error",
     "cut_off_record",
     "decide",
     "drive",
     "finish_reason_of",
     "interrupted_error",
+    "is_cut",
     "journaled_call",
+    "keeping",
     "model_timeout_error",
     "observe_runs",
     "option_hint",
     "output_schema",
     "own_key",
+    "read_result_spec",
+    "read_result_tool",
     "record_interrupted",
     "rejected_error",
+    "result_handle",
+    "result_text",
     "run_sync",
     "same_call",
+    "shown_result",
     "stream_run",
     "tell",
     "tell_call_finished",
     "tell_call_started",
+    "tell_kept",
 ]

@@ -44,6 +44,7 @@ from ._events import (
     tell,
 )
 from ._keep import Keeper
+from ._kept import keeping
 from ._options import RunOptions
 from ._result import RunStatus
 from ._vocabulary import StopReason
@@ -218,6 +219,8 @@ async def drive(
     run: CheckpointedRun | None = None,
     settle: Callable[[S, StopReason], None] | None = None,
     raised: Callable[[S, Exception], None] | None = None,
+    kept: Callable[[S, str], str | None] | None = None,
+    max_result_chars: int | None = None,
 ) -> R:
     """Run one session of ``execution`` (``start()`` runs or resumes it; ``None``: it runs
     from the start, under ``options.timeout``) as a run of the kernel (see the module docs).
@@ -236,6 +239,10 @@ async def drive(
         raised: the product's last word on an error the run raises (e.g. the records so
             far, kept on it): called with the state and the error just before it is raised,
             once the store has noted the failure.
+        kept: the whole text of the run's result of a handle (``None``: no such result),
+            read from its state: what the built-in ``read_result`` reads, in slices of at
+            most ``max_result_chars`` (the limit the product's prompts cut results to;
+            ``None``: nothing is cut, nothing to read).
 
     Raises:
         Exception: whatever the run raised, unless ``options`` turn it into a finish (a
@@ -275,6 +282,8 @@ async def drive(
             told = observe(_Limits(execution) if observed else None)
         try:
             session = execution.run(timeout=options.timeout) if start is None else start()
+            if kept is not None and max_result_chars is not None:
+                session = _keeping(session, execution, kept, max_result_chars)
             if scope is None:
                 result = await session
             else:
@@ -317,6 +326,18 @@ async def drive(
     if run is None:
         return result_of(ended)
     return await _completed(ended, result_of, run)
+
+
+async def _keeping(
+    session: Awaitable[FlowResult[S]],
+    execution: Execution[S],
+    kept: Callable[[S, str], str | None],
+    limit: int,
+) -> FlowResult[S]:
+    """``session``, with the run's kept results what ``read_result`` reads (its state is
+    read when a slice is: a resumed run reads what its checkpoint kept)."""
+    with keeping(lambda handle: kept(execution.state, handle), limit):
+        return await session
 
 
 @dataclass(slots=True, eq=False)

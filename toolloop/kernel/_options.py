@@ -122,6 +122,10 @@ class RunOptions:
             calls are shared by: identical calls in flight at once (in this run and in
             every run given the same object) run once, each keeping its own record; with
             a ``ttl``, successful results are cached.
+        max_result_chars: a tool result longer than this (as text: a string as it is,
+            else its JSON) is shown to the model cut to it, with a handle the built-in
+            ``read_result`` tool reads the rest by; the run keeps it whole (see
+            :mod:`toolloop.kernel` ``ResultKept``). ``None``: results are shown whole.
     """
 
     concurrency: int = 4
@@ -146,6 +150,7 @@ class RunOptions:
     rate_limits: Mapping[str, RateLimit] = field(default_factory=lambda: _NO_RATE_LIMITS)
     tool_retry: RetryPolicy | None = None
     shared_results: Mapping[str, SharedResults] = field(default_factory=lambda: _NO_SHARING)
+    max_result_chars: int | None = 2000
 
     def __post_init__(self) -> None:
         self.check()
@@ -203,6 +208,11 @@ class RunOptions:
         if not isinstance(self.streaming_dispatch, bool):
             raise TypeError(
                 f"streaming_dispatch must be True or False, got {self.streaming_dispatch!r}"
+            )
+        limit = self.max_result_chars
+        if limit is not None and not (_whole(limit) and limit >= 1):
+            raise ValueError(
+                f"max_result_chars must be an int of 1 or more (or None: no cut), got {limit!r}"
             )
         self._check_rates()
 
@@ -436,6 +446,7 @@ class RunDefaults(TypedDict, total=False):
     rate_limits: Mapping[str, RateLimit]
     tool_retry: RetryPolicy | None
     shared_results: Mapping[str, SharedResults]
+    max_result_chars: int | None
 
 
 class RunOverrides(RunDefaults, total=False):

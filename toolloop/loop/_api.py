@@ -24,6 +24,7 @@ from ..kernel import (
     RunStream,
     StopReason,
     approval_rule,
+    check_tool_names,
     cut_off_record,
     drive,
     option_hint,
@@ -34,7 +35,7 @@ from ..models import ChatModel
 from ..planners import PlannerLike
 from ..runner import Executor, ToolExecutionRecord
 from ..tools import RunScope, Tool, ToolRegistry
-from ._flow import AnswerWith, LoopDeps, RoundState, loop_flow
+from ._flow import AnswerWith, LoopDeps, RoundState, kept_result, loop_flow
 from ._results import LoopResult
 
 if TYPE_CHECKING:
@@ -121,6 +122,9 @@ def _prepare(
     else:
         registry = ToolRegistry(tools)
         executor = options.tool_executor(registry)
+    own = getattr(planner, "max_result_chars", None)  # a planner's own limit wins
+    limit = own if isinstance(own, int) and not isinstance(own, bool) else options.max_result_chars
+    check_tool_names(registry.names, limit)
     loop_deps = LoopDeps(
         user_input=user_input,
         planner=planner,
@@ -136,6 +140,7 @@ def _prepare(
         deps=options.deps,
         scope=RunScope("", options.deps) if registry.takes_context else None,
         answer=answer,
+        max_result_chars=limit,
     )
     execution = Execution(loop_flow, RoundState() if state is None else state, loop_deps, id=run_id)
     return execution
@@ -172,6 +177,8 @@ def _drive(
         run=run,
         settle=_settle,
         raised=_raised,
+        kept=kept_result,
+        max_result_chars=execution.deps.max_result_chars,
     )
 
 

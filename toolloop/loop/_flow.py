@@ -31,14 +31,18 @@ from .._errors import AnswerError, PlannerError, StructuredOutputError, UsageLim
 from ..checkpoints import HumanRequest
 from ..flow import Context, Flow
 from ..kernel import (
+    READ_RESULT,
     ProviderStrategy,
     ResponseFormat,
     ToolStrategy,
     model_timeout_error,
     output_schema,
+    read_result_spec,
+    result_text,
     tell,
     tell_call_finished,
     tell_call_started,
+    tell_kept,
 )
 from ..models import ChatModel, ModelSettings, Usage, UsageLimits, UsageMeter, current_meter
 from ..planners import (
@@ -140,6 +144,9 @@ class RoundState(BaseModel):
     """The structured final answer, when the run made one (``answer_with=`` with a
     ``response_format``): a model instance for a pydantic schema (its JSON data in a
     snapshot)."""
+    results_cut: int = 0
+    """How many results were longer than the run's ``max_result_chars``: shown cut to the
+    planner, kept whole in ``done_plans`` (``read_result`` is offered once there is one)."""
 
 
 class DurableHooks(Protocol):
@@ -184,6 +191,9 @@ class LoopDeps:
     """What a durable run is told as it goes (``None``: a run without a store)."""
     answer: AnswerWith | None = None
     """The final answer the run makes once its loop stops (``None``: none)."""
+    max_result_chars: int | None = 2000
+    """Results longer than this are shown cut to the planner, with a handle
+    (``"r:<index in done_plans>"``) that ``read_result`` reads by (``None``: no cut)."""
 
 
 LoopContext = Context[RoundState, LoopDeps]
@@ -202,11 +212,53 @@ class Planned:
     """What the run asks a human before the round runs (the round waits)."""
 
 
-def _commit(state: RoundState, index: int, records: list[ToolExecutionRecord]) -> None:
-    """Write one executed round's records into the state."""
+def _commit(
+    state: RoundState,
+    index: int,
+    records: list[ToolExecutionRecord],
+    ctx: LoopContext,
+    sources: Sequence[int] | None = None,
+) -> None:
+    """Write one executed round's records into the state (``sources``: the position of
+    each in the plan, when not its place), counting (and telling) the results too long to
+    be shown whole."""
+    first = len(state.done_plans)
     state.last_round_records = records
     state.done_plans.extend(records)
     state.round_index = index + 1
+    limit = ctx.deps.max_result_chars
+    if limit is None:
+        return
+    for k, record in enumerate(records):
+        if not record.success or record.tool_name == READ_RESULT:
+            continue
+        value = record.result
+        if type(value) is str:
+            if len(value) <= limit:
+                continue
+        elif value is None or type(value) in _SHORT or len(result_text(value)) <= limit:
+            continue
+        state.results_cut += 1
+        position = k if sources is None else sources[k]
+        tell_kept(ctx, f"{index}.{position}", f"r:{first + k}", record.tool_name, value, limit)
+
+
+_SHORT = frozenset((bool, float))
+"""Results never longer than a limit (an int may be: a thousand digits)."""
+
+
+def kept_result(state: RoundState, handle: str) -> str | None:
+    """The whole text of the result of ``handle`` (``"r:<index in done_plans>"``)."""
+    if not handle.startswith("r:"):
+        return None
+    at = handle[2:]
+    if not at.isdigit():
+        return None
+    k = int(at)
+    if k >= len(state.done_plans):
+        return None
+    record = state.done_plans[k]
+    return result_text(record.result) if record.success else None
 
 
 def _failed(exc: Exception, who: str, timeout: float | None) -> tuple[str, Exception]:
@@ -264,12 +316,15 @@ async def plan(_: Any, ctx: LoopContext) -> Planned:
         {
             "user_input": deps.user_input,
             "user_extra_requirement": deps.user_extra_requirement,
-            "available_tools": deps.available_tools,
+            "available_tools": deps.available_tools
+            if not state.results_cut or deps.max_result_chars is None
+            else [*deps.available_tools, read_result_spec()],
             "done_plans": list(state.done_plans),
             "last_round_result": list(state.last_round_records),
             "round_index": index,
             "max_rounds": deps.max_rounds,
             "turns": tuple(state.turns) if state.turns else (),
+            "max_result_chars": deps.max_result_chars,
         },
     )
     planner = deps.planner
@@ -471,8 +526,9 @@ async def _plan_streaming(
         # the calls that ran)
         if items and paused is None:
             ran = dict(zip(positions, batch.results, strict=True))
-            records = [ran.get(i) or items[i] for i in sorted(items)]
-            _commit(state, index, records)  # type: ignore[arg-type]  # records, by now
+            order = sorted(items)
+            records = [ran.get(i) or items[i] for i in order]
+            _commit(state, index, records, ctx, order)  # type: ignore[arg-type]  # records
     assert decided is not None  # the block ran to its end
     return Planned(decided, state.last_round_records if items else None, executed_at)
 
@@ -523,7 +579,7 @@ async def execute(planned: Planned, ctx: LoopContext) -> None:
                     task_group=ctx.task_group,
                 )
             finally:  # also when cancelled: the batch handed every command a record by now
-                _commit(state, index, records)
+                _commit(state, index, records, ctx)
         duration = perf_counter() - started
     if observed:
         tell(ctx, RoundFinished, round_index=index, records=records, duration=duration)
@@ -577,7 +633,7 @@ async def _execute_mixed(decided: NormalizedPlan, ctx: LoopContext) -> list[Tool
         for k, record in enumerate(ran):
             records[positions[k]] = record
         done = [r for r in records if r is not None]
-        _commit(state, index, done)
+        _commit(state, index, done, ctx, sources)
     return done
 
 

@@ -59,6 +59,10 @@ class PlannerContext(BaseModel):
     turns: tuple[PlannerTurn, ...] = ()
     """What the planner's model wrote in the executed rounds so far, when its replies keep
     a message (:attr:`PlannerReply.message`): the conversation to send back as it was."""
+    max_result_chars: int | None = 2000
+    """The run's ``max_result_chars``: a result longer than this (as text) is shown cut to
+    it, with its handle (``"r:<index in done_plans>"``) for ``read_result`` (``None``: whole);
+    a planner's own ``max_result_chars``, when given, wins."""
 
 
 class PlannerReply(BaseModel):

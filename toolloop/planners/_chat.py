@@ -28,7 +28,7 @@ class ChatPlanner:
         max_tokens: int | None,
         temperature: float | None,
         system_prompt: str,
-        max_result_chars: int,
+        max_result_chars: int | None,
         settings: ModelSettings | None,
     ) -> None:
         self.model = model

@@ -7,7 +7,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ..runner import ToolExecutionRecord, json_safe
+from ..runner import ToolExecutionRecord, is_cut, json_safe, result_text, shown_result
 from ._base import PlannerContext
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "PlannerSchema",
     "planner_messages",
     "planner_schema",
+    "result_limit",
     "strict_schema",
 ]
 
@@ -157,7 +158,7 @@ def _strict(node: Any, *, top: bool) -> set[str]:
     return nullable
 
 
-def _record_view(record: ToolExecutionRecord, max_chars: int) -> dict[str, Any]:
+def _record_view(record: ToolExecutionRecord, at: int, max_chars: int | None) -> dict[str, Any]:
     view: dict[str, Any] = {
         "purpose": record.purpose,
         "tool_name": record.tool_name,
@@ -165,12 +166,24 @@ def _record_view(record: ToolExecutionRecord, max_chars: int) -> dict[str, Any]:
         "success": record.success,
     }
     if record.success:
-        result = json_safe(record.result)
-        text = json.dumps(result, ensure_ascii=False)
-        view["result"] = result if len(text) <= max_chars else text[:max_chars] + "... (cut)"
+        value = record.result
+        text = result_text(value)
+        if is_cut(text, max_chars, record.tool_name):
+            handle = f"r:{at}"
+            view["result"] = shown_result(text, handle, max_chars)
+            view["result_ref"] = handle
+            view["result_chars"] = len(text)
+        else:
+            view["result"] = value
     else:
         view["error"] = record.error
     return view
+
+
+def result_limit(own: int | None, context: PlannerContext) -> int | None:
+    """The limit a planner cuts results to: its own ``max_result_chars`` when given, else
+    the run's (:attr:`PlannerContext.max_result_chars`)."""
+    return context.max_result_chars if own is None else own
 
 
 def planner_messages(
@@ -178,16 +191,25 @@ def planner_messages(
     schema: dict[str, Any],
     *,
     system_prompt: str = PLANNER_SYSTEM_PROMPT,
-    max_result_chars: int = 2000,
+    max_result_chars: int | None = None,
 ) -> list[dict[str, Any]]:
-    """The planner's messages: the instructions and schema, then the round's context."""
+    """The planner's messages: the instructions and schema, then the round's context.
+
+    A result longer than ``max_result_chars`` (``None``: the context's) is shown cut, as
+    its head and a line saying how to read the rest, with ``result_ref`` (its handle for
+    ``read_result``) and ``result_chars`` (its length) beside it."""
     last = context.round_index + 1 >= context.max_rounds
+    limit = result_limit(max_result_chars, context)
+    done = context.done_plans
+    first = len(done) - len(context.last_round_result)
     data = {
         "user_input": context.user_input,
         "user_extra_requirement": context.user_extra_requirement,
         "available_tools": context.available_tools,
-        "done_plans": [_record_view(r, max_result_chars) for r in context.done_plans],
-        "last_round_result": [_record_view(r, max_result_chars) for r in context.last_round_result],
+        "done_plans": [_record_view(r, k, limit) for k, r in enumerate(done)],
+        "last_round_result": [
+            _record_view(r, first + k, limit) for k, r in enumerate(context.last_round_result)
+        ],
         "round_index": context.round_index,
         "max_rounds": context.max_rounds,
     }

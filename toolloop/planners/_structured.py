@@ -50,7 +50,9 @@ class StructuredPlanner(ChatPlanner):
             :class:`~toolloop.ModelOutputError`.
         temperature: passed to the model.
         system_prompt: replaces the built-in instructions (the schema is appended).
-        max_result_chars: tool results longer than this (as JSON) are cut in the prompt.
+        max_result_chars: tool results longer than this (as text) are cut in the prompt,
+            each with its handle for ``read_result``; ``None`` (the default): the run's
+            ``max_result_chars``.
         settings: more model settings for each request
             (:class:`~toolloop.models.ModelSettings`: ``seed``, ``top_p``, ...); they
             override ``max_tokens`` and ``temperature`` when they set them too.
@@ -68,7 +70,7 @@ class StructuredPlanner(ChatPlanner):
         max_tokens: int | None = 1024,
         temperature: float | None = 0.0,
         system_prompt: str = PLANNER_SYSTEM_PROMPT,
-        max_result_chars: int = 2000,
+        max_result_chars: int | None = None,
         settings: ModelSettings | None = None,
     ) -> None:
         super().__init__(

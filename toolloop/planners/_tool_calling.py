@@ -38,9 +38,10 @@ from ..models import (
     parse_tool_arguments,
     stream_chat,
 )
-from ..runner import ToolExecutionRecord, json_safe
+from ..runner import ToolExecutionRecord, json_safe, result_text, shown_result
 from ._base import Dispatch, PlannerContext, PlannerReply
 from ._chat import ChatPlanner
+from ._prompt import result_limit
 
 __all__ = [
     "TOOL_CALLING_SYSTEM_PROMPT",
@@ -95,18 +96,16 @@ def _tool_choice(choice: ToolChoice, names: Sequence[str]) -> Any:
     )
 
 
-def _cut(text: str, max_chars: int) -> str:
-    return text if len(text) <= max_chars else text[:max_chars] + "... (cut)"
-
-
 def _dumps(value: Any) -> str:
     return json.dumps(json_safe(value), ensure_ascii=False)
 
 
-def _tool_message_content(record: ToolExecutionRecord, max_chars: int) -> str:
-    """The result as JSON text, or ``{"error": ...}`` for a failure."""
+def _tool_message_content(record: ToolExecutionRecord, at: int, max_chars: int | None) -> str:
+    """The result as text (a string as it is, else JSON; cut with its handle
+    ``"r:<at>"`` when longer than ``max_chars``), or ``{"error": ...}`` for a failure."""
     if record.success:
-        return _cut(_dumps(record.result), max_chars)
+        text = result_text(record.result)
+        return shown_result(text, f"r:{at}", max_chars, tool_name=record.tool_name)
     return _dumps({"error": record.error})
 
 
@@ -121,7 +120,7 @@ def _rounds(context: PlannerContext) -> list[list[ToolExecutionRecord]]:
     return [group for group in groups if group]
 
 
-def _from_turns(context: PlannerContext, max_chars: int) -> list[dict[str, Any]] | None:
+def _from_turns(context: PlannerContext, max_chars: int | None) -> list[dict[str, Any]] | None:
     """The earlier rounds as their replies were written, each call answered by its record;
     ``None`` when the kept replies do not cover every record."""
     covered = {i for turn in context.turns for i in turn.records if i is not None}
@@ -135,7 +134,7 @@ def _from_turns(context: PlannerContext, max_chars: int) -> list[dict[str, Any]]
             content = (
                 _dumps({"error": "this call did not run: the plan's normalization dropped it"})
                 if at is None
-                else _tool_message_content(records[at], max_chars)
+                else _tool_message_content(records[at], at, max_chars)
             )
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": content})
     return messages
@@ -145,13 +144,16 @@ def tool_calling_messages(
     context: PlannerContext,
     *,
     system_prompt: str = TOOL_CALLING_SYSTEM_PROMPT,
-    max_result_chars: int = 2000,
+    max_result_chars: int | None = None,
 ) -> list[dict[str, Any]]:
     """The conversation for ``context``: instructions (with the extra requirement), the
     user's request, then each earlier round: the model's reply as it was written (from
     ``context.turns``: its reasoning and tool calls, ids and provider signatures included;
     rebuilt from the records when there are no kept replies) followed by one ``tool``
-    message per call (results as JSON text, failures as ``{"error": ...}``)."""
+    message per call (results as text: a string as it is, else JSON; failures as
+    ``{"error": ...}``). A result longer than ``max_result_chars`` (``None``: the
+    context's) is cut, with a line saying how to read the rest (``read_result``)."""
+    max_result_chars = result_limit(max_result_chars, context)
     system = system_prompt
     if context.user_extra_requirement:
         system += f"\n\nAlso follow these requirements:\n{context.user_extra_requirement}"
@@ -165,6 +167,7 @@ def tool_calling_messages(
             messages.extend(kept)
             return messages
     n = 0
+    at = 0
     for group in _rounds(context):
         calls: list[dict[str, Any]] = []
         results: list[dict[str, Any]] = []
@@ -182,9 +185,10 @@ def tool_calling_messages(
                 {
                     "role": "tool",
                     "tool_call_id": call_id,
-                    "content": _tool_message_content(record, max_result_chars),
+                    "content": _tool_message_content(record, at, max_result_chars),
                 }
             )
+            at += 1
         # "" rather than None: some servers (llama-cpp-python) refuse a null content
         messages.append({"role": "assistant", "content": "", "tool_calls": calls})
         messages.extend(results)
@@ -244,7 +248,9 @@ class ToolCallingPlanner(ChatPlanner):
         max_tokens: the model's output limit per round.
         temperature: passed to the model.
         system_prompt: replaces the built-in instructions.
-        max_result_chars: tool results longer than this (as JSON) are cut in the history.
+        max_result_chars: tool results longer than this (as text) are cut in the history,
+            each with its handle for ``read_result``; ``None`` (the default): the run's
+            ``max_result_chars``.
         settings: more model settings for each request
             (:class:`~toolloop.models.ModelSettings`: ``seed``, ``top_p``, ...); they
             override ``max_tokens``, ``temperature`` and ``parallel_tool_calls`` when they
@@ -275,7 +281,7 @@ class ToolCallingPlanner(ChatPlanner):
         max_tokens: int | None = 1024,
         temperature: float | None = 0.0,
         system_prompt: str = TOOL_CALLING_SYSTEM_PROMPT,
-        max_result_chars: int = 2000,
+        max_result_chars: int | None = None,
         settings: ModelSettings | None = None,
         on_cutoff: Literal["note", "error"] = "note",
     ) -> None:

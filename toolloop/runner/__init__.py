@@ -41,11 +41,19 @@ from ._shared import SharedResults as SharedResults
 from ._shared import SharedResultStore as SharedResultStore
 from ._shared import SharedSource as SharedSource
 from ._shared import shared_key as shared_key
+from ._shown import READ_RESULT as READ_RESULT
+from ._shown import RESULT_CHARS as RESULT_CHARS
+from ._shown import is_cut as is_cut
+from ._shown import result_handle as result_handle
+from ._shown import result_text as result_text
+from ._shown import shown_result as shown_result
 
 __all__ = [
     "DEFAULT_PURPOSE",
     "EXTRA_INSTRUCTION",
     "MAX_JSON_DEPTH",
+    "READ_RESULT",
+    "RESULT_CHARS",
     "BatchCall",
     "CallSource",
     "CallTries",
@@ -68,10 +76,14 @@ __all__ = [
     "cancelled_error",
     "cancelled_record",
     "construct",
+    "is_cut",
     "json_safe",
     "nesting_depth",
     "progress_reporter",
+    "result_handle",
+    "result_text",
     "shared_key",
     "short_repr",
+    "shown_result",
     "tool_error_text",
 ]

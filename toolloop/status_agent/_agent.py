@@ -66,6 +66,7 @@ from ..kernel import (
     SyncTwins,
     ToolStrategy,
     approval_rule,
+    check_tool_names,
     cut_off_record,
     decide,
     drive,
@@ -74,7 +75,7 @@ from ..kernel import (
     stream_run,
 )
 from ..models import ChatModel, Usage
-from ..runner import ToolExecutionRecord
+from ..runner import ToolExecutionRecord, result_text
 from ..tools import RunScope, Tool, ToolRegistry
 from ._flow import status_agent_flow
 from ._human import HUMAN_EVENT
@@ -467,6 +468,7 @@ class StatusAgent(SyncTwins[StatusAgentResult], StreamTwins[StatusAgentResult]):
         return options.store if options.store is not None else self.store
 
     def _deps(self, options: RunOptions, run_id: str) -> StatusDeps:
+        check_tool_names(self.registry.names, options.max_result_chars)
         return StatusDeps(
             scope=RunScope(run_id, options.deps) if self.registry.takes_context else None,
             steps=self.steps,
@@ -523,7 +525,21 @@ class StatusAgent(SyncTwins[StatusAgentResult], StreamTwins[StatusAgentResult]):
             result_of=lambda ended: self._typed(_result(execution.id, ended)),
             run=deps.run,
             settle=_settle,
+            kept=_kept_result,
+            max_result_chars=options.max_result_chars,
         )
+
+
+def _kept_result(state: StatusAgentState, handle: str) -> str | None:
+    """The whole text of the result of ``handle`` (``"r:<call_id>"``), from the run's
+    records (as its checkpoints keep them)."""
+    if not handle.startswith("r:"):
+        return None
+    call_id = handle[2:]
+    for call in reversed(state.records):
+        if call.call_id == call_id:
+            return result_text(call.record.result) if call.record.success else None
+    return None
 
 
 def _settle(state: StatusAgentState, stop: StopReason) -> None:

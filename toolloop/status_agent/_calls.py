@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from ..checkpoints import JournalEntry
 from ..flow import Context
-from ..kernel import journaled_call, tell_call_finished, tell_call_started
+from ..kernel import journaled_call, tell_call_finished, tell_call_started, tell_kept
 from ..runner import CallSource, ToolBatch, ToolExecutionRecord, cancelled_record, json_safe
 from ._state import StatusAgentState, StatusCallRecord, StatusToolCall
 
@@ -128,6 +128,9 @@ class StatusCalls:
         tell_call_started(self.ctx, self.turn, self.positions[k], call.call_id, call.command())
 
     def _finished(self, k: int, done: Done, took: float) -> None:
-        tell_call_finished(
-            self.ctx, self.turn, self.positions[k], self.calls[k].call_id, done[0], took, done[1]
-        )
+        call_id = self.calls[k].call_id
+        record = done[0]
+        tell_call_finished(self.ctx, self.turn, self.positions[k], call_id, record, took, done[1])
+        if record.success:
+            limit = self.deps.options.max_result_chars
+            tell_kept(self.ctx, call_id, f"r:{call_id}", record.tool_name, record.result, limit)

@@ -34,7 +34,15 @@ from ..models import (
     StructuredOutput,
     stream_chat,
 )
-from ..runner import EXTRA_INSTRUCTION, json_safe
+from ..runner import (
+    EXTRA_INSTRUCTION,
+    is_cut,
+    json_safe,
+    result_handle,
+    result_text,
+    shown_result,
+)
+from ._state import StatusCallRecord
 from ._steps import StatusDecision, StatusPlan, StatusReflection, StatusView, as_output
 
 __all__ = ["STATUS_SYSTEM_PROMPT", "CallDispatch", "LLMStatusSteps", "status_context"]
@@ -163,14 +171,24 @@ def _decision_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def status_context(view: StatusView, *, max_result_chars: int = 2000) -> dict[str, Any]:
-    """The run as the model sees it (JSON data); long results are cut."""
+def status_context(view: StatusView, *, max_result_chars: int | None = None) -> dict[str, Any]:
+    """The run as the model sees it (JSON data). A result longer than ``max_result_chars``
+    (``None``: the view's, the run's) is shown cut, as its head and a line saying how to
+    read the rest, with ``result_ref`` (its handle for ``read_result``) and
+    ``result_chars`` (its length) beside it."""
+    limit = view.max_result_chars if max_result_chars is None else max_result_chars
 
-    def result(value: Any) -> Any:
-        text = json.dumps(json_safe(value), ensure_ascii=False)
-        if len(text) <= max_result_chars:
-            return json.loads(text)
-        return f"{text[:max_result_chars]}… ({len(text)} chars)"
+    def result(r: StatusCallRecord) -> dict[str, Any]:
+        value = r.record.result
+        text = result_text(value)
+        if not is_cut(text, limit, r.record.tool_name):
+            return {"result": json_safe(value)}
+        handle = result_handle(r.call_id)
+        return {
+            "result": shown_result(text, handle, limit),
+            "result_ref": handle,
+            "result_chars": len(text),
+        }
 
     return {
         "user_request": view.user_input,
@@ -183,11 +201,7 @@ def status_context(view: StatusView, *, max_result_chars: int = 2000) -> dict[st
                 "tool_name": r.record.tool_name,
                 "arguments": r.record.kwargs,
                 "purpose": r.record.purpose,
-                **(
-                    {"result": result(r.record.result)}
-                    if r.record.success
-                    else {"error": r.record.error}
-                ),
+                **(result(r) if r.record.success else {"error": r.record.error}),
             }
             for r in view.records
         ],
@@ -206,7 +220,9 @@ class LLMStatusSteps:
         system_prompt: what every call is told first (the step's task follows it).
         max_tokens: the model's output limit per call.
         temperature: passed to the model.
-        max_result_chars: tool results longer than this (as JSON) are cut in the prompt.
+        max_result_chars: tool results longer than this (as text) are cut in the prompt,
+            each with its handle for ``read_result``; ``None`` (the default): the run's
+            ``max_result_chars``.
         short_circuit: close the stream of a decision or a reflection the moment its
             choice (``action``, ``verdict``) is settled and the fields that choice keeps
             are whole (a decision's calls and reason, a reflection's note, an answer): what
@@ -220,7 +236,7 @@ class LLMStatusSteps:
         system_prompt: str = STATUS_SYSTEM_PROMPT,
         max_tokens: int | None = 1024,
         temperature: float | None = 0.0,
-        max_result_chars: int = 2000,
+        max_result_chars: int | None = None,
         short_circuit: bool = True,
     ) -> None:
         self.model = model

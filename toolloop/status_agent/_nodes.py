@@ -135,7 +135,7 @@ class StatusDeps:
     async def step(self, name: str, state: StatusAgentState) -> Any:
         """What the step ``name`` answers for the run as it stands (within the run's
         ``model_timeout``)."""
-        view = StatusView.of(state, self.tools)
+        view = StatusView.of(state, self.tools, self.options.max_result_chars)
         fn = getattr(self.steps, name)
         return await call_step(fn, view, name=name, timeout=self.options.model_timeout)
 
@@ -222,7 +222,7 @@ async def planning(value: Any, state: State, deps: StatusDeps, ctx: Context[Stat
 async def conversation(value: Any, state: State, deps: StatusDeps, ctx: Context[State]) -> None:
     try:
         if deps.answer is not None:  # the answer is structured
-            view = StatusView.of(state, deps.tools)
+            view = StatusView.of(state, deps.tools, deps.options.max_result_chars)
             timeout = deps.options.model_timeout
             structured = await call_step(deps.answer, view, name="converse", timeout=timeout)
             state.structured_response = structured.value
@@ -327,7 +327,7 @@ async def _decide_streaming(
         if call.approved and key not in journal:  # else a human, or the journal, answers
             runner.submit(position, call)
 
-    view = StatusView.of(state, deps.tools)
+    view = StatusView.of(state, deps.tools, deps.options.max_result_chars)
     if deps.scope is not None:
         deps.scope.round_index = runner.turn
     try:

@@ -25,7 +25,8 @@ from typing import Any, Literal, TypeVar
 import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..kernel import model_timeout_error
+from ..kernel import model_timeout_error, read_result_spec
+from ..runner import is_cut, result_text
 from ._state import AgentStatus, Note, StatusAgentState, StatusCallRecord, StatusToolCall
 
 __all__ = [
@@ -114,11 +115,26 @@ class StatusView:
     answer: str | None
     error: str | None
     tools: list[dict[str, Any]]
-    """``{"name", "description", "parameters"}`` of every tool."""
+    """``{"name", "description", "parameters"}`` of every tool (and of the built-in
+    ``read_result`` once a result is longer than ``max_result_chars``)."""
+    max_result_chars: int | None = 2000
+    """The run's ``max_result_chars``: a result longer than this (as text) is shown cut,
+    with its handle ``"r:<call_id>"`` for ``read_result`` (``None``: whole)."""
 
     @classmethod
-    def of(cls, state: StatusAgentState, tools: list[dict[str, Any]]) -> StatusView:
+    def of(
+        cls,
+        state: StatusAgentState,
+        tools: list[dict[str, Any]],
+        max_result_chars: int | None = 2000,
+    ) -> StatusView:
         last = set(state.unreflected)
+        if max_result_chars is not None and any(
+            r.record.success
+            and is_cut(result_text(r.record.result), max_result_chars, r.record.tool_name)
+            for r in state.records
+        ):
+            tools = [*tools, read_result_spec()]  # a result is cut: the model may read the rest
         return cls(
             run_id=state.run_id,
             user_input=state.user_input,
@@ -132,6 +148,7 @@ class StatusView:
             answer=state.answer,
             error=state.error,
             tools=tools,
+            max_result_chars=max_result_chars,
         )
 
 

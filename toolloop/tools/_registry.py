@@ -11,9 +11,19 @@ from typing import Any
 from .._errors import ToolDefinitionError, ToolNotFoundError
 from ._tool import Tool
 
-__all__ = ["ToolRegistry"]
+__all__ = ["ToolRegistry", "register_builtin"]
 
 _MAX_NAMES = 20
+_BUILTIN: dict[str, Tool] = {}
+"""Tools every registry runs besides its own, by name (a tool of the registry's own of the
+same name wins): the run kernel's ``read_result``. Never in a registry's ``names`` or
+``specs``: a run offers them itself, when they help."""
+
+
+def register_builtin(tool: Tool) -> None:
+    """Make every registry run ``tool`` when it has no tool of that name (see the run
+    kernel's ``read_result``)."""
+    _BUILTIN[tool.name] = tool
 
 
 class ToolRegistry:
@@ -52,12 +62,17 @@ class ToolRegistry:
         try:
             return self._tools[name]
         except KeyError:
+            builtin = _BUILTIN.get(name)
+            if builtin is not None:
+                return builtin
             raise ToolNotFoundError(self._not_found(name)) from None
 
     def accepts(self, name: str, arguments: object) -> bool:
         """Whether a call of ``name`` with ``arguments`` can run: the tool exists and the
         arguments fit its schema (nothing runs)."""
         tool = self._tools.get(name)
+        if tool is None:
+            tool = _BUILTIN.get(name)
         if tool is None:
             return False
         try:

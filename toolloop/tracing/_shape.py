@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..flow import ExecutionFailed, ExecutionPaused, ExecutionStarted, FlowEvent
-from ..kernel import ModelCallFinished, ModelCallStarted, RunFinished
+from ..kernel import ModelCallFinished, ModelCallStarted, ResultKept, RunFinished
 from ..loop import (
     PlanDecided,
     RoundFinished,
@@ -48,6 +48,9 @@ class CallSpan:
     result: Any = None
     error: str | None = None
     call_id: str = ""
+    kept: str | None = None
+    """When its result was longer than the run's ``max_result_chars``: what the model was
+    shown of it, and the handle ``read_result`` reads the rest by (a ``ResultKept``)."""
 
     duration = property(_duration)
 
@@ -311,6 +314,15 @@ class RunShape:
                 found.success = record.success
                 found.result = record.result
                 found.error = record.error
+            elif isinstance(event, ResultKept):
+                for round_span in reversed(shape.rounds):
+                    kept = [c for c in round_span.calls if c.call_id == event.call_id]
+                    if kept:
+                        kept[-1].kept = (
+                            f"cut for the model: shown {event.shown:,} of {event.total:,} "
+                            f"chars, kept whole · handle {event.handle}"
+                        )
+                        break
             elif isinstance(event, RoundFinished):
                 round_at(event.round_index, at - event.duration).ended = at
             elif isinstance(event, ExecutionPaused):

@@ -147,6 +147,8 @@ def _call_title(call: CallSpan) -> str:
         )
     if not call.ran:
         lines.append("refused before the tool ran")
+    if call.kept is not None:
+        lines.append(call.kept)
     if call.success:
         lines.append(f"result: {_json(call.result)}")
     elif call.error is not None:

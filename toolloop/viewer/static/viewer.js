@@ -45,7 +45,7 @@ function newRun(id) {
   const run = {
     id, flow: "", meta: pendingMeta, rounds: new Map(), calls: new Map(), models: new Map(),
     statuses: [], pauses: [], resumes: [], offset: 0, started: false, lastAt: 0,
-    retries: [], limits: new Map(),
+    retries: [], limits: new Map(), kept: new Map(),
     receivedAt: performance.now() / 1000, finished: null, failed: null, paused: false,
     usage: {}, live: true,
   };
@@ -147,6 +147,8 @@ function apply(event) {
     run.retries.push({ ...event, at });
   } else if (kind === "rate_limit_changed") {
     run.limits.set(event.name || "", { ...event, at });
+  } else if (kind === "result_kept") {
+    run.kept.set(event.call_id, event);  // a result cut for the model, kept whole
   } else if (kind === "tool_call_started") {
     roundOf(run, event.round_index);
     const key = callKey(event);
@@ -456,9 +458,20 @@ function drawRounds(run) {
           h("span", { class: "took" }, call.duration !== undefined ? seconds(call.duration) : ""),
           call.source && call.source !== "ran" ? h("span", { class: "source" }, " · " + call.source) : null,
           call.progress ? h("div", { class: "progress" }, call.progress) : null,
+          keptLine(run.kept.get(call.id)),
           body);
       })) : null);
   }));
+}
+
+// a result longer than the run's max_result_chars: what the model was shown of it, and
+// the handle read_result reads the rest by
+function keptLine(kept) {
+  if (!kept) return null;
+  const n = (value) => Number(value).toLocaleString("en-US");
+  return h("div", { class: "kept", "data-handle": kept.handle },
+    `cut for the model: shown ${n(kept.shown)} of ${n(kept.total)} chars, kept whole · ` +
+    `handle ${kept.handle}`);
 }
 
 function drawModels(run) {
