@@ -59,6 +59,7 @@ from ..runner import (
     ToolCommand,
     ToolExecutionRecord,
     construct,
+    longer_than,
 )
 from ..tools import RunScope, ToolRegistry
 from ._events import PlanDecided, RoundFinished, RoundStarted
@@ -233,10 +234,7 @@ def _commit(
         if not record.success or record.tool_name == READ_RESULT:
             continue
         value = record.result
-        if type(value) is str:
-            if len(value) <= limit:
-                continue
-        elif value is None or type(value) in _SHORT or len(result_text(value)) <= limit:
+        if value is None or type(value) in _SHORT or not longer_than(value, limit):
             continue
         state.results_cut += 1
         position = k if sources is None else sources[k]

@@ -44,6 +44,7 @@ from ._shared import shared_key as shared_key
 from ._shown import READ_RESULT as READ_RESULT
 from ._shown import RESULT_CHARS as RESULT_CHARS
 from ._shown import is_cut as is_cut
+from ._shown import longer_than as longer_than
 from ._shown import result_handle as result_handle
 from ._shown import result_text as result_text
 from ._shown import shown_result as shown_result
@@ -78,6 +79,7 @@ __all__ = [
     "construct",
     "is_cut",
     "json_safe",
+    "longer_than",
     "nesting_depth",
     "progress_reporter",
     "result_handle",

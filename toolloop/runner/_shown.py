@@ -14,7 +14,15 @@ from typing import Any
 
 from ._jsonsafe import json_safe, short_repr
 
-__all__ = ["READ_RESULT", "RESULT_CHARS", "is_cut", "result_handle", "result_text", "shown_result"]
+__all__ = [
+    "READ_RESULT",
+    "RESULT_CHARS",
+    "is_cut",
+    "longer_than",
+    "result_handle",
+    "result_text",
+    "shown_result",
+]
 
 READ_RESULT = "read_result"
 """The name of the built-in tool that reads a slice of a kept result."""
@@ -33,6 +41,20 @@ def result_text(value: Any) -> str:
         return json.dumps(json_safe(value), ensure_ascii=False)
     except ValueError:  # an int of more digits than Python writes out
         return json.dumps(short_repr(value, 2000))
+
+
+def longer_than(value: Any, limit: int) -> bool:
+    """Whether ``result_text(value)`` is longer than ``limit``, mostly without writing it:
+    once JSON-safe, a value's JSON is at most twice its ``repr`` (a character JSON escapes
+    takes at most two of its ``repr``'s), so a short ``repr`` settles it."""
+    if type(value) is str:
+        return len(value) > limit
+    try:
+        if len(repr(json_safe(value))) * 2 <= limit:
+            return False
+    except ValueError:  # an int of more digits than Python writes out
+        pass
+    return len(result_text(value)) > limit
 
 
 def result_handle(call_id: str) -> str:

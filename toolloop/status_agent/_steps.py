@@ -26,7 +26,7 @@ import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..kernel import model_timeout_error, read_result_spec
-from ..runner import is_cut, result_text
+from ..runner import READ_RESULT, longer_than
 from ._state import AgentStatus, Note, StatusAgentState, StatusCallRecord, StatusToolCall
 
 __all__ = [
@@ -131,7 +131,8 @@ class StatusView:
         last = set(state.unreflected)
         if max_result_chars is not None and any(
             r.record.success
-            and is_cut(result_text(r.record.result), max_result_chars, r.record.tool_name)
+            and r.record.tool_name != READ_RESULT
+            and longer_than(r.record.result, max_result_chars)
             for r in state.records
         ):
             tools = [*tools, read_result_spec()]  # a result is cut: the model may read the rest

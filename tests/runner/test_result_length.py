@@ -1,0 +1,36 @@
+"""``longer_than`` settles most results by their ``repr``: held equal to measuring the text
+the model would be shown (``result_text``), for any JSON-like value and the odd ones."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from toolloop.runner import longer_than, result_text
+
+_JSON_LIKE = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text() | st.binary(max_size=40),
+    lambda inner: st.lists(inner, max_size=6) | st.dictionaries(st.text(), inner, max_size=6),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_JSON_LIKE, st.integers(min_value=0, max_value=400))
+def test_longer_than_is_the_length_of_the_shown_text(value: Any, limit: int) -> None:
+    assert longer_than(value, limit) == (len(result_text(value)) > limit)
+
+
+def test_the_characters_json_escapes_most_are_measured_exactly() -> None:
+    # '"' is one character of repr and two of JSON: the bound's factor of two
+    quotes = {"q": '"' * 100}
+    for limit in range(190, 215):
+        assert longer_than(quotes, limit) == (len(result_text(quotes)) > limit)
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    for odd in (cycle, math.nan, 10**5000, b"\xff" * 3000, object()):
+        for limit in (0, 10, 2000, 10**6):
+            assert longer_than(odd, limit) == (len(result_text(odd)) > limit)
