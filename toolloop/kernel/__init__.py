@@ -14,6 +14,12 @@ from ._approval import Approval as Approval
 from ._approval import ApprovalRule as ApprovalRule
 from ._approval import ApprovalSpec as ApprovalSpec
 from ._approval import approval_rule as approval_rule
+from ._child import DEFAULT_MAX_CHILDREN as DEFAULT_MAX_CHILDREN
+from ._child import DEFAULT_MAX_DEPTH as DEFAULT_MAX_DEPTH
+from ._child import ChildRunEvent as ChildRunEvent
+from ._child import ChildRunLimitError as ChildRunLimitError
+from ._child import ChildRuns as ChildRuns
+from ._child import as_tool as as_tool
 from ._decisions import Decided as Decided
 from ._decisions import Run as Run
 from ._decisions import Skip as Skip
@@ -75,6 +81,8 @@ from ._vocabulary import model_timeout_error as model_timeout_error
 from ._vocabulary import rejected_error as rejected_error
 
 __all__ = [
+    "DEFAULT_MAX_CHILDREN",
+    "DEFAULT_MAX_DEPTH",
     "ENGINE_EVENTS",
     "MAX_ARGUMENT_BYTES",
     "RENAMED_OPTIONS",
@@ -83,6 +91,9 @@ __all__ = [
     "ApprovalSpec",
     "Backend",
     "CheckpointSaved",
+    "ChildRunEvent",
+    "ChildRunLimitError",
+    "ChildRuns",
     "Decided",
     "Ended",
     "Interrupted",
@@ -116,6 +127,7 @@ __all__ = [
     "Verdict",
     "approval_rule",
     "arguments_problem",
+    "as_tool",
     "ask_structured",
     "cut_off_error",
     "cut_off_record",

@@ -34,6 +34,7 @@ from ..ratelimit import (
 )
 from ..runner import ToolExecutionRecord, json_safe
 from ..tools import RunScope
+from ._child import child_of, enter_run, forward_to_parent, leave_run
 from ._events import (
     ModelCallFinished,
     ModelCallStarted,
@@ -241,12 +242,15 @@ async def drive(
         execution.subscribe(options.on_event)
     for observer in _OBSERVERS.get():
         execution.subscribe(observer)
+    child = child_of()  # a run as a tool of another run: linked to it
+    unforward = None if child is None else forward_to_parent(execution, child)
     observed = execution.observed
     meter = UsageMeter(
         options.usage_limits,
         observer=_ModelCalls(execution) if observed else None,
         rate_limit=options.model_rate_limit,
         retry=options.model_tries,
+        parent=None if child is None else child.parent.meter,
     )
     spent = _usage_of(state)
     if spent is not None:  # a resumed run: its budget counts what came before
@@ -258,6 +262,7 @@ async def drive(
         # the meter is entered and left by hand: a with block would hold its bound __exit__
         # for the whole run
         meter.__enter__()
+        link = enter_run(execution, meter, options, child)
         # told to this run's observer, or to none (not to a run this one runs inside)
         told = None
         if observed or current_observer() is not None:
@@ -272,7 +277,10 @@ async def drive(
         finally:
             if told is not None:
                 stop_observing(told)
+            leave_run(link)
             meter.__exit__()
+            if unforward is not None:
+                unforward()
     except Exception as exc:
         execution.on_close(None)  # (the hook refers to the execution: no cycle is left)
         _keep_usage(state, meter)

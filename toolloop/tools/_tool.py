@@ -107,6 +107,10 @@ class Tool:
     _is_async: bool
     context_parameter: str | None
     """The parameter the run fills in with a :class:`~toolloop.tools.RunContext`, if any."""
+    holds_limiter: bool = True
+    """Whether a call holds a token of the run's ``limiter`` while it runs; ``False`` for
+    a run as a tool (:func:`toolloop.kernel.as_tool`), which only waits for its own run,
+    whose tool calls take the tokens (a call holding one would starve them)."""
 
     def __init__(
         self,

@@ -1,0 +1,330 @@
+"""A run as a tool of another run (:func:`toolloop.kernel.as_tool`), for every product as
+the parent and as the child: the child's answer, its usage in the parent's and held to the
+parent's budget at every depth, the parent's limiter, cancellation, the child's events in
+the parent's stream, the bounds of depth and fan-out."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import anyio
+import pytest
+
+from toolloop.agents import create_agent
+from toolloop.errors import UsageLimitError
+from toolloop.flow import FlowEvent
+from toolloop.kernel import ChildRunEvent, RunFinished, RunResult
+from toolloop.loop import as_tool as loop_as_tool
+from toolloop.loop import async_plan_and_execute
+from toolloop.models import ChatRequest, ReplyReader, UsageLimits, stream_chat
+from toolloop.planners import StructuredPlanner
+from toolloop.runner import ToolCallFinished, ToolCallStarted
+from toolloop.status_agent import StatusAgent, StatusView
+from toolloop.testing import ScriptedChatModel
+from toolloop.tools import Tool
+
+pytestmark = pytest.mark.anyio
+
+USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+Tools = Sequence[Callable[..., Any] | Tool]
+
+
+class Product:
+    """A product with a scripted model: a run of it, and it as a tool."""
+
+    name = ""
+
+    def __init__(self) -> None:
+        self.model = ScriptedChatModel()
+        self.asked = 0
+
+    def call(self, tool: str, **arguments: Any) -> None:
+        """The next model call asks for one call of ``tool``."""
+        self.asked += 1
+        call = {"name": tool, "arguments": json.dumps(arguments), "id": f"c{self.asked}"}
+        self.model.add_reply(tool_calls=[call], usage=USAGE)
+
+    def answer(self, text: str) -> None:
+        """The next model call answers ``text``."""
+        self.model.add_reply(text, usage=USAGE)
+
+    async def run(self, tools: Tools, request: str, **options: Any) -> RunResult:
+        raise NotImplementedError
+
+    def as_tool(self, tools: Tools, name: str, **bounds: Any) -> Tool:
+        raise NotImplementedError
+
+
+class Loop(Product):
+    name = "loop"
+
+    def planner(self) -> StructuredPlanner:
+        return StructuredPlanner(self.model, short_circuit=False)
+
+    def call(self, tool: str, **arguments: Any) -> None:
+        command = {"purpose": f"call {tool}", "tool_name": tool, "tool_kwargs": arguments}
+        plan = {"next_action": "execute", "execution_commands": [command]}
+        self.model.add_reply(json.dumps(plan), usage=USAGE)
+
+    def answer(self, text: str) -> None:
+        self.model.add_reply(json.dumps({"content": text, "next_action": "response"}), usage=USAGE)
+
+    async def run(self, tools: Tools, request: str, **options: Any) -> RunResult:
+        return await async_plan_and_execute(request, planner=self.planner(), tools=tools, **options)
+
+    def as_tool(self, tools: Tools, name: str, **bounds: Any) -> Tool:
+        return loop_as_tool(
+            planner=self.planner(), tools=tools, name=name, description="a loop", **bounds
+        )
+
+
+class Agent(Product):
+    name = "agent"
+
+    async def run(self, tools: Tools, request: str, **options: Any) -> RunResult:
+        return await create_agent(self.model, tools).run(request, **options)
+
+    def as_tool(self, tools: Tools, name: str, **bounds: Any) -> Tool:
+        return create_agent(self.model, tools).as_tool(name=name, description="an agent", **bounds)
+
+
+class Status(Product):
+    """The status agent, whose decision step asks the model (a tool call: the call to run;
+    text: the answer)."""
+
+    name = "status"
+
+    async def decide(self, view: StatusView) -> dict[str, Any]:
+        request = ChatRequest(messages=[{"role": "user", "content": view.user_input}])
+        reader = ReplyReader()
+        async with stream_chat(self.model, request) as deltas:
+            async for delta in deltas:
+                reader.feed(delta)
+        reply = reader.reply()
+        if reply.tool_calls:
+            asked = [
+                {"tool_name": c.name, "arguments": json.loads(c.arguments), "purpose": c.name}
+                for c in reply.tool_calls
+            ]
+            return {"action": "call_tools", "tool_calls": asked}
+        return {"action": "finish", "answer": reply.text}
+
+    def agent(self, tools: Tools) -> StatusAgent:
+        return StatusAgent(
+            tools=tools,
+            analyze=lambda view: "a request",
+            plan=lambda view: ["answer it"],
+            decide=self.decide,
+            reflect=lambda view: {"verdict": "continue" if view.last_records else "finish"},
+            converse=lambda view: "nothing to say",
+        )
+
+    async def run(self, tools: Tools, request: str, **options: Any) -> RunResult:
+        return await self.agent(tools).run(request, **options)
+
+    def as_tool(self, tools: Tools, name: str, **bounds: Any) -> Tool:
+        return self.agent(tools).as_tool(name=name, description="a status agent", **bounds)
+
+
+PRODUCTS: tuple[type[Product], ...] = (Loop, Agent, Status)
+EACH = [pytest.param(p, id=p.name) for p in PRODUCTS]
+PAIRS = [
+    pytest.param(parent, child, id=f"{parent.name}-{child.name}")
+    for parent in PRODUCTS
+    for child in PRODUCTS
+]
+
+
+class Mailer:
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    async def send(self, to: str) -> str:
+        """Send a mail.
+
+        Args:
+            to: who gets it.
+        """
+        self.sent.append(to)
+        return f"sent to {to}"
+
+
+@pytest.mark.parametrize(("parent_kind", "child_kind"), PAIRS)
+async def test_a_child_answers_its_parent_and_its_usage_and_events_are_the_parent_s(
+    parent_kind: type[Product], child_kind: type[Product]
+) -> None:
+    mailer = Mailer()
+    parent, child = parent_kind(), child_kind()
+    child.call("send", to="ada")
+    child.answer("mailed ada")
+    parent.call("helper", request="mail ada")
+    parent.answer("done")
+    events: list[FlowEvent] = []
+    helper = child.as_tool([mailer.send], "helper")
+    with anyio.fail_after(30):  # a hang guard
+        result = await parent.run([helper], "get ada mailed", on_event=events.append)
+    assert mailer.sent == ["ada"]
+    (record,) = result.records
+    assert record.tool_name == "helper"
+    assert record.success, record.error
+    assert record.result == "mailed ada"
+    assert result.text is not None
+    calls = len(parent.model.requests) + len(child.model.requests)
+    assert result.usage.requests == calls
+    assert result.usage.total_tokens == 15 * calls
+    (started,) = [e for e in events if isinstance(e, ToolCallStarted)]
+    nested = [e for e in events if isinstance(e, ChildRunEvent)]
+    assert nested
+    assert {(e.call_id, e.depth, e.tool_name, e.parent_run_id) for e in nested} == {
+        (started.call_id, 1, "helper", result.run_id)
+    }
+    assert all(e.execution_id == result.run_id for e in nested)
+    child_calls = [e.event for e in nested if isinstance(e.event, ToolCallStarted)]
+    assert [c.command.tool_name for c in child_calls] == ["send"]
+    (finished,) = [e.event for e in nested if isinstance(e.event, RunFinished)]
+    assert finished.usage is not None and finished.usage.requests == len(child.model.requests)
+    (own,) = [e for e in events if isinstance(e, RunFinished)]
+    assert own.usage == result.usage
+
+
+@pytest.mark.parametrize(("parent_kind", "child_kind"), PAIRS)
+async def test_the_parent_s_budget_holds_before_every_model_call_at_depth_2(
+    parent_kind: type[Product], child_kind: type[Product]
+) -> None:
+    mailer = Mailer()
+    parent, child, grandchild = parent_kind(), child_kind(), child_kind()
+    grandchild.call("send", to="ada")
+    grandchild.answer("mailed ada")  # the 4th model call: past the budget, never made
+    child.call("deeper", request="mail ada")
+    child.answer("asked")
+    parent.call("helper", request="mail ada")
+    parent.answer("done")
+    deeper = grandchild.as_tool([mailer.send], "deeper")
+    helper = child.as_tool([deeper], "helper")
+    with anyio.fail_after(30), pytest.raises(UsageLimitError) as raised:
+        await parent.run([helper], "get ada mailed", usage_limits=UsageLimits(max_requests=3))
+    assert mailer.sent == ["ada"]
+    made = [len(p.model.requests) for p in (parent, child, grandchild)]
+    assert made == [1, 1, 1]
+    assert raised.value.usage is not None
+    assert raised.value.usage.requests == 3
+
+
+@pytest.mark.parametrize(("parent_kind", "child_kind"), PAIRS)
+async def test_a_spent_budget_finishes_the_parent_when_asked(
+    parent_kind: type[Product], child_kind: type[Product]
+) -> None:
+    mailer = Mailer()
+    parent, child = parent_kind(), child_kind()
+    child.call("send", to="ada")
+    child.answer("mailed ada")
+    parent.call("helper", request="mail ada")
+    parent.answer("done")
+    helper = child.as_tool([mailer.send], "helper")
+    with anyio.fail_after(30):
+        result = await parent.run(
+            [helper],
+            "get ada mailed",
+            usage_limits=UsageLimits(max_requests=2),
+            on_usage_limit="finish",
+        )
+    assert result.stop_reason == "usage_limit"
+    assert result.usage.requests == 2
+    assert [len(p.model.requests) for p in (parent, child)] == [1, 1]
+    assert mailer.sent == ["ada"]
+
+
+@pytest.mark.parametrize(("parent_kind", "child_kind"), PAIRS)
+async def test_a_child_s_tools_take_the_parent_s_limiter_without_starving(
+    parent_kind: type[Product], child_kind: type[Product]
+) -> None:
+    mailer = Mailer()
+    parent, child = parent_kind(), child_kind()
+    child.call("send", to="ada")
+    child.answer("mailed ada")
+    parent.call("helper", request="mail ada")
+    parent.answer("done")
+    limiter = anyio.CapacityLimiter(1)
+    seen: list[float] = []
+
+    async def send(to: str) -> str:
+        """Send a mail.
+
+        Args:
+            to: who gets it.
+        """
+        seen.append(limiter.borrowed_tokens)
+        return await mailer.send(to)
+
+    helper = child.as_tool([send], "helper")
+    with anyio.fail_after(30):  # a call of the child holding a token would hang here
+        result = await parent.run([helper], "get ada mailed", limiter=limiter)
+    assert result.records[0].success
+    assert seen == [1]  # the child's tool call held the parent's one token
+    assert limiter.borrowed_tokens == 0
+
+
+@pytest.mark.parametrize(("parent_kind", "child_kind"), PAIRS)
+async def test_cancelling_the_parent_cancels_the_child_s_tool(
+    parent_kind: type[Product], child_kind: type[Product]
+) -> None:
+    parent, child = parent_kind(), child_kind()
+    child.call("wait")
+    parent.call("helper", request="wait")
+    inside = anyio.Event()
+    ended: list[str] = []
+
+    async def wait() -> str:
+        """Wait."""
+        inside.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            ended.append("cancelled")
+        return "never"
+
+    helper = child.as_tool([wait], "helper")
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(parent.run, [helper], "wait")
+            await inside.wait()
+            tg.cancel_scope.cancel()
+    assert ended == ["cancelled"]
+
+
+@pytest.mark.parametrize(("parent_kind", "child_kind"), PAIRS)
+async def test_a_run_at_max_depth_starts_no_child(
+    parent_kind: type[Product], child_kind: type[Product]
+) -> None:
+    mailer = Mailer()
+    parent, child, grandchild = parent_kind(), child_kind(), child_kind()
+    grandchild.call("send", to="ada")
+    child.call("deeper", request="mail ada")
+    child.answer("could not")
+    parent.call("helper", request="mail ada")
+    parent.answer("done")
+    deeper = grandchild.as_tool([mailer.send], "deeper", max_depth=1)
+    helper = child.as_tool([deeper], "helper")
+    events: list[FlowEvent] = []
+    with anyio.fail_after(30):
+        result = await parent.run([helper], "get ada mailed", on_event=events.append)
+    assert result.records[0].success
+    assert mailer.sent == []
+    assert grandchild.model.requests == []
+    failed = [
+        e.event.record
+        for e in events
+        if isinstance(e, ChildRunEvent) and isinstance(e.event, ToolCallFinished)
+    ]
+    (record,) = failed
+    assert not record.success
+    assert "max_depth=1" in (record.error or "")
+
+
+async def test_as_tool_refuses_bounds_below_1() -> None:
+    with pytest.raises(ValueError, match="max_depth"):
+        Agent().as_tool([], "helper", max_depth=0)
+    with pytest.raises(ValueError, match="max_children"):
+        Agent().as_tool([], "helper", max_children=0)

@@ -1,0 +1,331 @@
+"""A run as a tool of another run: one product's run called by another's model, sharing
+the caller's budget, limits, events and store.
+
+:func:`as_tool` makes a :class:`~toolloop.tools.Tool` of a product's runs (the loop's
+``toolloop.loop.as_tool``, ``Agent.as_tool``, ``StatusAgent.as_tool`` are it). When a run
+calls it, the call starts a child run, linked to its parent by :func:`drive`:
+
+- **budget**: the child's usage meter has the parent's as its parent: each of its model
+  calls is checked against the child's own ``usage_limits`` *and* the parent's (and the
+  grandparent's, up the tree) before it is made, and while it streams; what it costs is
+  counted in every ancestor's usage, so the parent's ``result.usage`` includes its
+  children's;
+- **limits**: the child takes the parent's ``limiter``, ``model_rate_limit``,
+  ``rate_limits`` and ``deps`` when it has none of its own; the call itself holds no token
+  of the limiter (its run's tool calls take them); the child runs in the parent's tool
+  call, so the parent's ``timeout``, ``tool_timeout`` and cancellation end it (no task is
+  left behind);
+- **events**: every event of the child is told to the parent's observers as a
+  :class:`ChildRunEvent` (the child's run id, the parent's run id, the parent's call id,
+  the depth), so one stream, trace or viewer of the parent shows the tree;
+- **bounds**: a run at ``max_depth`` cannot start a child, nor a run with
+  ``max_children`` children running: the call fails with a :class:`ChildRunLimitError`
+  the model reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar, Token
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import SerializeAsAny, field_validator
+
+from .._errors import ToolCallError, UsageLimitError
+from ..flow import Context, Execution, FlowEvent
+from ..models import UsageMeter
+from ..runner import json_safe
+from ..tools import RunContext, Tool
+from ._events import RunEvent
+from ._options import RunOptions
+from ._result import RunResult
+
+__all__ = [
+    "DEFAULT_MAX_CHILDREN",
+    "DEFAULT_MAX_DEPTH",
+    "ChildRunEvent",
+    "ChildRunLimitError",
+    "ChildRuns",
+    "as_tool",
+]
+
+DEFAULT_MAX_DEPTH = 3
+"""How deep runs nest by default: a top run (depth 0) may have children, grandchildren and
+great-grandchildren (depth 3), no deeper."""
+
+DEFAULT_MAX_CHILDREN = 8
+"""How many children one run may have running at once, by default."""
+
+
+class ChildRunLimitError(ToolCallError):
+    """A run as a tool was not started: the caller is at ``max_depth``, or has
+    ``max_children`` children running. The call's record says so (the model reads it)."""
+
+
+class ChildRunEvent(RunEvent):
+    """An event of a child run (a run called as a tool), told to its parent's observers.
+
+    ``execution_id`` is the parent's (the run whose stream it is in); ``run_id`` the run
+    the ``event`` is of. A grandchild's events reach the top run as these too, each
+    saying its own run, that run's parent and its depth: the stream holds the whole tree.
+    """
+
+    kind: Literal["child_run_event"] = "child_run_event"
+    run_id: str
+    """The run the event is of (the child's, the grandchild's...)."""
+    parent_run_id: str
+    """The run that called it as a tool."""
+    call_id: str
+    """The parent's tool call that runs it (``ToolCallStarted.call_id`` in the parent)."""
+    tool_name: str
+    """The tool the parent called."""
+    depth: int
+    """1 for a child of the top run, 2 for a grandchild..."""
+    event: SerializeAsAny[FlowEvent]
+    """The child's event, as it was told to the child's own observers."""
+
+    @field_validator("event", mode="before")
+    @classmethod
+    def _typed(cls, value: Any) -> Any:
+        """An event read back from JSON (a trace) as its own class, by its ``kind``."""
+        if isinstance(value, dict):
+            found = _event_class(value.get("kind"))
+            if found is not None:
+                return found.model_validate(value)
+        return value
+
+
+def _event_class(kind: object) -> type[FlowEvent] | None:
+    pending: list[type[FlowEvent]] = [FlowEvent]
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        field = cls.model_fields.get("kind")
+        if field is not None and field.default == kind and cls is not FlowEvent:
+            return cls
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class ChildRuns:
+    """How a product's runs are started as a child (what :func:`as_tool` calls).
+
+    Args:
+        run: ``await run(request, **options)``: a new run of ``request`` with run options
+            (:class:`RunOptions` names) over the product's own.
+        defaults: the product's own run options (an agent's constructor's; the loop's
+            call's): what the child does not take from its parent.
+        resume: ``await resume(run_id, decision, **options)`` of a paused child (a
+            durable parent resumed with a decision for its child), if the product has it.
+        recover: ``await recover(run_id, **options)`` of a child whose process died (a
+            durable parent recovered), if the product has it.
+    """
+
+    run: Callable[..., Awaitable[RunResult]]
+    defaults: RunOptions
+    resume: Callable[..., Awaitable[RunResult]] | None = None
+    recover: Callable[..., Awaitable[RunResult]] | None = None
+
+
+class _RunLink:
+    """What a run lends the children its tools start (made active by :func:`drive`)."""
+
+    __slots__ = ("children", "depth", "execution", "meter", "options", "run_id")
+
+    def __init__(
+        self, execution: Execution[Any], meter: UsageMeter, options: RunOptions, depth: int
+    ) -> None:
+        self.execution = execution
+        self.run_id = execution.id
+        self.meter = meter
+        self.options = options
+        self.depth = depth
+        self.children = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _ChildOf:
+    """Set by a run-as-tool call for the run it starts: whose child it is, and where."""
+
+    parent: _RunLink
+    call_id: str
+    tool_name: str
+
+
+_RUN: ContextVar[_RunLink | None] = ContextVar("toolloop_run_link", default=None)
+_CHILD: ContextVar[_ChildOf | None] = ContextVar("toolloop_child_of", default=None)
+
+
+def child_of() -> _ChildOf | None:
+    """The link to its parent of a run starting now as a tool of another run (``None``: a
+    run of its own). Only the run the call started is the child: a run started later in
+    that run's own tools is not (the run in progress there is the child, not the parent)."""
+    child = _CHILD.get()
+    if child is None or child.parent is not _RUN.get():
+        return None
+    return child
+
+
+def enter_run(
+    execution: Execution[Any], meter: UsageMeter, options: RunOptions, child: _ChildOf | None
+) -> Token[_RunLink | None]:
+    """Make ``execution`` the run whose tasks' run-as-tool calls start its children (undo
+    with :func:`leave_run`)."""
+    depth = 0 if child is None else child.parent.depth + 1
+    return _RUN.set(_RunLink(execution, meter, options, depth))
+
+
+def leave_run(token: Token[_RunLink | None]) -> None:
+    """Undo :func:`enter_run`."""
+    _RUN.reset(token)
+
+
+def forward_to_parent(execution: Execution[Any], child: _ChildOf) -> Callable[[], None] | None:
+    """Tell a child's events to its parent's observers (when it has any), as
+    :class:`ChildRunEvent`; returns what stops it."""
+    parent = child.parent.execution
+    if not parent.observed:
+        return None
+    depth = child.parent.depth + 1
+    return execution.subscribe(
+        _Forward(parent.context_for(child.tool_name), execution.id, child, depth)
+    )
+
+
+class _Forward:
+    """A child's events, told to its parent's observers as :class:`ChildRunEvent`."""
+
+    __slots__ = ("child", "ctx", "depth", "run_id")
+
+    def __init__(self, ctx: Context[Any, Any], run_id: str, child: _ChildOf, depth: int) -> None:
+        self.ctx = ctx
+        self.run_id = run_id
+        self.child = child
+        self.depth = depth
+
+    def __call__(self, event: FlowEvent) -> None:
+        ctx = self.ctx
+        if not ctx.observed:
+            return
+        if isinstance(event, ChildRunEvent):  # a grandchild's: passed up as it is
+            ctx.publish(event.model_copy(update={"execution_id": ctx.execution_id}))
+            return
+        child = self.child
+        ctx.publish(
+            ChildRunEvent(
+                execution_id=ctx.execution_id,
+                at=ctx.elapsed(),
+                run_id=self.run_id,
+                parent_run_id=child.parent.run_id,
+                call_id=child.call_id,
+                tool_name=child.tool_name,
+                depth=self.depth,
+                event=event,
+            )
+        )
+
+
+_INHERITED = ("limiter", "model_rate_limit", "deps")
+
+
+def _inherited(parent: RunOptions, own: RunOptions) -> dict[str, Any]:
+    """The options a child takes from its parent: those it has none of its own of."""
+    given: dict[str, Any] = {}
+    for name in _INHERITED:
+        if getattr(own, name) is None and getattr(parent, name) is not None:
+            given[name] = getattr(parent, name)
+    if parent.rate_limits:
+        given["rate_limits"] = {**parent.rate_limits, **own.rate_limits}
+    return given
+
+
+def _spent(parent: _RunLink) -> None:
+    """A child ran out of budget: when it was the parent's (or an ancestor's), the parent
+    ends as its own model call refused would (``on_usage_limit``), not with a failed
+    call."""
+    try:
+        parent.meter.check_before_call()
+    except UsageLimitError as spent:
+        parent.execution.fail(spent)
+
+
+def answer_of(result: RunResult) -> Any:
+    """What a finished child answers its parent's model: its structured response (as JSON
+    data) when it has one, else its text (``""`` when it has none)."""
+    if result.structured_response is not None:
+        return json_safe(result.structured_response)
+    return result.text or ""
+
+
+_PARAMETERS = {
+    "type": "object",
+    "properties": {"request": {"type": "string", "description": "What to do, in full."}},
+    "required": ["request"],
+    "additionalProperties": False,
+}
+
+
+def as_tool(
+    runs: ChildRuns,
+    *,
+    name: str,
+    description: str,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    max_children: int = DEFAULT_MAX_CHILDREN,
+) -> Tool:
+    """A tool whose call is a run of a product: a child of the run that calls it.
+
+    The tool takes ``{"request": str}`` and answers the child's structured response (as
+    JSON data) or its final text. The child shares its parent's budget, limits, events and
+    cancellation (see the module docs); called outside any run, it is a run of its own.
+
+    Args:
+        runs: how the product's runs start (the products' ``as_tool`` give it).
+        name: the tool's name, for the model.
+        description: what the child does, for the model.
+        max_depth: the depth of runs below which this one may start (the top run is 0):
+            a call from a run at ``max_depth`` fails with :class:`ChildRunLimitError`.
+        max_children: the children one run may have running at once through this kind of
+            call; one more fails with :class:`ChildRunLimitError`.
+
+    Raises:
+        ValueError: ``max_depth`` below 1 or ``max_children`` below 1.
+    """
+    if not (isinstance(max_depth, int) and max_depth >= 1):
+        raise ValueError(f"max_depth must be an int of 1 or more, got {max_depth!r}")
+    if not (isinstance(max_children, int) and max_children >= 1):
+        raise ValueError(f"max_children must be an int of 1 or more, got {max_children!r}")
+
+    async def call(request: str, ctx: RunContext[Any]) -> Any:
+        parent = _RUN.get()
+        if parent is None:  # called by hand, outside a run: a run of its own
+            return answer_of(await runs.run(request))
+        if parent.depth >= max_depth:
+            raise ChildRunLimitError(
+                f"tool {name!r} starts a run, but the run calling it is at depth "
+                f"{parent.depth}, which is max_depth={max_depth}; answer without it, or "
+                "raise max_depth in as_tool(...)"
+            )
+        if parent.children >= max_children:
+            raise ChildRunLimitError(
+                f"tool {name!r} starts a run, but the run calling it has {parent.children} "
+                f"running already, which is max_children={max_children}; call it again "
+                "once one has answered, or raise max_children in as_tool(...)"
+            )
+        parent.children += 1
+        token = _CHILD.set(_ChildOf(parent, ctx.call_id, name))
+        try:
+            options = _inherited(parent.options, runs.defaults)
+            result = await runs.run(request, **options)
+        except UsageLimitError:
+            _spent(parent)
+            raise
+        finally:
+            _CHILD.reset(token)
+            parent.children -= 1
+        return answer_of(result)
+
+    made = Tool(name=name, description=description, parameters=_PARAMETERS, function=call)
+    made.holds_limiter = False
+    return made
