@@ -5,6 +5,7 @@ the parent's stream, the bounds of depth and fan-out."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -13,11 +14,12 @@ import anyio
 import pytest
 
 from toolloop.agents import create_agent
+from toolloop.checkpoints import MemoryCheckpointStore
 from toolloop.errors import UsageLimitError
 from toolloop.flow import FlowEvent
 from toolloop.kernel import ChildRunEvent, RunFinished, RunResult
 from toolloop.loop import as_tool as loop_as_tool
-from toolloop.loop import async_plan_and_execute
+from toolloop.loop import async_plan_and_execute, async_recover_plan_and_execute
 from toolloop.models import ChatRequest, ReplyReader, UsageLimits, stream_chat
 from toolloop.planners import StructuredPlanner
 from toolloop.runner import ToolCallFinished, ToolCallStarted
@@ -29,6 +31,7 @@ pytestmark = pytest.mark.anyio
 
 USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
 Tools = Sequence[Callable[..., Any] | Tool]
+BOUNDS = ("max_depth", "max_children")
 
 
 class Product:
@@ -53,7 +56,11 @@ class Product:
     async def run(self, tools: Tools, request: str, **options: Any) -> RunResult:
         raise NotImplementedError
 
-    def as_tool(self, tools: Tools, name: str, **bounds: Any) -> Tool:
+    async def recover(self, tools: Tools, run_id: str, **options: Any) -> RunResult:
+        raise NotImplementedError
+
+    def as_tool(self, tools: Tools, name: str, **given: Any) -> Tool:
+        """The product as a tool (``given``: its run options, ``max_depth``...)."""
         raise NotImplementedError
 
 
@@ -74,9 +81,14 @@ class Loop(Product):
     async def run(self, tools: Tools, request: str, **options: Any) -> RunResult:
         return await async_plan_and_execute(request, planner=self.planner(), tools=tools, **options)
 
-    def as_tool(self, tools: Tools, name: str, **bounds: Any) -> Tool:
+    async def recover(self, tools: Tools, run_id: str, **options: Any) -> RunResult:
+        return await async_recover_plan_and_execute(
+            run_id, planner=self.planner(), tools=tools, **options
+        )
+
+    def as_tool(self, tools: Tools, name: str, **given: Any) -> Tool:
         return loop_as_tool(
-            planner=self.planner(), tools=tools, name=name, description="a loop", **bounds
+            planner=self.planner(), tools=tools, name=name, description="a loop", **given
         )
 
 
@@ -86,8 +98,13 @@ class Agent(Product):
     async def run(self, tools: Tools, request: str, **options: Any) -> RunResult:
         return await create_agent(self.model, tools).run(request, **options)
 
-    def as_tool(self, tools: Tools, name: str, **bounds: Any) -> Tool:
-        return create_agent(self.model, tools).as_tool(name=name, description="an agent", **bounds)
+    async def recover(self, tools: Tools, run_id: str, **options: Any) -> RunResult:
+        return await create_agent(self.model, tools).recover(run_id, **options)
+
+    def as_tool(self, tools: Tools, name: str, **given: Any) -> Tool:
+        bounds = {k: given.pop(k) for k in BOUNDS if k in given}
+        agent = create_agent(self.model, tools, **given)
+        return agent.as_tool(name=name, description="an agent", **bounds)
 
 
 class Status(Product):
@@ -111,7 +128,7 @@ class Status(Product):
             return {"action": "call_tools", "tool_calls": asked}
         return {"action": "finish", "answer": reply.text}
 
-    def agent(self, tools: Tools) -> StatusAgent:
+    def agent(self, tools: Tools, **options: Any) -> StatusAgent:
         return StatusAgent(
             tools=tools,
             analyze=lambda view: "a request",
@@ -119,13 +136,19 @@ class Status(Product):
             decide=self.decide,
             reflect=lambda view: {"verdict": "continue" if view.last_records else "finish"},
             converse=lambda view: "nothing to say",
+            **options,
         )
 
     async def run(self, tools: Tools, request: str, **options: Any) -> RunResult:
         return await self.agent(tools).run(request, **options)
 
-    def as_tool(self, tools: Tools, name: str, **bounds: Any) -> Tool:
-        return self.agent(tools).as_tool(name=name, description="a status agent", **bounds)
+    async def recover(self, tools: Tools, run_id: str, **options: Any) -> RunResult:
+        return await self.agent(tools).recover(run_id, **options)
+
+    def as_tool(self, tools: Tools, name: str, **given: Any) -> Tool:
+        bounds = {k: given.pop(k) for k in BOUNDS if k in given}
+        agent = self.agent(tools, **given)
+        return agent.as_tool(name=name, description="a status agent", **bounds)
 
 
 PRODUCTS: tuple[type[Product], ...] = (Loop, Agent, Status)
@@ -328,3 +351,57 @@ async def test_as_tool_refuses_bounds_below_1() -> None:
         Agent().as_tool([], "helper", max_depth=0)
     with pytest.raises(ValueError, match="max_children"):
         Agent().as_tool([], "helper", max_children=0)
+
+
+@pytest.mark.parametrize(("parent_kind", "child_kind"), PAIRS)
+async def test_a_durable_parent_recovered_resumes_its_child_without_running_a_tool_twice(
+    parent_kind: type[Product], child_kind: type[Product]
+) -> None:
+    store = MemoryCheckpointStore()
+    parent, child = parent_kind(), child_kind()
+    child.call("send", to="ada")
+    child.call("wait")
+    child.answer("mailed ada")
+    parent.call("helper", request="mail ada")
+    parent.answer("done")
+    mailer, inside, hold, waits = Mailer(), anyio.Event(), [True], []
+
+    async def wait() -> str:
+        """Wait for the mail to arrive."""
+        waits.append("wait")
+        inside.set()
+        if hold[0]:
+            await anyio.sleep_forever()
+        return "arrived"
+
+    # the child may make its wait again (an idempotent tool); never its send
+    helper = child.as_tool(
+        [mailer.send, wait], "helper", unknown_outcome="retry", idempotent_tools=["wait"]
+    )
+    with anyio.fail_after(30):  # a hang guard
+        async with anyio.create_task_group() as tg:  # the process "dies" while wait runs
+            tg.start_soon(
+                functools.partial(parent.run, [helper], "mail", store=store, run_id="crashed")
+            )
+            await inside.wait()
+            tg.cancel_scope.cancel()
+    children = [r for r in await store.run_ids() if r.startswith("crashed.helper.")]
+    assert len(children) == 1
+    for run_id in ("crashed", children[0]):
+        stored = await store.get(run_id)
+        assert stored is not None and stored.status == "running"
+    hold[0] = False
+    events: list[FlowEvent] = []
+    with anyio.fail_after(30):
+        recovered = await parent.recover([helper], "crashed", store=store, on_event=events.append)
+    assert mailer.sent == ["ada"]  # the child's send was not made again
+    assert waits == ["wait", "wait"]
+    (record,) = recovered.records
+    assert record.success, record.error
+    assert record.result == "mailed ada"
+    nested = [e for e in events if isinstance(e, ChildRunEvent)]
+    assert {e.run_id for e in nested} == {children[0]}
+    (finished,) = [e.event for e in nested if isinstance(e.event, RunFinished)]
+    assert finished.records == 2  # the child went on from its checkpoint: send and wait
+    stored = await store.get(children[0])
+    assert stored is not None and stored.status == "completed"

@@ -48,6 +48,7 @@ from ._journal import arguments_problem as arguments_problem
 from ._journal import journaled_call as journaled_call
 from ._journal import own_key as own_key
 from ._journal import record_interrupted as record_interrupted
+from ._journal import resumes as resumes
 from ._journal import same_call as same_call
 from ._options import RENAMED_OPTIONS as RENAMED_OPTIONS
 from ._options import OnEvent as OnEvent
@@ -143,6 +144,7 @@ __all__ = [
     "own_key",
     "record_interrupted",
     "rejected_error",
+    "resumes",
     "run_sync",
     "same_call",
     "stream_run",

@@ -33,6 +33,7 @@ from typing import Any, Literal
 from pydantic import SerializeAsAny, field_validator
 
 from .._errors import ToolCallError, UsageLimitError
+from ..checkpoints import CheckpointStore
 from ..flow import Context, Execution, FlowEvent
 from ..models import UsageMeter
 from ..runner import json_safe
@@ -317,7 +318,11 @@ def as_tool(
         token = _CHILD.set(_ChildOf(parent, ctx.call_id, name))
         try:
             options = _inherited(parent.options, runs.defaults)
-            result = await runs.run(request, **options)
+            store = parent.options.store
+            if store is None:
+                result = await runs.run(request, **options)
+            else:  # a durable parent: the child is journaled in its store, under its call
+                result = await _durable(runs, store, _child_id(parent, name, ctx), request, options)
         except UsageLimitError:
             _spent(parent)
             raise
@@ -328,4 +333,30 @@ def as_tool(
 
     made = Tool(name=name, description=description, parameters=_PARAMETERS, function=call)
     made.holds_limiter = False
+    made.resumes = True
     return made
+
+
+def _child_id(parent: _RunLink, name: str, ctx: RunContext[Any]) -> str:
+    """The run id of the child a call of a durable parent starts: made from the parent's
+    run id and the call's identity (its idempotency key), so that the same call, made
+    again after a crash, finds the same child."""
+    return f"{parent.run_id}.{name}.{ctx.idempotency_key[:16]}"
+
+
+async def _durable(
+    runs: ChildRuns,
+    store: CheckpointStore,
+    run_id: str,
+    request: str,
+    options: dict[str, Any],
+) -> RunResult:
+    """The child ``run_id`` in ``store``: started, or, when the store has it (the parent's
+    call is made again after a crash), recovered: a completed child gives its result, a
+    cut-off one goes on from its last checkpoint, its finished tool calls not run again."""
+    options["store"] = store
+    found = await store.get(run_id)
+    if found is None or runs.recover is None:
+        return await runs.run(request, run_id=run_id, **options)
+    # the parent's process, which owned it, is the one that died: taken over at once
+    return await runs.recover(run_id, force=True, **options)

@@ -59,6 +59,7 @@ from ..kernel import (
     decide,
     journaled_call,
     own_key,
+    resumes,
     tell,
 )
 from ..models import Usage, current_meter
@@ -426,6 +427,7 @@ class DurableLoop:
             failed=lambda error: ToolExecutionRecord.failed(command, error),
             unknown_outcome=options.unknown_outcome,
             idempotent_tools=options.idempotent_tools,
+            resumes=resumes(self.registry, command.tool_name),
         )
         if done.source != "ran":
             self.sources[told] = done.source
