@@ -332,8 +332,8 @@ async def test_a_run_at_max_depth_starts_no_child(
     helper = child.as_tool([deeper], "helper")
     events: list[FlowEvent] = []
     with anyio.fail_after(30):
-        result = await parent.run([helper], "get ada mailed", on_event=events.append)
-    assert result.records[0].success
+        # (a status agent child puts its failed call to a human: its parent's call fails)
+        await parent.run([helper], "get ada mailed", on_event=events.append)
     assert mailer.sent == []
     assert grandchild.model.requests == []
     failed = [
@@ -405,3 +405,25 @@ async def test_a_durable_parent_recovered_resumes_its_child_without_running_a_to
     assert finished.records == 2  # the child went on from its checkpoint: send and wait
     stored = await store.get(children[0])
     assert stored is not None and stored.status == "completed"
+
+
+@pytest.mark.parametrize(("parent_kind", "child_kind"), PAIRS)
+async def test_a_child_paused_for_a_human_fails_the_call_naming_it(
+    parent_kind: type[Product], child_kind: type[Product]
+) -> None:
+    store = MemoryCheckpointStore()
+    mailer = Mailer()
+    parent, child = parent_kind(), child_kind()
+    child.call("send", to="ada")
+    parent.call("helper", request="mail ada")
+    parent.answer("done")
+    helper = child.as_tool([mailer.send], "helper", needs_approval=["send"])
+    events: list[FlowEvent] = []
+    with anyio.fail_after(30):
+        await parent.run([helper], "mail", store=store, on_event=events.append)
+    assert mailer.sent == []
+    (finished,) = [e for e in events if isinstance(e, ToolCallFinished)]
+    assert not finished.record.success
+    assert "paused for a human" in (finished.record.error or "")
+    (paused,) = [r for r in await store.run_ids(status="paused") if ".helper." in r]
+    assert paused in (finished.record.error or "")

@@ -18,6 +18,7 @@ from ._child import DEFAULT_MAX_CHILDREN as DEFAULT_MAX_CHILDREN
 from ._child import DEFAULT_MAX_DEPTH as DEFAULT_MAX_DEPTH
 from ._child import ChildRunEvent as ChildRunEvent
 from ._child import ChildRunLimitError as ChildRunLimitError
+from ._child import ChildRunPausedError as ChildRunPausedError
 from ._child import ChildRuns as ChildRuns
 from ._child import as_tool as as_tool
 from ._decisions import Decided as Decided
@@ -94,6 +95,7 @@ __all__ = [
     "CheckpointSaved",
     "ChildRunEvent",
     "ChildRunLimitError",
+    "ChildRunPausedError",
     "ChildRuns",
     "Decided",
     "Ended",

@@ -47,6 +47,7 @@ __all__ = [
     "DEFAULT_MAX_DEPTH",
     "ChildRunEvent",
     "ChildRunLimitError",
+    "ChildRunPausedError",
     "ChildRuns",
     "as_tool",
 ]
@@ -62,6 +63,16 @@ DEFAULT_MAX_CHILDREN = 8
 class ChildRunLimitError(ToolCallError):
     """A run as a tool was not started: the caller is at ``max_depth``, or has
     ``max_children`` children running. The call's record says so (the model reads it)."""
+
+
+class ChildRunPausedError(ToolCallError):
+    """A run as a tool paused for a human: the call fails with this (its record says
+    which run to resume), as a parent does not pause for its child yet."""
+
+    def __init__(self, message: str, *, run_id: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        """The paused child's run id."""
 
 
 class ChildRunEvent(RunEvent):
@@ -253,7 +264,19 @@ def _spent(parent: _RunLink) -> None:
 
 def answer_of(result: RunResult) -> Any:
     """What a finished child answers its parent's model: its structured response (as JSON
-    data) when it has one, else its text (``""`` when it has none)."""
+    data) when it has one, else its text (``""`` when it has none).
+
+    Raises:
+        ChildRunPausedError: the child paused for a human.
+    """
+    if result.status == "paused":
+        asked = result.request.kind if result.request is not None else "an answer"
+        raise ChildRunPausedError(
+            f"the run {result.run_id!r} this tool started paused for a human ({asked}); a "
+            "parent does not pause for its child yet: resume that run with the product's "
+            "resume, or give the child no needs_approval",
+            run_id=result.run_id,
+        )
     if result.structured_response is not None:
         return json_safe(result.structured_response)
     return result.text or ""
