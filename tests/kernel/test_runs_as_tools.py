@@ -14,12 +14,16 @@ import anyio
 import pytest
 
 from toolloop.agents import create_agent
-from toolloop.checkpoints import MemoryCheckpointStore
+from toolloop.checkpoints import Approve, DecisionError, MemoryCheckpointStore, Reject
 from toolloop.errors import UsageLimitError
 from toolloop.flow import FlowEvent
 from toolloop.kernel import ChildRunEvent, RunFinished, RunResult
 from toolloop.loop import as_tool as loop_as_tool
-from toolloop.loop import async_plan_and_execute, async_recover_plan_and_execute
+from toolloop.loop import (
+    async_plan_and_execute,
+    async_recover_plan_and_execute,
+    async_resume_plan_and_execute,
+)
 from toolloop.models import ChatRequest, ReplyReader, UsageLimits, stream_chat
 from toolloop.planners import StructuredPlanner
 from toolloop.runner import ToolCallFinished, ToolCallStarted
@@ -59,6 +63,11 @@ class Product:
     async def recover(self, tools: Tools, run_id: str, **options: Any) -> RunResult:
         raise NotImplementedError
 
+    async def resume(
+        self, tools: Tools, run_id: str, decision: object, **options: Any
+    ) -> RunResult:
+        raise NotImplementedError
+
     def as_tool(self, tools: Tools, name: str, **given: Any) -> Tool:
         """The product as a tool (``given``: its run options, ``max_depth``...)."""
         raise NotImplementedError
@@ -86,6 +95,13 @@ class Loop(Product):
             run_id, planner=self.planner(), tools=tools, **options
         )
 
+    async def resume(
+        self, tools: Tools, run_id: str, decision: object, **options: Any
+    ) -> RunResult:
+        return await async_resume_plan_and_execute(
+            run_id, decision, planner=self.planner(), tools=tools, **options
+        )
+
     def as_tool(self, tools: Tools, name: str, **given: Any) -> Tool:
         return loop_as_tool(
             planner=self.planner(), tools=tools, name=name, description="a loop", **given
@@ -100,6 +116,11 @@ class Agent(Product):
 
     async def recover(self, tools: Tools, run_id: str, **options: Any) -> RunResult:
         return await create_agent(self.model, tools).recover(run_id, **options)
+
+    async def resume(
+        self, tools: Tools, run_id: str, decision: object, **options: Any
+    ) -> RunResult:
+        return await create_agent(self.model, tools).resume(run_id, decision, **options)
 
     def as_tool(self, tools: Tools, name: str, **given: Any) -> Tool:
         bounds = {k: given.pop(k) for k in BOUNDS if k in given}
@@ -144,6 +165,11 @@ class Status(Product):
 
     async def recover(self, tools: Tools, run_id: str, **options: Any) -> RunResult:
         return await self.agent(tools).recover(run_id, **options)
+
+    async def resume(
+        self, tools: Tools, run_id: str, decision: object, **options: Any
+    ) -> RunResult:
+        return await self.agent(tools).resume(run_id, decision, **options)
 
     def as_tool(self, tools: Tools, name: str, **given: Any) -> Tool:
         bounds = {k: given.pop(k) for k in BOUNDS if k in given}
@@ -408,22 +434,113 @@ async def test_a_durable_parent_recovered_resumes_its_child_without_running_a_to
 
 
 @pytest.mark.parametrize(("parent_kind", "child_kind"), PAIRS)
-async def test_a_child_paused_for_a_human_fails_the_call_naming_it(
+async def test_a_child_paused_for_a_human_fails_the_call_of_a_parent_without_a_store(
+    parent_kind: type[Product], child_kind: type[Product]
+) -> None:
+    if parent_kind is Status:
+        pytest.skip("the status agent always has a store (a memory store by default)")
+    mailer = Mailer()
+    parent, child = parent_kind(), child_kind()
+    child.call("send", to="ada")
+    parent.call("helper", request="mail ada")
+    parent.answer("done")
+    store = MemoryCheckpointStore()  # the child's own: it pauses there
+    helper = child.as_tool([mailer.send], "helper", needs_approval=["send"], store=store)
+    events: list[FlowEvent] = []
+    with anyio.fail_after(30):
+        result = await parent.run([helper], "mail", on_event=events.append)
+    assert result.status == "completed"
+    assert mailer.sent == []
+    (finished,) = [e for e in events if isinstance(e, ToolCallFinished)]
+    assert not finished.record.success
+    assert "paused for a human" in (finished.record.error or "")
+    (paused,) = await store.run_ids(status="paused")
+    assert paused in (finished.record.error or "")
+
+
+@pytest.mark.parametrize(("parent_kind", "child_kind"), PAIRS)
+async def test_a_child_paused_for_a_human_pauses_its_parent_resumed_with_the_decision(
     parent_kind: type[Product], child_kind: type[Product]
 ) -> None:
     store = MemoryCheckpointStore()
     mailer = Mailer()
     parent, child = parent_kind(), child_kind()
     child.call("send", to="ada")
+    child.answer("mailed ada")
     parent.call("helper", request="mail ada")
     parent.answer("done")
     helper = child.as_tool([mailer.send], "helper", needs_approval=["send"])
+    with anyio.fail_after(30):
+        paused = await parent.run([helper], "mail", store=store, run_id="lead")
+    assert paused.status == "paused"
+    assert mailer.sent == []
+    asked = paused.request
+    assert asked is not None and asked.kind == "approve_tool_calls"
+    child_id = asked.details["child"]["run_id"]
+    assert child_id.startswith("lead.helper.")
+    assert asked.details["child"]["tool_name"] == "helper"
+    (call,) = asked.tool_calls
+    assert call.tool_name == "send"
+    for run_id in ("lead", child_id):
+        stored = await store.get(run_id)
+        assert stored is not None and stored.status == "paused"
+    with pytest.raises(DecisionError):  # a decision that does not fit: nothing changes
+        await parent.resume([helper], "lead", {"no such call": Approve()}, store=store)
+    assert (await store.get("lead")).status == "paused"  # type: ignore[union-attr]
     events: list[FlowEvent] = []
     with anyio.fail_after(30):
-        await parent.run([helper], "mail", store=store, on_event=events.append)
+        done = await parent.resume([helper], "lead", Approve(), store=store, on_event=events.append)
+    assert done.status == "completed", done.request
+    assert mailer.sent == ["ada"]  # once
+    (record,) = done.records
+    assert record.success, record.error
+    assert record.result == "mailed ada"
+    started = [
+        e.event
+        for e in events
+        if isinstance(e, ChildRunEvent) and isinstance(e.event, ToolCallStarted)
+    ]
+    assert [(e.call_id, e.command.tool_name) for e in started] == [(call.call_id, "send")]
+    assert {e.run_id for e in events if isinstance(e, ChildRunEvent)} == {child_id}
+    for run_id in ("lead", child_id):
+        stored = await store.get(run_id)
+        assert stored is not None and stored.status == "completed"
+    assert len(parent.model.requests) == 2  # its first model call was not made again
+    calls = len(parent.model.requests) + len(child.model.requests)
+    assert done.usage.requests <= calls
+
+
+@pytest.mark.parametrize(("parent_kind", "child_kind"), PAIRS)
+async def test_a_grandchild_s_pause_rejected_through_the_top_run(
+    parent_kind: type[Product], child_kind: type[Product]
+) -> None:
+    store = MemoryCheckpointStore()
+    mailer = Mailer()
+    parent, child, grandchild = parent_kind(), child_kind(), child_kind()
+    grandchild.call("send", to="ada")
+    grandchild.answer("did not mail")
+    child.call("deeper", request="mail ada")
+    child.answer("asked")
+    parent.call("helper", request="mail ada")
+    parent.answer("done")
+    deeper = grandchild.as_tool([mailer.send], "deeper", needs_approval=["send"])
+    helper = child.as_tool([deeper], "helper")
+    with anyio.fail_after(30):
+        paused = await parent.run([helper], "mail", store=store, run_id="top")
+    assert paused.status == "paused"
+    asked = paused.request
+    assert asked is not None
+    child_id = asked.details["child"]["run_id"]
+    assert child_id.startswith("top.helper.")
+    below = asked.details["child"]["details"]["child"]["run_id"]
+    assert below.startswith(f"{child_id}.deeper.")
+    with anyio.fail_after(30):
+        done = await parent.resume([helper], "top", Reject(message="not now"), store=store)
+    assert done.status == "completed", done.request
     assert mailer.sent == []
-    (finished,) = [e for e in events if isinstance(e, ToolCallFinished)]
-    assert not finished.record.success
-    assert "paused for a human" in (finished.record.error or "")
-    (paused,) = [r for r in await store.run_ids(status="paused") if ".helper." in r]
-    assert paused in (finished.record.error or "")
+    (record,) = done.records
+    assert record.success, record.error
+    assert record.result == "asked"
+    for run_id in ("top", child_id, below):
+        stored = await store.get(run_id)
+        assert stored is not None and stored.status == "completed"

@@ -30,6 +30,7 @@ from ..kernel import (
     StopReason,
     StreamTwins,
     SyncTwins,
+    answer_child,
     as_tool,
     decide,
     drive,
@@ -297,13 +298,18 @@ class Agent(SyncTwins[AgentResult], StreamTwins[AgentResult]):
                     "build it with create_agent(..., store=...) (or pass store=), or resume "
                     "the snapshot"
                 )
+            if await answer_child(store, await CheckpointedRun.load(store, paused), decision):
+                return await self.recover(paused, **options)  # its call resumes its child
             checkpoint, execution = await load_paused(store, paused, deps)
         else:
             execution = agent_flow.restore(paused, deps=deps)
             if store is not None:
                 # A run the store keeps resumes through the store, whatever form the
                 # caller hands it in: once, as by its id (never once per copy of a snapshot).
-                if await store.get(execution.id) is not None:
+                stored = await store.get(execution.id)
+                if stored is not None and await answer_child(store, stored, decision):
+                    return await self.recover(execution.id, **options)
+                if stored is not None:
                     checkpoint, execution = await load_paused(store, execution.id, deps)
         self._same_run(options, execution.id)
         where = self._paused_at(execution)

@@ -18,9 +18,12 @@ from ._child import DEFAULT_MAX_CHILDREN as DEFAULT_MAX_CHILDREN
 from ._child import DEFAULT_MAX_DEPTH as DEFAULT_MAX_DEPTH
 from ._child import ChildRunEvent as ChildRunEvent
 from ._child import ChildRunLimitError as ChildRunLimitError
+from ._child import ChildRunPaused as ChildRunPaused
 from ._child import ChildRunPausedError as ChildRunPausedError
 from ._child import ChildRuns as ChildRuns
+from ._child import answer_child as answer_child
 from ._child import as_tool as as_tool
+from ._child import child_asked as child_asked
 from ._decisions import Decided as Decided
 from ._decisions import Run as Run
 from ._decisions import Skip as Skip
@@ -95,6 +98,7 @@ __all__ = [
     "CheckpointSaved",
     "ChildRunEvent",
     "ChildRunLimitError",
+    "ChildRunPaused",
     "ChildRunPausedError",
     "ChildRuns",
     "Decided",
@@ -128,10 +132,12 @@ __all__ = [
     "TurnLogic",
     "UnknownOutcome",
     "Verdict",
+    "answer_child",
     "approval_rule",
     "arguments_problem",
     "as_tool",
     "ask_structured",
+    "child_asked",
     "cut_off_error",
     "cut_off_record",
     "decide",

@@ -20,7 +20,13 @@ calls it, the call starts a child run, linked to its parent by :func:`drive`:
   the depth), so one stream, trace or viewer of the parent shows the tree;
 - **bounds**: a run at ``max_depth`` cannot start a child, nor a run with
   ``max_children`` children running: the call fails with a :class:`ChildRunLimitError`
-  the model reads.
+  the model reads;
+- **a human**: a child of a durable parent that pauses for a human pauses its parent with
+  the child's request (:func:`pause_parent`; :func:`child_asked` reads it back); the
+  parent's resume with a decision notes it for the child (:func:`answer_child`) and
+  recovers the parent, whose call, made again, resumes the child with it
+  (:func:`child_answer`). A parent without a store fails the call instead
+  (:class:`ChildRunPausedError`).
 """
 
 from __future__ import annotations
@@ -28,12 +34,20 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
-from pydantic import SerializeAsAny, field_validator
+import anyio
+from pydantic import SerializeAsAny, ValidationError, field_validator
+from pydantic_core import to_jsonable_python
 
-from .._errors import ToolCallError, UsageLimitError
-from ..checkpoints import CheckpointStore
+from .._errors import ExecutionError, ResumeError, ToolCallError, UsageLimitError
+from ..checkpoints import (
+    Checkpoint,
+    CheckpointedRun,
+    CheckpointStore,
+    HumanRequest,
+    check_decision,
+)
 from ..flow import Context, Execution, FlowEvent
 from ..models import UsageMeter
 from ..runner import json_safe
@@ -47,9 +61,12 @@ __all__ = [
     "DEFAULT_MAX_DEPTH",
     "ChildRunEvent",
     "ChildRunLimitError",
+    "ChildRunPaused",
     "ChildRunPausedError",
     "ChildRuns",
+    "answer_child",
     "as_tool",
+    "child_asked",
 ]
 
 DEFAULT_MAX_DEPTH = 3
@@ -66,13 +83,113 @@ class ChildRunLimitError(ToolCallError):
 
 
 class ChildRunPausedError(ToolCallError):
-    """A run as a tool paused for a human: the call fails with this (its record says
-    which run to resume), as a parent does not pause for its child yet."""
+    """A run as a tool paused for a human, and its parent has no store to pause in: the
+    call fails with this (its record says which run to resume). A durable parent pauses
+    instead (:class:`ChildRunPaused`)."""
 
     def __init__(self, message: str, *, run_id: str) -> None:
         super().__init__(message)
         self.run_id = run_id
         """The paused child's run id."""
+
+
+class ChildRunPaused(ExecutionError):
+    """A run's session ended because a run it called as a tool paused for a human: the
+    kernel pauses the run (its store's checkpoint ``paused``) with ``request``, the child's
+    request as its parent asks it (see :func:`child_asked`). Never seen by callers of a
+    durable run."""
+
+    def __init__(self, request: HumanRequest) -> None:
+        super().__init__(request.reason)
+        self.request = request
+
+
+CHILD_ANSWER = "<child answer>"
+"""The ``tool_name`` of the journal note of a decision for a paused child."""
+
+
+def _for_parent(
+    asked: HumanRequest, run_id: str, revision: int, call_id: str, tool_name: str
+) -> HumanRequest:
+    """The request of a child, as its parent asks it: the child's calls, kinds and reason,
+    its ``details["child"]`` saying whose it is."""
+    child = {
+        "run_id": run_id,
+        "revision": revision,
+        "call_id": call_id,
+        "tool_name": tool_name,
+        "details": asked.details,
+    }
+    return asked.model_copy(
+        update={
+            "reason": f"the run {run_id!r} that tool {tool_name!r} started (call {call_id}) "
+            f"asks: {asked.reason}",
+            "details": {"child": child},
+        }
+    )
+
+
+def child_asked(request: object) -> HumanRequest | None:
+    """The request of a paused run (as its checkpoint keeps it) when it is its child's
+    (``details["child"]``: the child's ``run_id``, the parent's ``call_id`` and
+    ``tool_name``); ``None`` when it is the run's own."""
+    if isinstance(request, HumanRequest):
+        asked = request
+    else:
+        try:
+            asked = HumanRequest.model_validate(request)
+        except ValidationError:
+            return None
+    child = asked.details.get("child")
+    if not isinstance(child, dict) or not isinstance(child.get("run_id"), str):
+        return None
+    return asked
+
+
+def _note_key(run_id: str, revision: object) -> str:
+    return f"child/{run_id}@{revision}"
+
+
+async def answer_child(store: CheckpointStore, checkpoint: Checkpoint, decision: object) -> bool:
+    """Answer a run paused for its child's request: the decision is checked against the
+    request (nothing is written if it does not fit), noted in the run's journal for that
+    child, and the run is left ``running`` without an owner, for the product to recover
+    it (its call, made again, resumes the child with the decision). ``False`` (and nothing
+    done) when the run's request is its own.
+
+    Raises:
+        DecisionError: the decision does not fit the request.
+        RunNotResumableError: the run is not paused, or someone resumed it first.
+    """
+    asked = child_asked(checkpoint.request) if checkpoint.status == "paused" else None
+    if asked is None:
+        return False
+    checked = check_decision(asked, decision)
+    child = asked.details["child"]
+    claimed = await CheckpointedRun.claim(store, checkpoint, expect=("paused",))
+    try:
+        with anyio.CancelScope(shield=True):
+            await claimed.record_note(
+                _note_key(child["run_id"], child.get("revision")),
+                CHILD_ANSWER,
+                {"decision": to_jsonable_python(checked)},
+            )
+    finally:
+        await claimed.abandon()
+    return True
+
+
+async def child_answer(store: CheckpointStore, parent_id: str, child: Checkpoint) -> Any:
+    """The decision noted in the parent's journal for ``child`` paused as it is now
+    (``None``: none, or one for an earlier pause)."""
+    parent = await store.get(parent_id)
+    if parent is None:
+        return None
+    key = _note_key(child.run_id, child.revision)
+    for entry in parent.journal:
+        if entry.call_id == key and entry.state == "finished" and isinstance(entry.outcome, dict):
+            return entry.outcome.get("decision")
+    return None
 
 
 class ChildRunEvent(RunEvent):
@@ -273,7 +390,8 @@ def answer_of(result: RunResult) -> Any:
         asked = result.request.kind if result.request is not None else "an answer"
         raise ChildRunPausedError(
             f"the run {result.run_id!r} this tool started paused for a human ({asked}); a "
-            "parent does not pause for its child yet: resume that run with the product's "
+            "parent without a store cannot pause for its child: give the parent a store= "
+            "(it then pauses with the child's request), resume that run with its product's "
             "resume, or give the child no needs_approval",
             run_id=result.run_id,
         )
@@ -345,7 +463,11 @@ def as_tool(
             if store is None:
                 result = await runs.run(request, **options)
             else:  # a durable parent: the child is journaled in its store, under its call
-                result = await _durable(runs, store, _child_id(parent, name, ctx), request, options)
+                child_id = _child_id(parent, name, ctx)
+                got = await _durable(runs, store, parent, child_id, request, options)
+                if isinstance(got, Checkpoint) or got.status == "paused":
+                    await _pause_parent(parent, store, child_id, ctx.call_id, name)
+                result = got
         except UsageLimitError:
             _spent(parent)
             raise
@@ -367,19 +489,63 @@ def _child_id(parent: _RunLink, name: str, ctx: RunContext[Any]) -> str:
     return f"{parent.run_id}.{name}.{ctx.idempotency_key[:16]}"
 
 
+async def _pause_parent(
+    parent: _RunLink, store: CheckpointStore, run_id: str, call_id: str, tool_name: str
+) -> NoReturn:
+    """The child ``run_id`` is paused for a human: its parent's session ends
+    (:class:`ChildRunPaused`), paused with the child's request. The call itself never
+    returns: it is cancelled with the parent's session, so that its outcome is not
+    journaled (the call is made again when the parent is resumed)."""
+    found = await store.get(run_id)
+    asked = None if found is None else _own(found.request)
+    if found is None or asked is None or found.status != "paused":
+        raise ChildRunPausedError(
+            f"the run {run_id!r} this tool started paused, but its store holds no request "
+            "of it to ask",
+            run_id=run_id,
+        )
+    asked = _for_parent(asked, run_id, found.revision, call_id, tool_name)
+    parent.execution.fail(ChildRunPaused(asked))
+    await anyio.lowlevel.checkpoint()  # cancelled here, with the parent's session
+    raise ChildRunPausedError(  # (only if the parent's session had ended before)
+        f"the run {run_id!r} this tool started paused for a human", run_id=run_id
+    )
+
+
+def _own(request: object) -> HumanRequest | None:
+    try:
+        return HumanRequest.model_validate(request)
+    except ValidationError:
+        return None
+
+
 async def _durable(
     runs: ChildRuns,
     store: CheckpointStore,
+    parent: _RunLink,
     run_id: str,
     request: str,
     options: dict[str, Any],
-) -> RunResult:
+) -> RunResult | Checkpoint:
     """The child ``run_id`` in ``store``: started, or, when the store has it (the parent's
-    call is made again after a crash), recovered: a completed child gives its result, a
-    cut-off one goes on from its last checkpoint, its finished tool calls not run again."""
+    call is made again after a crash or a pause), recovered: a completed child gives its
+    result, a cut-off one goes on from its last checkpoint, its finished tool calls not run
+    again; a paused one is resumed with the decision its parent's journal notes for it, or
+    given back as it is (its checkpoint) when there is none."""
     options["store"] = store
     found = await store.get(run_id)
     if found is None or runs.recover is None:
         return await runs.run(request, run_id=run_id, **options)
+    if found.status == "paused":
+        decision = await child_answer(store, parent.run_id, found)
+        if decision is None or runs.resume is None:
+            return found
+        try:
+            return await runs.resume(run_id, decision, **options)
+        except ResumeError:  # nothing was written (the decision did not fit): it asks again
+            again = await store.get(run_id)
+            if again is None or again.status != "paused":
+                raise
+            return again
     # the parent's process, which owned it, is the one that died: taken over at once
     return await runs.recover(run_id, force=True, **options)

@@ -34,7 +34,7 @@ from ..ratelimit import (
 )
 from ..runner import ToolExecutionRecord, json_safe
 from ..tools import RunScope
-from ._child import child_of, enter_run, forward_to_parent, leave_run
+from ._child import ChildRunPaused, child_of, enter_run, forward_to_parent, leave_run
 from ._events import (
     ModelCallFinished,
     ModelCallStarted,
@@ -44,7 +44,7 @@ from ._events import (
     tell,
 )
 from ._options import RunOptions
-from ._result import RunStatus
+from ._result import RunResult, RunStatus
 from ._vocabulary import StopReason
 
 __all__ = ["Ended", "TurnLogic", "drive", "finish_reason_of", "observe_runs"]
@@ -287,6 +287,8 @@ async def drive(
         stop = finish_reason_of(options, exc)
         if run is not None:
             await note_cut_off(run, exc)  # a timeout, an error: what ended the calls it ran
+            if isinstance(exc, ChildRunPaused):
+                return await _paused_for_child(execution, state, run, exc, result_of)
         if stop is None:
             if run is not None:
                 await _fail(run, exc)
@@ -314,6 +316,24 @@ async def drive(
     if run is None:
         return result_of(ended)
     return await _completed(ended, result_of, run)
+
+
+async def _paused_for_child(
+    execution: Execution[S],
+    state: S,
+    run: CheckpointedRun,
+    paused: ChildRunPaused,
+    result_of: Callable[[Ended[S]], R],
+) -> R:
+    """A run whose child paused for a human pauses with the child's request: its store's
+    checkpoint is its last one, ``paused``; resumed, it goes on from there (its call of the
+    child is made again, and resumes the child)."""
+    request = paused.request
+    await run.pause_at(run.checkpoint.snapshot, request.model_dump(mode="json"))
+    made = result_of(Ended("paused", state, None, None, None, execution))
+    if isinstance(made, RunResult):  # (every product's result is one)
+        made = made.model_copy(update={"status": "paused", "request": request})
+    return made
 
 
 class _Closing(Generic[S]):

@@ -68,6 +68,7 @@ from ..kernel import (
     StructuredAnswer,
     SyncTwins,
     ToolStrategy,
+    answer_child,
     approval_rule,
     as_tool,
     cut_off_record,
@@ -325,6 +326,8 @@ class StatusAgent(SyncTwins[StatusAgentResult], StreamTwins[StatusAgentResult]):
         store = self._store(chosen)
         checkpoint = await CheckpointedRun.load(store, run_id)
         expect_status(checkpoint, _PAUSED)
+        if await answer_child(store, checkpoint, decision):
+            return await self.recover(run_id, **options)  # its call resumes its child
         deps = self._deps(chosen, run_id)
         execution = self._restore(checkpoint, deps)
         question = execution.state.question
