@@ -195,9 +195,10 @@ async def child_answer(store: CheckpointStore, parent_id: str, child: Checkpoint
 class ChildRunEvent(RunEvent):
     """An event of a child run (a run called as a tool), told to its parent's observers.
 
-    ``execution_id`` is the parent's (the run whose stream it is in); ``run_id`` the run
-    the ``event`` is of. A grandchild's events reach the top run as these too, each
-    saying its own run, that run's parent and its depth: the stream holds the whole tree.
+    ``execution_id`` and ``at`` are the parent's (the run whose stream it is in: its
+    clock); ``run_id`` the run the ``event`` is of (``event.at`` on that run's clock). A
+    grandchild's events reach the top run as these too, each saying its own run, that
+    run's parent and its depth: the stream holds the whole tree.
     """
 
     kind: Literal["child_run_event"] = "child_run_event"
@@ -338,7 +339,8 @@ class _Forward:
         if not ctx.observed:
             return
         if isinstance(event, ChildRunEvent):  # a grandchild's: passed up as it is
-            ctx.publish(event.model_copy(update={"execution_id": ctx.execution_id}))
+            update = {"execution_id": ctx.execution_id, "at": ctx.elapsed()}
+            ctx.publish(event.model_copy(update=update))
             return
         child = self.child
         ctx.publish(
