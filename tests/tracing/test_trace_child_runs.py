@@ -152,7 +152,7 @@ async def test_a_child_run_s_spans_are_under_its_parent_s_call_span() -> None:
         spans = OpenTelemetrySpans(provider.get_tracer("test"))
         result = await tree(spans)
         spans.close()
-        finished = list(memory.get_finished_spans())
+        finished: list[Any] = list(memory.get_finished_spans())
     finally:
         provider.shutdown()
     by_id = {s.context.span_id: s for s in finished}
