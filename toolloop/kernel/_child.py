@@ -49,7 +49,7 @@ from ..checkpoints import (
     check_decision,
 )
 from ..flow import Context, Execution, FlowEvent
-from ..models import UsageMeter
+from ..models import Usage, UsageMeter
 from ..runner import json_safe
 from ..tools import RunContext, Tool
 from ._events import RunEvent
@@ -371,6 +371,17 @@ def _inherited(parent: RunOptions, own: RunOptions) -> dict[str, Any]:
     return given
 
 
+def count_in_parents(parent: UsageMeter | None, usage: Usage) -> None:
+    """Count ``usage``, spent by a child run in an earlier session (before a pause or a
+    crash), in the usage of ``parent`` (the meter of the run it is a tool of) and up: their
+    call of it is made again from a checkpoint taken before the call, which does not count
+    it."""
+    ancestor = parent
+    while ancestor is not None:
+        ancestor.usage = ancestor.usage + usage
+        ancestor = ancestor.parent
+
+
 def _spent(parent: _RunLink) -> None:
     """A child ran out of budget: when it was the parent's (or an ancestor's), the parent
     ends as its own model call refused would (``on_usage_limit``), not with a failed
@@ -538,6 +549,10 @@ async def _durable(
     found = await store.get(run_id)
     if found is None or runs.recover is None:
         return await runs.run(request, run_id=run_id, **options)
+    if found.status == "completed":  # its result, as stored: what it cost is counted here
+        done = await runs.recover(run_id, **options)
+        count_in_parents(parent.meter, done.usage)
+        return done
     if found.status == "paused":
         decision = await child_answer(store, parent.run_id, found)
         if decision is None or runs.resume is None:

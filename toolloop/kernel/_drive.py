@@ -34,7 +34,14 @@ from ..ratelimit import (
 )
 from ..runner import ToolExecutionRecord, json_safe
 from ..tools import RunScope
-from ._child import ChildRunPaused, child_of, enter_run, forward_to_parent, leave_run
+from ._child import (
+    ChildRunPaused,
+    child_of,
+    count_in_parents,
+    enter_run,
+    forward_to_parent,
+    leave_run,
+)
 from ._events import (
     ModelCallFinished,
     ModelCallStarted,
@@ -256,6 +263,8 @@ async def drive(
     if spent is not None:  # a resumed run: its budget counts what came before
         meter.usage = spent
         meter.started = spent.requests
+        if child is not None:  # and so do its parents' (their calls of it are made again)
+            count_in_parents(meter.parent, spent)
     closing = _Closing(execution, state, options, logic, meter, settle)
     execution.on_close(closing)
     try:
