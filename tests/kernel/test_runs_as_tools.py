@@ -460,10 +460,13 @@ async def test_a_child_paused_for_a_human_fails_the_call_of_a_parent_without_a_s
     assert paused in (finished.record.error or "")
 
 
+@pytest.mark.parametrize("unknown_outcome", ["fail", "ask"])
 @pytest.mark.parametrize(("parent_kind", "child_kind"), PAIRS)
 async def test_a_child_paused_for_a_human_pauses_its_parent_resumed_with_the_decision(
-    parent_kind: type[Product], child_kind: type[Product]
+    parent_kind: type[Product], child_kind: type[Product], unknown_outcome: str
 ) -> None:
+    """(The parent's call of the child, made again when it is resumed, is no call cut off
+    to ask a human about, whatever its ``unknown_outcome``.)"""
     store = MemoryCheckpointStore()
     mailer = Mailer()
     parent, child = parent_kind(), child_kind()
@@ -473,7 +476,9 @@ async def test_a_child_paused_for_a_human_pauses_its_parent_resumed_with_the_dec
     parent.answer("done")
     helper = child.as_tool([mailer.send], "helper", needs_approval=["send"])
     with anyio.fail_after(30):
-        paused = await parent.run([helper], "mail", store=store, run_id="lead")
+        paused = await parent.run(
+            [helper], "mail", store=store, run_id="lead", unknown_outcome=unknown_outcome
+        )
     assert paused.status == "paused"
     assert mailer.sent == []
     asked = paused.request
@@ -491,7 +496,14 @@ async def test_a_child_paused_for_a_human_pauses_its_parent_resumed_with_the_dec
     assert (await store.get("lead")).status == "paused"  # type: ignore[union-attr]
     events: list[FlowEvent] = []
     with anyio.fail_after(30):
-        done = await parent.resume([helper], "lead", Approve(), store=store, on_event=events.append)
+        done = await parent.resume(
+            [helper],
+            "lead",
+            Approve(),
+            store=store,
+            on_event=events.append,
+            unknown_outcome=unknown_outcome,
+        )
     assert done.status == "completed", done.request
     assert mailer.sent == ["ada"]  # once
     (record,) = done.records

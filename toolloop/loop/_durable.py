@@ -300,6 +300,7 @@ class DurableLoop:
                 self.options.unknown_outcome == "ask"
                 and entry is not None
                 and entry.state == "started"
+                and not resumes(self.registry, item.tool_name)  # (a run as a tool goes on)
             ):
                 interrupted.append(
                     RequestedCall(
