@@ -45,6 +45,7 @@ from toolloop.kernel import (
     ENGINE_EVENTS,
     Approval,
     CheckpointSaved,
+    ChildRunEvent,
     ModelCallFinished,
     ModelCallStarted,
     RateLimitChanged,
@@ -70,6 +71,7 @@ from toolloop.loop import (
     stream_recover_plan_and_execute,
     stream_resume_plan_and_execute,
 )
+from toolloop.loop import as_tool as loop_as_tool
 from toolloop.models import ChatModel, ChatRequest, ReplyReader, UsageLimits, stream_chat
 from toolloop.planners import StructuredPlanner
 from toolloop.ratelimit import RateLimit, RetryPolicy
@@ -167,6 +169,10 @@ class Product:
     async def recover(self, run_id: str, tools: Tools, **options: Any) -> RunResult:
         raise NotImplementedError
 
+    def as_tool(self, tools: Tools, name: str, **options: Any) -> Tool:
+        """The product as a tool of another run (its runs with ``options``)."""
+        raise NotImplementedError
+
     def run_sync(self, tools: Tools, *, backend: Backend, **options: Any) -> RunResult:
         raise NotImplementedError
 
@@ -244,6 +250,11 @@ class Loop(Product):
     async def run(self, tools: Tools, **options: Any) -> RunResult:
         return await async_plan_and_execute(
             REQUEST, planner=self.planner(), tools=tools, **self.answering(options)
+        )
+
+    def as_tool(self, tools: Tools, name: str, **options: Any) -> Tool:
+        return loop_as_tool(
+            planner=self.planner(), tools=tools, name=name, description="a loop", **options
         )
 
     async def resume(
@@ -339,6 +350,9 @@ class Agent(ToolCalling):
         agent = create_agent(self.model, tools, response_format=self.response_format)
         return await agent.recover(run_id, **options)
 
+    def as_tool(self, tools: Tools, name: str, **options: Any) -> Tool:
+        return create_agent(self.model, tools, **options).as_tool(name=name, description="agent")
+
     def run_sync(self, tools: Tools, *, backend: Backend, **options: Any) -> RunResult:
         return create_agent(self.model, tools).run_sync(REQUEST, backend=backend, **options)
 
@@ -424,7 +438,7 @@ class Status(ToolCalling):
     def reflect(view: StatusView) -> dict[str, Any]:
         return {"verdict": "continue" if view.last_records else "finish"}
 
-    def agent(self, tools: Tools) -> StatusAgent:
+    def agent(self, tools: Tools, **defaults: Any) -> StatusAgent:
         steps: dict[str, Any] = {"converse": lambda view: "nothing to say"}
         if self.response_format is not None:
             steps = {"model": self.model, "response_format": self.response_format}
@@ -438,6 +452,7 @@ class Status(ToolCalling):
             reflect=self.reflect,
             **steps,
             store=self.store,
+            **defaults,
         )
         self.store = agent.store
         return agent
@@ -452,6 +467,9 @@ class Status(ToolCalling):
 
     async def recover(self, run_id: str, tools: Tools, **options: Any) -> RunResult:
         return await self.agent(tools).recover(run_id, **options)
+
+    def as_tool(self, tools: Tools, name: str, **options: Any) -> Tool:
+        return self.agent(tools, **options).as_tool(name=name, description="a status agent")
 
     def run_sync(self, tools: Tools, *, backend: Backend, **options: Any) -> RunResult:
         return self.agent(tools).run_sync(REQUEST, backend=backend, **options)
@@ -744,6 +762,38 @@ async def test_a_durable_run_pauses_for_approval_and_resumes_by_the_request_s_ca
     assert (done.status, done.stop_reason, done.run_id) == ("completed", "answered", paused.run_id)
     stored = await store.get(paused.run_id)
     assert stored is not None and stored.status == "completed"
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_run_as_a_tool_answers_its_parent_and_pauses_it_for_a_human(
+    make: type[Product],
+) -> None:
+    parent, child, mailer, store = make(), make(), Mailer(), MemoryCheckpointStore()
+    child.script_tool_call("send", to="ada")
+    child.script_answer("mailed ada")
+    parent.script_tool_call("helper", request="mail ada")
+    parent.script_answer("done")
+    helper = child.as_tool(mailer.tools, "helper", needs_approval=["send"])
+    paused = await parent.run([helper], store=store)
+    assert paused.paused and paused.request is not None
+    assert paused.request.details["child"]["tool_name"] == "helper"
+    (asked,) = paused.request.tool_calls
+    assert (asked.tool_name, asked.arguments) == ("send", {"to": "ada"})
+    assert mailer.sent == []
+    events: list[FlowEvent] = []
+    done = await parent.resume(
+        paused.run_id, Approve(), [helper], store=store, on_event=events.append
+    )
+    assert mailer.sent == ["ada"]  # once
+    assert (done.status, done.stop_reason) == ("completed", "answered")
+    (record,) = done.records
+    assert (record.tool_name, record.result) == ("helper", "mailed ada")
+    nested = of(events, ChildRunEvent)
+    assert {e.parent_run_id for e in nested} == {paused.run_id}
+    started = [e.event for e in nested if isinstance(e.event, ToolCallStarted)]
+    assert [e.call_id for e in started] == [asked.call_id]  # the request's ids, the events'
+    calls = len(parent.model.requests) + len(child.model.requests)
+    assert done.usage.requests == calls  # the child's model calls are the parent's too
 
 
 @pytest.mark.parametrize("make", EACH)

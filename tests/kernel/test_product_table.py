@@ -209,6 +209,11 @@ KERNEL_ROWS: dict[str, tuple[str, ...]] = {
     "a recorded run replayed (`toolloop.testing.replay`, `toolloop replay`)": (
         "test_a_recorded_run_replays_through_the_code_as_it_is",
     ),
+    (
+        "a run as a tool ([guide](guides/runs-as-tools.md)): a child run sharing its parent's "
+        "budget, limits, events and store; a child's pause for a human pauses a durable "
+        "parent, whose resume resumes the child"
+    ): ("test_a_run_as_a_tool_answers_its_parent_and_pauses_it_for_a_human",),
 }
 
 SHARED = {

@@ -18,7 +18,10 @@ from .._errors import ResumeError
 from ..checkpoints import CheckpointedRun, CheckpointStore, HumanRequest, usage_since
 from ..flow import Execution, Flow, FlowResult, FlowSnapshot
 from ..kernel import (
+    DEFAULT_MAX_CHILDREN,
+    DEFAULT_MAX_DEPTH,
     Backend,
+    ChildRuns,
     ResponseFormat,
     RunDefaults,
     RunOptions,
@@ -27,6 +30,8 @@ from ..kernel import (
     StopReason,
     StreamTwins,
     SyncTwins,
+    answer_child,
+    as_tool,
     check_tool_names,
     decide,
     drive,
@@ -308,13 +313,18 @@ class Agent(SyncTwins[AgentResult], StreamTwins[AgentResult]):
                     "build it with create_agent(..., store=...) (or pass store=), or resume "
                     "the snapshot"
                 )
+            if await answer_child(store, await CheckpointedRun.load(store, paused), decision):
+                return await self.recover(paused, **options)  # its call resumes its child
             checkpoint, execution = await load_paused(store, paused, deps)
         else:
             execution = agent_flow.restore(paused, deps=deps)
             if store is not None:
                 # A run the store keeps resumes through the store, whatever form the
                 # caller hands it in: once, as by its id (never once per copy of a snapshot).
-                if await store.get(execution.id) is not None:
+                stored = await store.get(execution.id)
+                if stored is not None and await answer_child(store, stored, decision):
+                    return await self.recover(execution.id, **options)
+                if stored is not None:
                     checkpoint, execution = await load_paused(store, execution.id, deps)
         self._same_run(options, execution.id)
         where = self._paused_at(execution)
@@ -400,6 +410,30 @@ class Agent(SyncTwins[AgentResult], StreamTwins[AgentResult]):
         """
         call = functools.partial(self.run, messages, state=state, metadata=metadata)
         return stream_run(call, options, engine_events=engine_events)
+
+    def as_tool(
+        self,
+        *,
+        name: str,
+        description: str,
+        max_depth: int = DEFAULT_MAX_DEPTH,
+        max_children: int = DEFAULT_MAX_CHILDREN,
+    ) -> Tool:
+        """This agent as a tool of another run (of any product): each call is a run of
+        the agent on the call's ``request``, a child of the calling run, sharing its
+        budget, limits, events and cancellation; it answers the run's structured
+        response or final text (see :func:`toolloop.kernel.as_tool`, whose arguments
+        these are, and the guide *runs as tools*)."""
+        runs = ChildRuns(
+            run=self.run, defaults=self._spec.options, resume=self.resume, recover=self.recover
+        )
+        return as_tool(
+            runs,
+            name=name,
+            description=description,
+            max_depth=max_depth,
+            max_children=max_children,
+        )
 
     def run_sync(
         self,

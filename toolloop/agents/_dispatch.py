@@ -45,6 +45,7 @@ from ..kernel import (
     Interrupted,
     journaled_call,
     own_key,
+    resumes,
     same_call,
     tell_call_finished,
     tell_call_started,
@@ -151,6 +152,7 @@ class TurnTools:
             unknown_outcome="retry" if again else options.unknown_outcome,
             idempotent_tools=(call.name,) if again else options.idempotent_tools,
             settled=options.unknown_outcome != "ask",  # else a human answers it first
+            resumes=resumes(spec.registry, call.name),
         )
         self.sources[call.id] = done.source
         if done.cut is not None and done.cut.answered is None and options.unknown_outcome == "ask":

@@ -246,6 +246,13 @@ class Execution(Generic[S]):
                 return True
         return False
 
+    def fail(self, error: ExecutionError) -> None:
+        """End the running execution with ``error`` (its session raises it), cancelling
+        what still runs: for a task of the execution whose own errors go elsewhere (a tool
+        call's become its record), when the whole run must end (a run as a tool that spent
+        its parent's budget). Nothing happens once the execution ended."""
+        self._fail(error)
+
     def snapshot(self) -> FlowSnapshot:
         """A JSON-ready picture of a paused (or finished) execution."""
         if self.status == "running":

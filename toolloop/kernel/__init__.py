@@ -14,6 +14,16 @@ from ._approval import Approval as Approval
 from ._approval import ApprovalRule as ApprovalRule
 from ._approval import ApprovalSpec as ApprovalSpec
 from ._approval import approval_rule as approval_rule
+from ._child import DEFAULT_MAX_CHILDREN as DEFAULT_MAX_CHILDREN
+from ._child import DEFAULT_MAX_DEPTH as DEFAULT_MAX_DEPTH
+from ._child import ChildRunEvent as ChildRunEvent
+from ._child import ChildRunLimitError as ChildRunLimitError
+from ._child import ChildRunPaused as ChildRunPaused
+from ._child import ChildRunPausedError as ChildRunPausedError
+from ._child import ChildRuns as ChildRuns
+from ._child import answer_child as answer_child
+from ._child import as_tool as as_tool
+from ._child import child_asked as child_asked
 from ._decisions import Decided as Decided
 from ._decisions import Run as Run
 from ._decisions import Skip as Skip
@@ -42,6 +52,7 @@ from ._journal import arguments_problem as arguments_problem
 from ._journal import journaled_call as journaled_call
 from ._journal import own_key as own_key
 from ._journal import record_interrupted as record_interrupted
+from ._journal import resumes as resumes
 from ._journal import same_call as same_call
 from ._keep import REPLAY_NOTE as REPLAY_NOTE
 from ._kept import READ_RESULT as READ_RESULT
@@ -89,6 +100,8 @@ from ._vocabulary import model_timeout_error as model_timeout_error
 from ._vocabulary import rejected_error as rejected_error
 
 __all__ = [
+    "DEFAULT_MAX_CHILDREN",
+    "DEFAULT_MAX_DEPTH",
     "ENGINE_EVENTS",
     "MAX_ARGUMENT_BYTES",
     "READ_RESULT",
@@ -100,6 +113,11 @@ __all__ = [
     "ApprovalSpec",
     "Backend",
     "CheckpointSaved",
+    "ChildRunEvent",
+    "ChildRunLimitError",
+    "ChildRunPaused",
+    "ChildRunPausedError",
+    "ChildRuns",
     "Decided",
     "Ended",
     "Interrupted",
@@ -133,10 +151,13 @@ __all__ = [
     "TurnLogic",
     "UnknownOutcome",
     "Verdict",
+    "answer_child",
     "approval_rule",
     "arguments_problem",
+    "as_tool",
     "ask_structured",
     "check_tool_names",
+    "child_asked",
     "cut_off_error",
     "cut_off_record",
     "decide",
@@ -157,6 +178,7 @@ __all__ = [
     "rejected_error",
     "result_handle",
     "result_text",
+    "resumes",
     "run_sync",
     "same_call",
     "shown_result",

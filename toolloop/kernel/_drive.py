@@ -35,6 +35,14 @@ from ..ratelimit import (
 )
 from ..runner import ToolExecutionRecord, json_safe, progress_reporter
 from ..tools import RunScope
+from ._child import (
+    ChildRunPaused,
+    child_of,
+    count_in_parents,
+    enter_run,
+    forward_to_parent,
+    leave_run,
+)
 from ._events import (
     ModelCallFinished,
     ModelCallStarted,
@@ -46,7 +54,7 @@ from ._events import (
 from ._keep import Keeper
 from ._kept import keeping
 from ._options import RunOptions
-from ._result import RunStatus
+from ._result import RunResult, RunStatus
 from ._vocabulary import StopReason
 
 __all__ = ["Ended", "TurnLogic", "drive", "finish_reason_of", "observe_runs"]
@@ -260,22 +268,28 @@ async def drive(
     spent = _usage_of(state)
     if run is not None:  # what a replay needs, kept beside the journal
         execution.subscribe(Keeper(run, spent.requests if spent is not None else 0))
+    child = child_of()  # a run as a tool of another run: linked to it
+    unforward = None if child is None else forward_to_parent(execution, child)
     observed = execution.observed
     meter = UsageMeter(
         options.usage_limits,
         observer=_ModelCalls(execution) if observed else None,
         rate_limit=options.model_rate_limit,
         retry=options.model_tries,
+        parent=None if child is None else child.parent.meter,
     )
     if spent is not None:  # a resumed run: its budget counts what came before
         meter.usage = spent
         meter.started = spent.requests
+        if child is not None:  # and so do its parents' (their calls of it are made again)
+            count_in_parents(meter.parent, spent)
     closing = _Closing(execution, state, options, logic, meter, settle)
     execution.on_close(closing)
     try:
         # the meter is entered and left by hand: a with block would hold its bound __exit__
         # for the whole run
         meter.__enter__()
+        link = enter_run(execution, meter, options, child)
         # told to this run's observer, or to none (not to a run this one runs inside)
         told = None
         if observed or current_observer() is not None:
@@ -292,13 +306,18 @@ async def drive(
         finally:
             if told is not None:
                 stop_observing(told)
+            leave_run(link)
             meter.__exit__()
+            if unforward is not None:
+                unforward()
     except Exception as exc:
         execution.on_close(None)  # (the hook refers to the execution: no cycle is left)
         _keep_usage(state, meter)
         stop = finish_reason_of(options, exc)
         if run is not None:
             await note_cut_off(run, exc)  # a timeout, an error: what ended the calls it ran
+            if isinstance(exc, ChildRunPaused):
+                return await _paused_for_child(execution, state, run, exc, result_of)
         if stop is None:
             if run is not None:
                 await _fail(run, exc)
@@ -326,6 +345,24 @@ async def drive(
     if run is None:
         return result_of(ended)
     return await _completed(ended, result_of, run)
+
+
+async def _paused_for_child(
+    execution: Execution[S],
+    state: S,
+    run: CheckpointedRun,
+    paused: ChildRunPaused,
+    result_of: Callable[[Ended[S]], R],
+) -> R:
+    """A run whose child paused for a human pauses with the child's request: its store's
+    checkpoint is its last one, ``paused``; resumed, it goes on from there (its call of the
+    child is made again, and resumes the child)."""
+    request = paused.request
+    await run.pause_at(run.checkpoint.snapshot, request.model_dump(mode="json"))
+    made = result_of(Ended("paused", state, None, None, None, execution))
+    if isinstance(made, RunResult):  # (every product's result is one)
+        made = made.model_copy(update={"status": "paused", "request": request})
+    return made
 
 
 async def _keeping(

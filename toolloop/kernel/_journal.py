@@ -39,6 +39,7 @@ from ..checkpoints import (
     interrupted_error,
 )
 from ..runner import MAX_JSON_DEPTH, CallSource, json_safe, nesting_depth
+from ..tools import ToolRegistry
 from ._options import UnknownOutcome
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "journaled_call",
     "own_key",
     "record_interrupted",
+    "resumes",
     "same_call",
 ]
 
@@ -100,6 +102,7 @@ async def journaled_call(
     unknown_outcome: UnknownOutcome = "fail",
     idempotent_tools: Collection[str] = (),
     settled: bool = True,
+    resumes: bool = False,
 ) -> Journaled[T]:
     """The outcome of the call ``call_id``, its tool run at most once ever (see the module
     docs), and where it came from.
@@ -115,6 +118,10 @@ async def journaled_call(
         dump: the outcome as JSON data, for the journal.
         load: an outcome read back from the journal (raising on data that is none).
         failed: the outcome of a call cut off before, given what its error says.
+        resumes: the tool resumes its own journaled work when called again (a run as a
+            tool, :func:`~toolloop.kernel.as_tool`, whose run is durable too): a call cut
+            off runs again, whatever ``unknown_outcome`` says (what it did is not done
+            twice).
 
     Raises:
         CorruptCheckpointError: a journaled outcome that ``load`` refuses.
@@ -130,7 +137,9 @@ async def journaled_call(
             return Journaled(await _run_and_record(run, call_id, call, dump), "ran")
     if entry.state == "finished":
         return Journaled(_load(load, entry.outcome, "outcome", call_id, run), "replayed")
-    if entry.state == "started" and unknown_outcome == "retry" and tool_name in idempotent_tools:
+    if entry.state == "started" and (
+        resumes or (unknown_outcome == "retry" and tool_name in idempotent_tools)
+    ):
         run.reopen(call_id)  # running here now, under the intent journaled before
         return Journaled(await _run_and_record(run, call_id, call, dump), "ran")
     cut = Interrupted(call_id, tool_name, cut_off_causes(journal).get(call_id), entry.outcome)
@@ -140,6 +149,12 @@ async def journaled_call(
     if settled:
         await record_interrupted(run, call_id, dump(ended))
     return Journaled(ended, "interrupted", cut)
+
+
+def resumes(registry: ToolRegistry, tool_name: str) -> bool:
+    """Whether the tool ``tool_name`` of ``registry`` resumes its own work when called
+    again (:attr:`~toolloop.tools.Tool.resumes`; ``False`` for a tool it does not have)."""
+    return tool_name in registry and registry.get(tool_name).resumes
 
 
 def _load(load: Callable[[Any], T], data: Any, what: str, call_id: str, run: CheckpointedRun) -> T:

@@ -19,6 +19,7 @@ from ._api import resume_plan_and_execute as resume_plan_and_execute
 from ._api import stream_plan_and_execute as stream_plan_and_execute
 from ._api import stream_recover_plan_and_execute as stream_recover_plan_and_execute
 from ._api import stream_resume_plan_and_execute as stream_resume_plan_and_execute
+from ._as_tool import as_tool as as_tool
 from ._events import LoopEvent as LoopEvent
 from ._events import PlanDecided as PlanDecided
 from ._events import RoundFinished as RoundFinished
@@ -51,6 +52,7 @@ __all__ = [
     "RoundStarted",
     "RoundState",
     "StopReason",
+    "as_tool",
     "async_plan_and_execute",
     "async_recover_plan_and_execute",
     "async_resume_plan_and_execute",

@@ -23,6 +23,7 @@ from ..kernel import (
     RunOverrides,
     RunStream,
     StopReason,
+    answer_child,
     approval_rule,
     check_tool_names,
     cut_off_record,
@@ -430,6 +431,12 @@ async def _continued(
             if paused
             else f"run {run_id!r} is {checkpoint.status}, not paused: there is nothing to "
             "decide; recover it: async_recover_plan_and_execute(run_id, ...)"
+        )
+    if paused and await answer_child(store, checkpoint, decision):
+        # it paused for its child: recovered, its call resumes the child with the decision
+        verb = "async_recover_plan_and_execute"
+        return await _continued(
+            run_id, given, planner=planner, tools=tools, decision=None, force=False, verb=verb
         )
     options = approval_of_checkpoint(checkpoint, options)
     stored_turns = int(begun.get("max_turns", begun.get("max_rounds", 5)))

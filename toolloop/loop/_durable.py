@@ -59,6 +59,7 @@ from ..kernel import (
     decide,
     journaled_call,
     own_key,
+    resumes,
     tell,
 )
 from ..models import Usage, current_meter
@@ -300,6 +301,7 @@ class DurableLoop:
                 self.options.unknown_outcome == "ask"
                 and entry is not None
                 and entry.state == "started"
+                and not resumes(self.registry, item.tool_name)  # (a run as a tool goes on)
             ):
                 interrupted.append(
                     RequestedCall(
@@ -427,6 +429,7 @@ class DurableLoop:
             failed=lambda error: ToolExecutionRecord.failed(command, error),
             unknown_outcome=options.unknown_outcome,
             idempotent_tools=options.idempotent_tools,
+            resumes=resumes(self.registry, command.tool_name),
         )
         if done.source != "ran":
             self.sources[told] = done.source

@@ -198,6 +198,9 @@ class UsageMeter:
 
     Args:
         limits: the run's budget (``None``: count only).
+        parent: the meter of the run this one's run is a tool of (a run as a tool, see
+            :func:`toolloop.kernel.as_tool`): every call is checked against its budget too
+            (and its parent's, up the tree) and counted in its usage.
     """
 
     __slots__ = (
@@ -206,6 +209,7 @@ class UsageMeter:
         "calls",
         "limits",
         "observer",
+        "parent",
         "rate_limit",
         "retry",
         "started",
@@ -219,9 +223,11 @@ class UsageMeter:
         observer: CallObserver | None = None,
         rate_limit: RateLimit | None = None,
         retry: RetryPolicy | None = None,
+        parent: UsageMeter | None = None,
     ) -> None:
         self._token: Token[UsageMeter | None] | None = None  # while the meter is active
         self.limits = limits
+        self.parent = parent
         self.usage = NO_USAGE
         """Everything counted so far (set it to go on from an earlier total)."""
         self.calls = 0
@@ -296,11 +302,28 @@ class UsageMeter:
             estimated=estimated,
         )
 
+    @property
+    def watches_tokens(self) -> bool:
+        """Whether a token budget (this meter's or a parent's) watches a reply as it
+        streams."""
+        meter: UsageMeter | None = self
+        while meter is not None:
+            if meter.limits is not None and meter.limits.limits_tokens:
+                return True
+            meter = meter.parent
+        return False
+
     def check_before_call(self) -> None:
-        """Raise :class:`~toolloop.errors.UsageLimitError` if the next call has no room left."""
+        """Raise :class:`~toolloop.errors.UsageLimitError` if the next call has no room left
+        (in this meter's budget, or in a parent's)."""
+        if self.limits is not None:
+            self._check_own()
+        if self.parent is not None:
+            self.parent.check_before_call()
+
+    def _check_own(self) -> None:
         limits = self.limits
-        if limits is None:
-            return
+        assert limits is not None
         used = self.usage
         if limits.max_requests is not None and used.requests >= limits.max_requests:
             raise self._exceeded(
@@ -370,6 +393,10 @@ class UsageMeter:
         self._calls.append(usage)
         self.calls += 1
         self.usage = self.usage + usage
+        parent = self.parent
+        while parent is not None:  # a run's calls are its parents' too
+            parent.usage = parent.usage + usage
+            parent = parent.parent
 
 
 def _with_reply(count: int, what: str, counted: bool) -> str:
@@ -444,7 +471,7 @@ class _MeteredDeltas:
     ) -> None:
         self._deltas = deltas
         self._meter = meter
-        self._watch = meter.limits is not None and meter.limits.limits_tokens
+        self._watch = meter.watches_tokens
         self.reported: Usage | None = None
         self.pieces = 0
         self.reader = reader

@@ -404,7 +404,7 @@ class Executor(SplitCall[ToolCommand, ToolExecutionRecord]):
         return self._once(tool, arguments)
 
     def _once(self, tool: Tool, arguments: dict[str, Any]) -> Awaitable[Any]:
-        if self.limiter is None:  # the tool's own awaitable: no frame of ours in between
+        if self.limiter is None or not tool.holds_limiter:  # no frame of ours in between
             return tool.execute(arguments, timeout=self.tool_timeout)
         return self._execute_limited(tool, arguments, self.limiter)
 

@@ -51,7 +51,10 @@ from ..checkpoints import (
 )
 from ..flow import Execution, FlowResult
 from ..kernel import (
+    DEFAULT_MAX_CHILDREN,
+    DEFAULT_MAX_DEPTH,
     Backend,
+    ChildRuns,
     Ended,
     ProviderStrategy,
     ResponseFormat,
@@ -65,7 +68,9 @@ from ..kernel import (
     StructuredAnswer,
     SyncTwins,
     ToolStrategy,
+    answer_child,
     approval_rule,
+    as_tool,
     check_tool_names,
     cut_off_record,
     decide,
@@ -324,6 +329,8 @@ class StatusAgent(SyncTwins[StatusAgentResult], StreamTwins[StatusAgentResult]):
         store = self._store(chosen)
         checkpoint = await CheckpointedRun.load(store, run_id)
         expect_status(checkpoint, _PAUSED)
+        if await answer_child(store, checkpoint, decision):
+            return await self.recover(run_id, **options)  # its call resumes its child
         deps = self._deps(chosen, run_id)
         execution = self._restore(checkpoint, deps)
         question = execution.state.question
@@ -437,6 +444,30 @@ class StatusAgent(SyncTwins[StatusAgentResult], StreamTwins[StatusAgentResult]):
         """
         call = functools.partial(self.run, user_input, metadata=metadata)
         return stream_run(call, options, engine_events=engine_events)
+
+    def as_tool(
+        self,
+        *,
+        name: str,
+        description: str,
+        max_depth: int = DEFAULT_MAX_DEPTH,
+        max_children: int = DEFAULT_MAX_CHILDREN,
+    ) -> Tool:
+        """This agent as a tool of another run (of any product): each call is a run of
+        the agent on the call's ``request``, a child of the calling run, sharing its
+        budget, limits, events and cancellation; it answers the run's structured
+        response or final text (see :func:`toolloop.kernel.as_tool`, whose arguments
+        these are, and the guide *runs as tools*)."""
+        runs = ChildRuns(
+            run=self.run, defaults=self.options, resume=self.resume, recover=self.recover
+        )
+        return as_tool(
+            runs,
+            name=name,
+            description=description,
+            max_depth=max_depth,
+            max_children=max_children,
+        )
 
     def run_sync(
         self,

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from ..checkpoints import JournalEntry
 from ..flow import Context
-from ..kernel import journaled_call, tell_call_finished, tell_call_started, tell_kept
+from ..kernel import journaled_call, resumes, tell_call_finished, tell_call_started, tell_kept
 from ..runner import CallSource, ToolBatch, ToolExecutionRecord, cancelled_record, json_safe
 from ._state import StatusAgentState, StatusCallRecord, StatusToolCall
 
@@ -121,6 +121,7 @@ class StatusCalls:
             failed=lambda error: ToolExecutionRecord.failed(command, error),
             unknown_outcome=options.unknown_outcome,
             idempotent_tools=options.idempotent_tools,
+            resumes=resumes(deps.executor.registry, call.tool_name),
         )
         return done.outcome, done.source
 

@@ -107,6 +107,15 @@ class Tool:
     _is_async: bool
     context_parameter: str | None
     """The parameter the run fills in with a :class:`~toolloop.tools.RunContext`, if any."""
+    resumes: bool = False
+    """Whether a call cut off (its process died) may be made again because the tool
+    resumes its own journaled work instead of doing it twice (a run as a tool of a durable
+    run, :func:`toolloop.kernel.as_tool`): a durable run then makes it again, whatever its
+    ``unknown_outcome``."""
+    holds_limiter: bool = True
+    """Whether a call holds a token of the run's ``limiter`` while it runs; ``False`` for
+    a run as a tool (:func:`toolloop.kernel.as_tool`), which only waits for its own run,
+    whose tool calls take the tokens (a call holding one would starve them)."""
 
     def __init__(
         self,

@@ -24,7 +24,14 @@ from ..flow import (
     ExecutionStarted,
     FlowEvent,
 )
-from ..kernel import CheckpointSaved, ModelCallFinished, ModelCallStarted, RunEvent, RunFinished
+from ..kernel import (
+    CheckpointSaved,
+    ChildRunEvent,
+    ModelCallFinished,
+    ModelCallStarted,
+    RunEvent,
+    RunFinished,
+)
 from ..loop import (
     PlanDecided,
     RoundFinished,
@@ -131,7 +138,12 @@ class OpenTelemetrySpans:
       (``short_circuit`` event where the planner hung up);
     - ``execute_tool {name}``: one tool call, under its turn (status ERROR if it failed;
       a command refused before running is a span of no length); what the tool reports
-      (``ctx.report``) are ``progress`` events of it.
+      (``ctx.report``) are ``progress`` events of it;
+    - a run called as a tool (a child run, told as the parent's
+      :class:`~toolloop.kernel.ChildRunEvent`) is a ``toolloop.run`` of its own (its
+      ``toolloop.execution_id`` the child's, ``toolloop.parent_run_id`` its parent's) under
+      the ``execute_tool`` span of the call that started it, with its own spans below, on
+      the parent's clock.
 
     Several runs may share one instance: each has its spans.
 
@@ -173,6 +185,8 @@ class OpenTelemetrySpans:
         self._paused_at: dict[str, float] = {}
         self._runs: dict[str, _RunSpans] = {}
         self._last = 0
+        self._under: dict[str, tuple[Span | None, str]] = {}
+        """Per child run: the span of the call that started it, and its parent's run."""
 
     def start_at(self, unix_ns: int) -> None:
         """Set the wall-clock time of ``at == 0`` (by default: each run's first event's
@@ -209,7 +223,11 @@ class OpenTelemetrySpans:
                 elif event.at < paused_at:  # replayed, its clock started again: after the pause
                     self._t0[key] = self._t0[key] + int((paused_at - event.at) * 1e9)
             flow = event.flow if isinstance(event, ExecutionStarted) else None
-            run = self._start("toolloop.run", None, event.at, key, execution_id=key, flow=flow)
+            call, parent = self._under.get(key, (None, None))
+            run = self._start(
+                "toolloop.run", call, event.at, key, execution_id=key, flow=flow,
+                parent_run_id=parent,
+            )  # fmt: skip
             if resumed:
                 run.set_attribute("toolloop.resumed", True)
             for name, value in self._attributes.items():
@@ -225,7 +243,30 @@ class OpenTelemetrySpans:
             )
         return span
 
+    def _child(self, event: ChildRunEvent) -> None:
+        """An event of a child run: handled as the child's own, its run span under the
+        parent's call, on the parent's clock."""
+        key, parent = event.run_id, event.parent_run_id
+        if key not in self._runs or key not in self._under:
+            self._under[key] = (self._call_span(parent, event.call_id), parent)
+        t0 = self._t0.get(parent)
+        if t0 is not None:
+            self._t0.setdefault(key, t0)
+        self(event.event.model_copy(update={"execution_id": key, "at": event.at}))
+
+    def _call_span(self, run: str, call_id: str) -> Span | None:
+        spans = self._runs.get(run)
+        if spans is None:
+            return None
+        for at, (_, _, asked) in spans.asked.items():
+            if asked == call_id:
+                return spans.calls.get(at)
+        return None
+
     def __call__(self, event: FlowEvent) -> None:
+        if isinstance(event, ChildRunEvent):
+            self._child(event)
+            return
         spans = self._run_of(event)
         key = event.execution_id
         run = spans.run

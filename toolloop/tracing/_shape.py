@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..flow import ExecutionFailed, ExecutionPaused, ExecutionStarted, FlowEvent
-from ..kernel import ModelCallFinished, ModelCallStarted, ResultKept, RunFinished
+from ..kernel import ChildRunEvent, ModelCallFinished, ModelCallStarted, ResultKept, RunFinished
 from ..loop import (
     PlanDecided,
     RoundFinished,
@@ -51,6 +51,9 @@ class CallSpan:
     kept: str | None = None
     """When its result was longer than the run's ``max_result_chars``: what the model was
     shown of it, and the handle ``read_result`` reads the rest by (a ``ResultKept``)."""
+    child: RunShape | None = None
+    """The run this call started, when its tool is a run (a run as a tool: the child's
+    :class:`~toolloop.kernel.ChildRunEvent`), on its parent's clock."""
 
     duration = property(_duration)
 
@@ -165,6 +168,9 @@ class RunShape:
     turns: int | None = None
     records: int | None = None
     execution_id: str | None = None
+    children: list[RunShape] = field(default_factory=list)
+    """The runs this run's tool calls started (each also its call's ``child``), in the
+    order they first told something."""
 
     @property
     def calls(self) -> list[CallSpan]:
@@ -196,12 +202,17 @@ class RunShape:
         return total
 
     @classmethod
-    def from_events(cls, events: Iterable[FlowEvent]) -> RunShape:
-        """The shape of the run these events tell (one run: see :meth:`per_run`).
+    def from_events(cls, events: Iterable[FlowEvent], *, run_id: str | None = None) -> RunShape:
+        """The shape of the run these events tell (one run: see :meth:`per_run`; ``run_id``:
+        its id, else the first event's run). The events of a run it called as a tool (its
+        :class:`~toolloop.kernel.ChildRunEvent`) make that child's shape, under the call
+        that started it.
 
         A resumed run whose clock started again at 0 (the loop's) is laid after its pause,
         so that the times read on."""
-        shape = cls()
+        shape = cls(execution_id=run_id)
+        below: dict[str, list[FlowEvent]] = {}
+        called: dict[str, str] = {}
         rounds: dict[int, RoundSpan] = {}
         open_calls: dict[tuple[int, int], CallSpan] = {}
         open_models: dict[int, ModelSpan] = {}
@@ -252,6 +263,16 @@ class RunShape:
         for event in events:
             if shape.execution_id is None:
                 shape.execution_id = event.execution_id
+            if isinstance(event, ChildRunEvent):
+                if event.parent_run_id == shape.execution_id:  # its child's: on this clock
+                    called.setdefault(event.run_id, event.call_id)
+                    told = event.event.model_copy(update={"at": event.at + offset})
+                    below.setdefault(event.run_id, []).append(told)
+                else:  # a grandchild's: its parent's (a child of this run) to shape
+                    below.setdefault(event.parent_run_id, []).append(
+                        event.model_copy(update={"at": event.at + offset})
+                    )
+                continue
             if isinstance(event, ExecutionStarted) and shape.pauses:
                 last = shape.pauses[-1]
                 if event.at + offset < last.at:  # a new clock: lay it after the pause
@@ -345,6 +366,13 @@ class RunShape:
                 shape.error = event.error
         for span in shape.rounds:
             span.calls.sort(key=lambda c: c.index)
+        by_id = {call.call_id: call for call in shape.calls if call.call_id}
+        for child_id, call_id in called.items():
+            child = cls.from_events(below[child_id], run_id=child_id)
+            shape.children.append(child)
+            call = by_id.get(call_id)
+            if call is not None:
+                call.child = child
         return shape
 
     @classmethod

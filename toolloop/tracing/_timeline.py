@@ -9,8 +9,9 @@ start with their planner call (a blue bar, its model calls under it; hatched whe
 started while the plan was still streaming; orange with a bolt where the short-circuit hung
 up). The status agent's statuses are a band of their own, in the order they were set. A
 pause for a human is an amber line (and what the run asks), a resume a green one; the end
-says the stop reason, the summary the usage. Hovering a bar shows its details (SVG
-``<title>``). A trace of several runs draws each run after the other.
+says the stop reason, the summary the usage. A run called as a tool (a child run) is drawn
+under the call that started it, indented: its model calls and tool calls. Hovering a bar
+shows its details (SVG ``<title>``). A trace of several runs draws each run after the other.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ _LABEL_W = 360  # the label column
 _LEFT = _LABEL_W + 16  # where time 0 is
 _RIGHT = _WIDTH - 150  # where the last tick is; room for the text after a bar
 _ROW = 20
+_INDENT = 16  # a child run's rows, under its parent's call
 _ROUND_HEAD = 26
 _ROUND_GAP = 10
 _TOP = 104  # first row
@@ -674,11 +676,14 @@ def _call_row(
     y: float,
     x_of: Callable[[float], float],
     run_end: float,
+    *,
+    depth: int = 0,
 ) -> float:
     mid = y + _ROW / 2
-    label = _short(_call_label(call), int((_LABEL_W - 40) / _CHAR_W))
+    label_x = 40 + _INDENT * depth
+    label = _short(_call_label(call), int((_LABEL_W - label_x) / _CHAR_W))
     title = _call_title(call)
-    canvas.text(body, 40, mid + 4, label, "label", title=title)
+    canvas.text(body, label_x, mid + 4, label, "label", title=title)
     ended = call.ended if call.ended is not None else run_end
     x1, x2 = x_of(call.started), x_of(ended)
     if not call.ran:
@@ -695,7 +700,51 @@ def _call_row(
     canvas.rect(body, x1 - (1.5 if not call.ran else 0), y + 4, width, _ROW - 8, cls, title=title)
     cls = "after failed" if call.success is False else "after"
     _beside(canvas, body, x1, x1 + width, mid + 4, after, cls)
+    if call.child is not None:  # a run as a tool: the child's rows, under its call
+        return _child_rows(canvas, body, call, call.child, y + _ROW, x_of, run_end, depth + 1)
     return y + _ROW
+
+
+def _child_rows(
+    canvas: _Canvas,
+    body: ET.Element,
+    call: CallSpan,
+    child: RunShape,
+    y: float,
+    x_of: Callable[[float], float],
+    run_end: float,
+    depth: int,
+) -> float:
+    """The run a call started (a run as a tool), indented under the call: its model calls
+    and its tool calls in the order they started (its own children under theirs)."""
+    group = ET.SubElement(
+        body,
+        "g",
+        {
+            "class": "child-run",
+            "data-run-id": child.execution_id or "",
+            "data-call-id": call.call_id,
+            "data-depth": str(depth),
+        },
+    )
+    label_x = 40 + _INDENT * depth
+    said = f"run {child.execution_id or '?'}"
+    if child.paused:
+        said += f" · paused: {redact(child.pauses[-1].what)}"
+    elif child.stop_reason is not None:
+        said += f" · {child.stop_reason}"
+    canvas.text(group, label_x - 12, y + _ROW / 2 + 4, _short(f"↳ {said}", 60), "label child")
+    y += _ROW
+    rows: list[tuple[float, int, ModelSpan | CallSpan]] = [
+        (m.started, 0, m) for m in child.model_calls
+    ] + [(c.started, 1, c) for c in child.calls]
+    rows.sort(key=lambda row: (row[0], row[1]))
+    for _, _, row in rows:
+        if isinstance(row, ModelSpan):
+            y = _model_row(canvas, group, row, y, x_of, run_end, label_x=label_x)
+        else:
+            y = _call_row(canvas, group, row, y, x_of, run_end, depth=depth)
+    return y
 
 
 def write_timeline(

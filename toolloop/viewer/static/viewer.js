@@ -93,6 +93,17 @@ function apply(event) {
   }
   const id = event.execution_id;
   if (typeof id !== "string") return;
+  if (kind === "child_run_event") {
+    // a run called as a tool: a run of its own, on its parent's clock, drawn under the
+    // parent's call (a grandchild's come flat too, each naming its own parent)
+    const inner = event.event;
+    if (!inner || typeof inner !== "object" || typeof event.run_id !== "string") return;
+    const child = runs.get(event.run_id) || newRun(event.run_id);
+    child.parent = { run: event.parent_run_id, call: event.call_id, top: id };
+    apply({ ...inner, execution_id: event.run_id, at: event.at });
+    dirty.add(id);
+    return;
+  }
   const run = runs.get(id) || newRun(id);
   if (kind === "execution_started" && run.started) {
     // a resume (or a recovery): its clock may start again at 0; lay it after the pause
@@ -459,7 +470,7 @@ function drawRounds(run) {
           call.source && call.source !== "ran" ? h("span", { class: "source" }, " · " + call.source) : null,
           call.progress ? h("div", { class: "progress" }, call.progress) : null,
           keptLine(run.kept.get(call.id)),
-          body);
+          body, drawChildren(run, call));
       })) : null);
   }));
 }
@@ -472,6 +483,13 @@ function keptLine(kept) {
   return h("div", { class: "kept", "data-handle": kept.handle },
     `cut for the model: shown ${n(kept.shown)} of ${n(kept.total)} chars, kept whole · ` +
     `handle ${kept.handle}`);
+}
+
+// The runs a call started (a run as a tool), each drawn whole under the call.
+function drawChildren(run, call) {
+  const children = [...runs.values()].filter((c) => c.parent && c.parent.run === run.id &&
+    c.parent.call === call.id);
+  return children.length ? h("div", { class: "child-runs" }, children.map(drawRun)) : null;
 }
 
 function drawModels(run) {
@@ -587,8 +605,14 @@ function drawRun(run) {
 function render() {
   frame = 0;
   const main = document.getElementById("runs");
+  const tops = new Set();
   for (const id of dirty) {
     const run = runs.get(id);
+    if (run) tops.add(run.parent ? run.parent.top : id);  // a child is drawn in its top run
+  }
+  for (const id of tops) {
+    const run = runs.get(id);
+    if (!run || run.parent) continue;
     const node = drawRun(run);
     const old = main.querySelector(`article.run[data-execution-id="${CSS.escape(id)}"]`);
     if (old) old.replaceWith(node);
