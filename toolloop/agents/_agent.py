@@ -18,20 +18,18 @@ from .._errors import ResumeError
 from ..checkpoints import CheckpointedRun, CheckpointStore, HumanRequest, usage_since
 from ..flow import Execution, Flow, FlowResult, FlowSnapshot
 from ..kernel import (
-    DEFAULT_MAX_CHILDREN,
-    DEFAULT_MAX_DEPTH,
     Backend,
     ChildRuns,
     ResponseFormat,
     RunDefaults,
     RunOptions,
     RunOverrides,
+    RunsAsTools,
     RunStream,
     StopReason,
     StreamTwins,
     SyncTwins,
     answer_child,
-    as_tool,
     check_tool_names,
     decide,
     drive,
@@ -91,7 +89,7 @@ def kept_result(state: AgentState, handle: str) -> str | None:
     return None
 
 
-class Agent(SyncTwins[AgentResult], StreamTwins[AgentResult]):
+class Agent(SyncTwins[AgentResult], StreamTwins[AgentResult], RunsAsTools):
     """A reusable agent made by :func:`create_agent`: each :meth:`run` is independent.
 
     Runs are executions of the shared :data:`~toolloop.agents.agent_flow`; the agent holds
@@ -411,28 +409,9 @@ class Agent(SyncTwins[AgentResult], StreamTwins[AgentResult]):
         call = functools.partial(self.run, messages, state=state, metadata=metadata)
         return stream_run(call, options, engine_events=engine_events)
 
-    def as_tool(
-        self,
-        *,
-        name: str,
-        description: str,
-        max_depth: int = DEFAULT_MAX_DEPTH,
-        max_children: int = DEFAULT_MAX_CHILDREN,
-    ) -> Tool:
-        """This agent as a tool of another run (of any product): each call is a run of
-        the agent on the call's ``request``, a child of the calling run, sharing its
-        budget, limits, events and cancellation; it answers the run's structured
-        response or final text (see :func:`toolloop.kernel.as_tool`, whose arguments
-        these are, and the guide *runs as tools*)."""
-        runs = ChildRuns(
+    def _child_runs(self) -> ChildRuns:
+        return ChildRuns(
             run=self.run, defaults=self._spec.options, resume=self.resume, recover=self.recover
-        )
-        return as_tool(
-            runs,
-            name=name,
-            description=description,
-            max_depth=max_depth,
-            max_children=max_children,
         )
 
     def run_sync(

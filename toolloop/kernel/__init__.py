@@ -21,6 +21,7 @@ from ._child import ChildRunLimitError as ChildRunLimitError
 from ._child import ChildRunPaused as ChildRunPaused
 from ._child import ChildRunPausedError as ChildRunPausedError
 from ._child import ChildRuns as ChildRuns
+from ._child import RunsAsTools as RunsAsTools
 from ._child import answer_child as answer_child
 from ._child import as_tool as as_tool
 from ._child import child_asked as child_asked
@@ -142,6 +143,7 @@ __all__ = [
     "RunResult",
     "RunStatus",
     "RunStream",
+    "RunsAsTools",
     "Skip",
     "StopReason",
     "StreamTwins",

@@ -64,6 +64,7 @@ __all__ = [
     "ChildRunPaused",
     "ChildRunPausedError",
     "ChildRuns",
+    "RunsAsTools",
     "answer_child",
     "as_tool",
     "child_asked",
@@ -566,3 +567,34 @@ async def _durable(
             return again
     # the parent's process, which owned it, is the one that died: taken over at once
     return await runs.recover(run_id, force=True, **options)
+
+
+class RunsAsTools:
+    """What makes an agent class a tool of other runs: :meth:`as_tool` (a product class
+    derives from it and says how its runs start in ``_child_runs``)."""
+
+    __slots__ = ()
+
+    def _child_runs(self) -> ChildRuns:
+        raise NotImplementedError
+
+    def as_tool(
+        self,
+        *,
+        name: str,
+        description: str,
+        max_depth: int = DEFAULT_MAX_DEPTH,
+        max_children: int = DEFAULT_MAX_CHILDREN,
+    ) -> Tool:
+        """This agent as a tool of another run (of any product): each call is a run of
+        the agent on the call's ``request``, a child of the calling run, sharing its
+        budget, limits, events and cancellation; it answers the run's structured
+        response or final text (see :func:`toolloop.kernel.as_tool`, whose arguments
+        these are, and the guide *runs as tools*)."""
+        return as_tool(
+            self._child_runs(),
+            name=name,
+            description=description,
+            max_depth=max_depth,
+            max_children=max_children,
+        )

@@ -66,6 +66,21 @@ def _number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
 
 
+def _check_per_tool(name: str, given: object, kind: type, where: str, example: str) -> None:
+    """Refuse an option of tool names to ``kind`` objects that is not one."""
+    if not isinstance(given, Mapping):
+        raise TypeError(
+            f"{name} takes tool names to {kind.__name__}s ({{'search': {example}}}), got "
+            f"{type(given).__name__}"
+        )
+    for tool, value in given.items():
+        if not isinstance(tool, str) or not isinstance(value, kind):
+            raise TypeError(
+                f"{name} takes tool names to toolloop.{where}.{kind.__name__} objects, got "
+                f"{tool!r}: {type(value).__name__}"
+            )
+
+
 RENAMED_OPTIONS: Mapping[str, str] = {
     "max_rounds": "max_turns",
     "planner_timeout": "model_timeout",
@@ -228,30 +243,10 @@ class RunOptions:
                 raise TypeError(
                     f"{name} must be a toolloop.ratelimit.RetryPolicy, got {type(value).__name__}"
                 )
-        limits = self.rate_limits
-        if not isinstance(limits, Mapping):
-            raise TypeError(
-                "rate_limits takes tool names to RateLimits ({'search': RateLimit(5)}), got "
-                f"{type(limits).__name__}"
-            )
-        for tool, limit in limits.items():
-            if not isinstance(tool, str) or not isinstance(limit, RateLimit):
-                raise TypeError(
-                    "rate_limits takes tool names to toolloop.ratelimit.RateLimit objects, got "
-                    f"{tool!r}: {type(limit).__name__}"
-                )
-        sharing = self.shared_results
-        if not isinstance(sharing, Mapping):
-            raise TypeError(
-                "shared_results takes tool names to SharedResults ({'search': "
-                f"SharedResults()}}), got {type(sharing).__name__}"
-            )
-        for tool, shared in sharing.items():
-            if not isinstance(tool, str) or not isinstance(shared, SharedResults):
-                raise TypeError(
-                    "shared_results takes tool names to toolloop.runner.SharedResults objects, "
-                    f"got {tool!r}: {type(shared).__name__}"
-                )
+        _check_per_tool("rate_limits", self.rate_limits, RateLimit, "ratelimit", "RateLimit(5)")
+        _check_per_tool(
+            "shared_results", self.shared_results, SharedResults, "runner", "SharedResults()"
+        )
 
     @property
     def model_tries(self) -> RetryPolicy | None:

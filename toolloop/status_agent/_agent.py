@@ -51,8 +51,6 @@ from ..checkpoints import (
 )
 from ..flow import Execution, FlowResult
 from ..kernel import (
-    DEFAULT_MAX_CHILDREN,
-    DEFAULT_MAX_DEPTH,
     Backend,
     ChildRuns,
     Ended,
@@ -62,6 +60,7 @@ from ..kernel import (
     RunOptions,
     RunOverrides,
     RunResult,
+    RunsAsTools,
     RunStream,
     StopReason,
     StreamTwins,
@@ -70,7 +69,6 @@ from ..kernel import (
     ToolStrategy,
     answer_child,
     approval_rule,
-    as_tool,
     check_tool_names,
     cut_off_record,
     decide,
@@ -137,7 +135,7 @@ class _Logic:
 _LOGIC = _Logic()
 
 
-class StatusAgent(SyncTwins[StatusAgentResult], StreamTwins[StatusAgentResult]):
+class StatusAgent(SyncTwins[StatusAgentResult], StreamTwins[StatusAgentResult], RunsAsTools):
     """The status-routed agent (see the module docs); one agent serves many runs.
 
     Its own arguments first; then the run options of every product (see
@@ -445,28 +443,9 @@ class StatusAgent(SyncTwins[StatusAgentResult], StreamTwins[StatusAgentResult]):
         call = functools.partial(self.run, user_input, metadata=metadata)
         return stream_run(call, options, engine_events=engine_events)
 
-    def as_tool(
-        self,
-        *,
-        name: str,
-        description: str,
-        max_depth: int = DEFAULT_MAX_DEPTH,
-        max_children: int = DEFAULT_MAX_CHILDREN,
-    ) -> Tool:
-        """This agent as a tool of another run (of any product): each call is a run of
-        the agent on the call's ``request``, a child of the calling run, sharing its
-        budget, limits, events and cancellation; it answers the run's structured
-        response or final text (see :func:`toolloop.kernel.as_tool`, whose arguments
-        these are, and the guide *runs as tools*)."""
-        runs = ChildRuns(
+    def _child_runs(self) -> ChildRuns:
+        return ChildRuns(
             run=self.run, defaults=self.options, resume=self.resume, recover=self.recover
-        )
-        return as_tool(
-            runs,
-            name=name,
-            description=description,
-            max_depth=max_depth,
-            max_children=max_children,
         )
 
     def run_sync(
