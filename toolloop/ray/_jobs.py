@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 import anyio
 
@@ -131,8 +131,21 @@ def _call(
     return _Call(verb, target, decision, chosen)
 
 
+class _Shipped:
+    """A job sent to the actors without what it builds there (``_built``: its registry,
+    agent, store), each built again where the job runs."""
+
+    _built: ClassVar[tuple[str, ...]] = ()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        for name in self._built:
+            state[name] = None
+        return state
+
+
 @dataclass
-class LoopJob:
+class LoopJob(_Shipped):
     """Each item is one call of the loop: a new :func:`~toolloop.async_plan_and_execute`
     run, or a durable run resumed or recovered (the items: see :mod:`toolloop.ray`); the
     result is the :class:`~toolloop.LoopResult`.
@@ -160,10 +173,7 @@ class LoopJob:
     _registry: ToolRegistry | None = field(default=None, init=False, repr=False, compare=False)
     _store: Any = field(default=None, init=False, repr=False, compare=False)
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_registry"] = state["_store"] = None  # built again where the job runs
-        return state
+    _built: ClassVar[tuple[str, ...]] = ("_registry", "_store")
 
     def setup(self) -> None:
         """Build the tool registry and the store, once per actor."""
@@ -191,7 +201,7 @@ class LoopJob:
 
 
 @dataclass
-class _AgentJob:
+class _AgentJob(_Shipped):
     """What both agents' jobs are: the agent and the store built once per actor, each item
     a call of the agent's verbs."""
 
@@ -202,10 +212,7 @@ class _AgentJob:
     _store: Any = field(default=None, init=False, repr=False, compare=False)
     _takes_messages = False
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_agent"] = state["_store"] = None  # built again where the job runs
-        return state
+    _built: ClassVar[tuple[str, ...]] = ("_agent", "_store")
 
     def setup(self) -> None:
         """Build the actor's agent and store (once: they serve all the actor's runs)."""

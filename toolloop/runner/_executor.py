@@ -91,22 +91,14 @@ class CallTries:
     shared: SharedSource | None = None
 
 
+@dataclass(slots=True, eq=False)
 class _Tried:
     """What a guarded call came to, with its tries: a value, or the last failure."""
 
-    __slots__ = ("attempts", "failure", "shared", "value")
-
-    def __init__(
-        self,
-        value: Any,
-        failure: Exception | None,
-        attempts: int,
-        shared: SharedSource | None = None,
-    ) -> None:
-        self.value = value
-        self.failure = failure
-        self.attempts = attempts
-        self.shared = shared
+    value: Any
+    failure: Exception | None
+    attempts: int
+    shared: SharedSource | None = None
 
     def record(self, executor: Executor, command: ToolCommand) -> ToolExecutionRecord:
         failure = self.failure

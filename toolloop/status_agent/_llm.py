@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Collection, Mapping
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -212,6 +212,7 @@ def status_context(view: StatusView, *, max_result_chars: int | None = None) -> 
     }
 
 
+@dataclass(eq=False)
 class LLMStatusSteps:
     """The five steps of the status-routed agent, each a call to ``model``.
 
@@ -229,22 +230,13 @@ class LLMStatusSteps:
             the model writes after them is not read. ``False``: every reply is read whole.
     """
 
-    def __init__(
-        self,
-        model: ChatModel,
-        *,
-        system_prompt: str = STATUS_SYSTEM_PROMPT,
-        max_tokens: int | None = 1024,
-        temperature: float | None = 0.0,
-        max_result_chars: int | None = None,
-        short_circuit: bool = True,
-    ) -> None:
-        self.model = model
-        self.system_prompt = system_prompt
-        self.max_tokens = max_tokens
-        self.temperature = temperature
-        self.max_result_chars = max_result_chars
-        self.short_circuit = short_circuit
+    model: ChatModel
+    _: KW_ONLY
+    system_prompt: str = field(default=STATUS_SYSTEM_PROMPT, repr=False)
+    max_tokens: int | None = 1024
+    temperature: float | None = 0.0
+    max_result_chars: int | None = None
+    short_circuit: bool = True
 
     def request(
         self, step: str, view: StatusView, schema: dict[str, Any] | None = None
