@@ -21,6 +21,7 @@ import anyio.lowlevel
 from .._errors import ModelCallError
 from ..models import ChatDelta, ChatRequest, ToolCallDelta, Usage
 from ._openai_replies import FakeToolCall, fake_tool_calls
+from ._stream_record import StreamProgress
 
 __all__ = ["ScriptedChatModel", "ScriptedChatReply", "ScriptedChatStream"]
 
@@ -153,22 +154,12 @@ ScriptedItem = ScriptedChatReply | str | BaseException
 ChatResponder = Callable[[ChatRequest], "ScriptedItem | Awaitable[ScriptedItem]"]
 
 
-@dataclass(eq=False)
-class ScriptedChatStream:
-    """What happened to one stream of :class:`ScriptedChatModel` (``model.streams[i]``).
+@dataclass(eq=False, kw_only=True)
+class ScriptedChatStream(StreamProgress):
+    """What happened to one stream of :class:`ScriptedChatModel` (``model.streams[i]``):
+    its pieces are deltas, handed to the consumer."""
 
-    Times are ``time.monotonic()``.
-    """
-
-    request_index: int
     reply: ScriptedChatReply
-    chunks_planned: int
-    """Deltas in the reply (the finish delta included)."""
-    started_at: float
-    chunks_sent: int = 0
-    """Deltas handed to the consumer so far."""
-    completed: bool = False
-    """Every delta was handed to the consumer."""
     failed: bool = False
     """The scripted ``error`` was raised mid-stream."""
     closed: bool = False
@@ -176,15 +167,6 @@ class ScriptedChatStream:
     closed_early: bool = False
     """The consumer left before every delta was handed over (it stopped reading, raised or
     was cancelled): an HTTP model would have closed the connection mid-stream."""
-    ended_at: float | None = None
-    held: anyio.Event = field(default_factory=anyio.Event, repr=False)
-    """Set once the stream waits at a gate of its reply (:attr:`ScriptedChatReply.gates`)."""
-    _content: list[str] = field(default_factory=list, repr=False)
-
-    @property
-    def content_sent(self) -> str:
-        """The content of the deltas handed over so far, joined."""
-        return "".join(self._content)
 
 
 class ScriptedChatModel:

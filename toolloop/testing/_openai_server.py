@@ -50,6 +50,7 @@ from ._openai_replies import (
     fake_tool_calls,
     stream_events,
 )
+from ._stream_record import StreamProgress
 
 __all__ = ["FakeOpenAIServer", "RecordedRequest", "Responder", "StreamRecord"]
 
@@ -60,8 +61,8 @@ Queued = FakeReply | FakeErrorReply | FakeRawReply
 Responder = Callable[["RecordedRequest"], "Reply | Awaitable[Reply]"]
 
 
-@dataclass(eq=False)
-class StreamRecord:
+@dataclass(eq=False, kw_only=True)
+class StreamRecord(StreamProgress):
     """What happened to one streamed reply (`server.streams[i]`), updated as it goes.
 
     A chunk counts as sent once the socket accepted it (the client may not have read it).
@@ -69,28 +70,13 @@ class StreamRecord:
     the usage chunk and `data: [DONE]`. Times are `time.monotonic()`.
     """
 
-    request_index: int
-    chunks_planned: int
-    started_at: float
-    chunks_sent: int = 0
-    completed: bool = False
-    """All chunks and the end of the HTTP response were sent."""
     client_disconnected: bool = False
     """The client closed the connection before the stream was complete."""
     server_disconnected: bool = False
     """The server dropped the connection: `disconnect_after`, or the server was shut down."""
     disconnected_at: float | None = None
-    ended_at: float | None = None
     ended: anyio.Event = field(default_factory=anyio.Event, repr=False)
     """Set when the stream ends, whichever way."""
-    held: anyio.Event = field(default_factory=anyio.Event, repr=False)
-    """Set once the stream waits at a gate of its reply (`FakeReply.gates`)."""
-    _content: list[str] = field(default_factory=list, repr=False)
-
-    @property
-    def content_sent(self) -> str:
-        """The content deltas sent so far, joined."""
-        return "".join(self._content)
 
     def _end(self, *, client_gone: bool = False, server_gone: bool = False) -> None:
         if self.ended.is_set():

@@ -12,6 +12,7 @@ import anyio
 import anyio.lowlevel
 
 from .._errors import ToolTimeoutError
+from ..runner import READ_RESULT
 from ..tools import RunContext, Tool, ToolRegistry
 from ._recording import RecordedToolCall, Recording
 from ._replay_model import recorded_exception
@@ -47,7 +48,7 @@ def replay_tools(referee: _Referee, real: ToolRegistry, recording: Recording) ->
         named += [str(name) for name in offered or ()]
     named += [call.tool_name for call in recording.tool_calls]
     for name in dict.fromkeys(named):
-        if name in real.names:
+        if name in real.names or name == READ_RESULT:  # the built-in reads what the run kept
             continue
         try:
             out.append(
