@@ -953,6 +953,78 @@ async def test_the_middleware_agent_starts_a_tool_as_its_arguments_close(server:
     assert len(seen) == (1 if result.records[0].success else 0)  # never more than once
 
 
+async def test_a_run_as_a_tool_counts_the_childs_real_model_calls(server: Server) -> None:
+    """A middleware agent calls another as a tool (the call forced) through the real
+    server: the child's model calls are in the parent's events as a nested run and in its
+    usage."""
+    from toolloop.agents import create_agent
+    from toolloop.kernel import ChildRunEvent
+
+    events: list[FlowEvent] = []
+    async with openai_model(server) as model:
+        expert = create_agent(model, max_tokens=MAX_TOKENS, timeout=RUN_TIMEOUT)
+        ask = expert.as_tool(name="ask_expert", description="Ask a geography expert one question.")
+        parent = create_agent(
+            model,
+            [ask],
+            tool_choice={"type": "function", "function": {"name": "ask_expert"}},
+            max_tokens=MAX_TOKENS,
+            max_turns=1,
+            timeout=RUN_TIMEOUT,
+        )
+        result = await parent.run("What is the capital of France?", on_event=events.append)
+    print(f"  the parent's record: {result.records}")
+    (record,) = result.records
+    assert record.tool_name == "ask_expert"
+    assert record.success, record.error
+    assert isinstance(record.result, str) and record.result  # the child's final text
+    child_calls = [
+        e for e in events if isinstance(e, ChildRunEvent) and e.event.kind == "model_call_finished"
+    ]
+    assert child_calls, "the child's model calls are not in the parent's events"
+    assert {e.depth for e in child_calls} == {1}
+    assert result.usage is not None
+    assert result.usage.requests == 1 + len(child_calls)  # the parent's own call + the child's
+
+
+async def test_a_cut_result_is_read_back_by_the_real_model(server: Server) -> None:
+    """A result over max_result_chars is shown cut with its handle; forced to call
+    read_result next, the real model writes a handle and an offset that read the rest."""
+    from toolloop import tool
+
+    hidden = "The password is BLUE-HERON-42."
+    document = ("Filler sentence about nothing at all. " * 60)[:1900] + " " + hidden
+
+    @tool
+    def get_document() -> str:
+        """Fetch the document."""
+        return document
+
+    def choice(context: Any) -> Any:
+        name = "get_document" if context.round_index == 0 else "read_result"
+        return {"type": "function", "function": {"name": name}}
+
+    async with openai_model(server) as model:
+        planner = _tool_calling_planner()(model, tool_choice=choice, max_tokens=MAX_TOKENS)
+        result = await async_plan_and_execute(
+            "Find the password in the document.",
+            tools=[get_document],
+            planner=planner,
+            max_turns=2,
+            max_result_chars=1000,
+            timeout=RUN_TIMEOUT,
+        )
+    report_records(result.done_plans)
+    first, *rest = result.done_plans
+    assert first.tool_name == "get_document" and first.result == document  # kept whole
+    assert rest and rest[0].tool_name == "read_result", "the model did not call read_result"
+    read = rest[0]
+    print(f"  read_result({read.kwargs}) -> {str(read.result)[:120]!r} {read.error or ''}")
+    assert read.success, read.error  # a handle and an offset the run knows
+    assert read.kwargs.get("handle") == "r:0"
+    assert str(read.result) in document
+
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "real_model"
 RECORD_VAR = "TOOLLOOP_RECORD_FIXTURES"
 """Set to 1 to keep the traces of ``test_a_real_run_replays_offline`` in ``FIXTURES``: the
