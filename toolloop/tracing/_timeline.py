@@ -20,6 +20,7 @@ import json
 import math
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -260,6 +261,16 @@ class _Canvas:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class _Rows:
+    """Where one run's rows are drawn: the canvas, the run's time scale, and its end (a
+    span still open ends there)."""
+
+    canvas: _Canvas
+    x_of: Callable[[float], float]
+    run_end: float
+
+
 def _beside(
     canvas: _Canvas, parent: ET.Element, x1: float, x2: float, y: float, text: str, cls: str
 ) -> None:
@@ -428,6 +439,7 @@ def _draw_run(
     if shape.statuses:
         y = _status_row(canvas, shape, y, x_of)
     short_circuits: list[tuple[float, float]] = []
+    rows = _Rows(canvas, x_of, shape.end)
     blocks: list[tuple[float, int, RoundSpan | ModelSpan]] = [
         (r.start, 1, r) for r in shape.rounds
     ] + [(m.started, 0, m) for m in shape.models]
@@ -435,9 +447,9 @@ def _draw_run(
     for n, (_, _, block) in enumerate(blocks):
         first = y
         if isinstance(block, RoundSpan):
-            y = _round_rows(canvas, block, y, x_of, shape, short_circuits)
+            y = _round_rows(rows, block, y, shape, short_circuits)
         else:
-            y = _model_row(canvas, canvas.body, block, y, x_of, shape.end, label_x=16)
+            y = _model_row(rows, canvas.body, block, y, label_x=16)
         canvas.rect(
             canvas.background, 0, first - 4, _WIDTH, y - first + 4, "band odd" if n % 2 else "band"
         )
@@ -541,16 +553,10 @@ def _status_row(
 
 
 def _model_row(
-    canvas: _Canvas,
-    body: ET.Element,
-    model: ModelSpan,
-    y: float,
-    x_of: Callable[[float], float],
-    run_end: float,
-    *,
-    label_x: float = 40,
+    rows: _Rows, body: ET.Element, model: ModelSpan, y: float, *, label_x: float = 40
 ) -> float:
     """One model call: its bar, what it asked for, its usage."""
+    canvas, x_of, run_end = rows.canvas, rows.x_of, rows.run_end
     mid = y + _ROW / 2
     ended = model.ended if model.ended is not None else run_end
     x1, x2 = x_of(model.started), x_of(ended)
@@ -599,16 +605,15 @@ def _model_row(
 
 
 def _round_rows(
-    canvas: _Canvas,
+    rows: _Rows,
     rnd: RoundSpan,
     y: float,
-    x_of: Callable[[float], float],
     shape: RunShape,
     short_circuits: list[tuple[float, float]],
 ) -> float:
     """Draw one turn (the loop's round: its plan row and its model calls; then its tool
     calls); return the y below it."""
-    run_end = shape.end
+    canvas, x_of, run_end = rows.canvas, rows.x_of, rows.run_end
     body = ET.SubElement(canvas.body, "g", {"class": "round", "data-round": str(rnd.index)})
     mid = y + _ROUND_HEAD / 2
     if not rnd.planned:  # a turn of a product that tells no plan: its calls only
@@ -617,7 +622,7 @@ def _round_rows(
         canvas.text(body, 100, mid + 4, f"{n} tool call{'s' * (n != 1)}", "label")
         y += _ROUND_HEAD
         for call in rnd.calls:
-            y = _call_row(canvas, body, call, y, x_of, run_end)
+            y = _call_row(rows, body, call, y)
         return y
     canvas.text(body, 16, mid + 4, f"round {rnd.index}", "round-label")
     # the plan
@@ -663,22 +668,14 @@ def _round_rows(
     y += _ROUND_HEAD
     # the plan's model calls, then the tool calls
     for model in rnd.models:
-        y = _model_row(canvas, body, model, y, x_of, run_end)
+        y = _model_row(rows, body, model, y)
     for call in rnd.calls:
-        y = _call_row(canvas, body, call, y, x_of, run_end)
+        y = _call_row(rows, body, call, y)
     return y
 
 
-def _call_row(
-    canvas: _Canvas,
-    body: ET.Element,
-    call: CallSpan,
-    y: float,
-    x_of: Callable[[float], float],
-    run_end: float,
-    *,
-    depth: int = 0,
-) -> float:
+def _call_row(rows: _Rows, body: ET.Element, call: CallSpan, y: float, *, depth: int = 0) -> float:
+    canvas, x_of, run_end = rows.canvas, rows.x_of, rows.run_end
     mid = y + _ROW / 2
     label_x = 40 + _INDENT * depth
     label = _short(_call_label(call), int((_LABEL_W - label_x) / _CHAR_W))
@@ -701,19 +698,12 @@ def _call_row(
     cls = "after failed" if call.success is False else "after"
     _beside(canvas, body, x1, x1 + width, mid + 4, after, cls)
     if call.child is not None:  # a run as a tool: the child's rows, under its call
-        return _child_rows(canvas, body, call, call.child, y + _ROW, x_of, run_end, depth + 1)
+        return _child_rows(rows, body, call, call.child, y + _ROW, depth + 1)
     return y + _ROW
 
 
 def _child_rows(
-    canvas: _Canvas,
-    body: ET.Element,
-    call: CallSpan,
-    child: RunShape,
-    y: float,
-    x_of: Callable[[float], float],
-    run_end: float,
-    depth: int,
+    rows: _Rows, body: ET.Element, call: CallSpan, child: RunShape, y: float, depth: int
 ) -> float:
     """The run a call started (a run as a tool), indented under the call: its model calls
     and its tool calls in the order they started (its own children under theirs)."""
@@ -733,17 +723,17 @@ def _child_rows(
         said += f" · paused: {redact(child.pauses[-1].what)}"
     elif child.stop_reason is not None:
         said += f" · {child.stop_reason}"
-    canvas.text(group, label_x - 12, y + _ROW / 2 + 4, _short(f"↳ {said}", 60), "label child")
+    rows.canvas.text(group, label_x - 12, y + _ROW / 2 + 4, _short(f"↳ {said}", 60), "label child")
     y += _ROW
-    rows: list[tuple[float, int, ModelSpan | CallSpan]] = [
+    spans: list[tuple[float, int, ModelSpan | CallSpan]] = [
         (m.started, 0, m) for m in child.model_calls
     ] + [(c.started, 1, c) for c in child.calls]
-    rows.sort(key=lambda row: (row[0], row[1]))
-    for _, _, row in rows:
-        if isinstance(row, ModelSpan):
-            y = _model_row(canvas, group, row, y, x_of, run_end, label_x=label_x)
+    spans.sort(key=lambda span: (span[0], span[1]))
+    for _, _, span in spans:
+        if isinstance(span, ModelSpan):
+            y = _model_row(rows, group, span, y, label_x=label_x)
         else:
-            y = _call_row(canvas, group, row, y, x_of, run_end, depth=depth)
+            y = _call_row(rows, group, span, y, depth=depth)
     return y
 
 
