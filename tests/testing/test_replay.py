@@ -462,3 +462,26 @@ async def test_the_fixture_is_registered(
     toolloop_replay: ReplayFixture, request: pytest.FixtureRequest
 ) -> None:
     assert toolloop_replay.folder == Path(str(request.path)).parent
+
+
+@pytest.mark.parametrize("product", PRODUCTS)
+async def test_a_model_call_retried_when_recorded_replays_as_its_last_try(
+    product: str, tmp_path: Path
+) -> None:
+    from toolloop.errors import RateLimitedError
+    from toolloop.ratelimit import RetryPolicy
+
+    trace = tmp_path / "run.jsonl"
+    model = scripted(product)
+    model._queue.appendleft(RateLimitedError(retry_after=0))  # the first try is refused
+    retry = RetryPolicy(tries=2, backoff=0.001, max_backoff=0.001)
+    recorded = await record(product, trace, model=model, model_retry=retry)
+    recording = Recording.from_trace(trace)
+    assert recording.model_calls[0].error is None  # the call is its last try's reply
+    assert len(recording.model_calls) == {"loop": 2, "agent": 2, "status": 4}[product]
+    RAN.clear()
+
+    replayed = await replay(trace, builder(product, model_retry=retry), tools=TOOLS)
+
+    assert RAN == []
+    assert _records(replayed) == _records(recorded)

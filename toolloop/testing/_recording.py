@@ -222,7 +222,9 @@ class _Reader:
 
     def read(self, event: FlowEvent) -> None:
         if isinstance(event, ModelCallStarted):
-            self.started_models.append(event.call_index)
+            # a retry is a try of the same call: its last try's reply is the call's
+            if event.call_index not in self.started_models:
+                self.started_models.append(event.call_index)
         elif isinstance(event, ModelCallFinished):
             if event.call_index not in self.started_models:  # its start was not told
                 self.started_models.append(event.call_index)
