@@ -509,13 +509,18 @@ async def replay(
             :class:`~toolloop.tracing.EventTrace`), a durable run in its store
             (:class:`StoredRun`), or a :class:`Recording`.
         run: makes and runs the product with the replay's model and tools.
-        tools: the real tools (see :class:`Replay`).
-        live_tools: tools that run for real (see :class:`Replay`).
-        reask_from: the model call from which ``model`` is asked (see :class:`Replay`).
-        model: the real model for ``reask_from``.
-        compare_requests: how much of each request is checked (:data:`CompareRequests`).
-        chunk_size: characters per streamed piece of a replayed reply.
         timeout: seconds the replay may take (a hang guard); ``None``: no limit.
+
+    Keyword Args:
+        tools (Iterable[Tool | Callable] | ToolRegistry): the real tools (see
+            :class:`Replay`).
+        live_tools (Collection[str]): tools that run for real (see :class:`Replay`).
+        reask_from (int | None): the model call from which ``model`` is asked (see
+            :class:`Replay`).
+        model (ChatModel | None): the real model for ``reask_from``.
+        compare_requests (CompareRequests): how much of each request is checked
+            (:data:`CompareRequests`).
+        chunk_size (int): characters per streamed piece of a replayed reply.
 
     Returns:
         What ``run`` returned (the product's result).
