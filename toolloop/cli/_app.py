@@ -452,8 +452,9 @@ def _add_rates(parser: argparse.ArgumentParser) -> None:
         type=_count,
         metavar="N",
         help="toolloop retries a failed model call (429, 5xx, a connection lost) N times, "
-        "with backoff and the server's Retry-After; the client's own retries are then off "
-        "(with --model-rate or --model-concurrency: --max-retries N, else 3)",
+        "with backoff and never before the server's Retry-After; the client's own retries "
+        "are then off (not given, with --model-rate or --model-concurrency: --max-retries "
+        "times, else 3)",
     )
     rates.add_argument(
         "--tool-rate",
