@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -144,6 +145,44 @@ _temperature = _number(
     float, "a number", lambda t: 0 <= t <= 2, "expected a number from 0 to 2, got {text}"
 )
 _seed = _number(int, "a whole number")
+
+
+_RATE_UNITS = {"": 1.0, "s": 1.0, "min": 60.0}
+"""What a rate is counted in: ``N/s`` (or a bare ``N``) calls a second, ``N/min`` calls a
+minute."""
+
+_RATE_FORMS = "a rate above 0: N/s, N/min, or N (calls a second)"
+
+
+def _rate(text: str) -> float:
+    """``--model-rate 5/s``, ``30/min`` or ``5``: calls a second."""
+    number, sep, unit = text.strip().partition("/")
+    unit = unit.strip().lower()
+    if sep and unit not in ("s", "min"):
+        raise argparse.ArgumentTypeError(
+            f"expected {_RATE_FORMS}; got {text!r} (the unit is s or min)"
+        )
+    try:
+        value = float(number)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {_RATE_FORMS}; got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected {_RATE_FORMS}; got {text!r}")
+    return value / _RATE_UNITS[unit]
+
+
+def _tool_rate(text: str) -> tuple[str, float]:
+    """``--tool-rate search=2/s``: a tool's name and its calls a second."""
+    name, sep, rate = text.partition("=")
+    name = name.strip()
+    if not sep or not name or not rate.strip():
+        raise argparse.ArgumentTypeError(
+            f"expected TOOL=RATE (e.g. search=2/s; RATE: N/s, N/min or N), got {text!r}"
+        )
+    try:
+        return name, _rate(rate)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{name}: {exc}") from None
 
 
 def _usage_limits(text: str) -> UsageLimits:
@@ -378,13 +417,63 @@ def _add_product(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="TOOL",
-        help="a tool safe to run twice, for --unknown-outcome retry (repeatable)",
+        help="a tool safe to run twice: for --unknown-outcome retry, and retried by "
+        "--tool-retries (repeatable)",
     )
+    _add_rates(parser)
     parser.add_argument(
         "--otel",
         action="store_true",
         help="send OpenTelemetry spans (run, rounds, plans, tool calls) to the tracer "
         "provider set up by the environment (needs the otel extra)",
+    )
+
+
+def _add_rates(parser: argparse.ArgumentParser) -> None:
+    """The rate limits and retries of ``run``, ``resume`` and ``recover``."""
+    rates = parser.add_argument_group(
+        "rate limits and retries (every product alike; see toolloop.ratelimit)"
+    )
+    rates.add_argument(
+        "--model-rate",
+        type=_rate,
+        metavar="RATE",
+        help="the most model calls a second: N/s, N/min or N (a second); the limiter backs "
+        "off when the server refuses calls for their rate (HTTP 429, 503), waits for its "
+        "Retry-After, and probes back up",
+    )
+    rates.add_argument(
+        "--model-concurrency",
+        type=_positive_int,
+        metavar="N",
+        help="the most model calls at once",
+    )
+    rates.add_argument(
+        "--model-retries",
+        type=_count,
+        metavar="N",
+        help="toolloop retries a failed model call (429, 5xx, a connection lost) N times, "
+        "with backoff and never before the server's Retry-After; the client's own retries "
+        "are then off (not given, with --model-rate or --model-concurrency: --max-retries "
+        "times, else 3)",
+    )
+    rates.add_argument(
+        "--tool-rate",
+        dest="tool_rate_specs",
+        type=_tool_rate,
+        action="append",
+        default=[],
+        metavar="TOOL=RATE",
+        help="the most calls a second of TOOL, e.g. search=2/s (repeatable; one limiter "
+        "each); it backs off when the tool raises toolloop.errors.RateLimitedError or an "
+        "HTTP 429",
+    )
+    rates.add_argument(
+        "--tool-retries",
+        type=_count,
+        metavar="N",
+        help="retry a failed call of an --idempotent-tool tool N times (no other tool is "
+        "ever retried)",
     )
 
 
@@ -752,6 +841,14 @@ def _run_options(args: argparse.Namespace) -> RunOptions:
 
     options = _options(RunOptions, args, mcp_urls="mcp_url")
     register_secret(options.api_key)
+    for name, rate in getattr(args, "tool_rate_specs", []):
+        if name in options.tool_rates:
+            raise CLIError(
+                f"--tool-rate {name}: given twice; give each tool one rate (see "
+                f"{PROG} {args.command} --help)",
+                code=2,
+            )
+        options.tool_rates[name] = rate
     return options
 
 

@@ -27,7 +27,8 @@ __all__ = ["ReplayOptions", "async_replay", "rerun"]
 
 
 def _options_of(meta: Mapping[str, Any]) -> RunOptions:
-    """The options of the ``toolloop run`` a trace's header tells."""
+    """The options of the ``toolloop run`` a trace's header tells (not its rate limits and
+    retries: a replay asks no server, and a retried call is told by the reply it got)."""
     agent = meta.get("agent")
     if agent not in AGENTS:
         raise CLIError(

@@ -104,6 +104,22 @@ class RunOptions:
     """Tools whose calls wait for a human (``*``: every tool); needs ``store``."""
     unknown_outcome: Literal["fail", "retry", "ask"] = "fail"
     idempotent_tools: list[str] = field(default_factory=list)
+    """Tools safe to run twice: for ``unknown_outcome="retry"``, and retried by
+    ``tool_retries``."""
+    model_rate: float | None = None
+    """The most model calls a second (``--model-rate``): the run's ``model_rate_limit``, an
+    adaptive :class:`~toolloop.ratelimit.RateLimit`."""
+    model_concurrency: int | None = None
+    """The most model calls at once (``--model-concurrency``), in the same limiter."""
+    model_retries: int | None = None
+    """Retries of a failed model call, made by toolloop (``model_retry``:
+    ``RetryPolicy(tries=model_retries + 1)``). ``None``: with a model limiter,
+    ``max_retries`` if given, else the policy's default; without, the client's own."""
+    tool_rates: dict[str, float] = field(default_factory=dict)
+    """Tool names to their most calls a second (``--tool-rate``): the run's
+    ``rate_limits``, a limiter each."""
+    tool_retries: int | None = None
+    """Retries of a failed call of an ``idempotent_tools`` tool (``tool_retry``)."""
     trace: Path | None = None
     timeline: Path | None = None
     otel: bool = False
@@ -148,10 +164,33 @@ def _rerun_meta(options: RunOptions) -> dict[str, Any]:
         "usage_limits": limits_text(options.usage_limits) if options.usage_limits else None,
         "needs_approval": list(options.needs_approval),
         "idempotent_tools": list(options.idempotent_tools),
+        **rate_meta(options),
     }
     if options.unknown_outcome != "fail":
         given["unknown_outcome"] = options.unknown_outcome
     return {key: value for key, value in given.items() if value not in (None, [])}
+
+
+def rate_meta(options: RunOptions) -> dict[str, Any]:
+    """The rate limits and retries of ``options``, as a trace's header tells them (the
+    words of their flags; none that was not given)."""
+    given: dict[str, Any] = {
+        "model_rate": None if options.model_rate is None else rate_text(options.model_rate),
+        "model_concurrency": options.model_concurrency,
+        "model_retries": options.model_retries,
+        "tool_rates": {name: rate_text(rate) for name, rate in options.tool_rates.items()},
+        "tool_retries": options.tool_retries,
+    }
+    return {key: value for key, value in given.items() if value not in (None, {})}
+
+
+def rate_text(rate: float) -> str:
+    """``5/s``, ``2/min``: what ``--model-rate`` and ``--tool-rate`` take for ``rate``
+    calls a second (read back to the same number)."""
+    per_minute = rate * 60
+    if rate != round(rate) and per_minute == round(per_minute):
+        return f"{round(per_minute)}/min"
+    return f"{rate!r}".removesuffix(".0") + "/s"
 
 
 def limits_text(limits: UsageLimits) -> str:
@@ -211,6 +250,17 @@ def continue_command(
         words += ["--needs-approval", tool]
     for tool in options.idempotent_tools:
         words += ["--idempotent-tool", tool]
+    if options.model_rate is not None:
+        words += ["--model-rate", rate_text(options.model_rate)]
+    for name, flag in (
+        ("model_concurrency", "--model-concurrency"),
+        ("model_retries", "--model-retries"),
+        ("tool_retries", "--tool-retries"),
+    ):
+        if getattr(options, name) is not None:
+            words += [flag, str(getattr(options, name))]
+    for tool, rate in options.tool_rates.items():
+        words += ["--tool-rate", f"{tool}={rate_text(rate)}"]
     return words
 
 
@@ -369,13 +419,14 @@ def _check(options: RunOptions, verb: Verb) -> None:
         ):
             if given:
                 raise CLIError(f"{flag} does not fit the status agent's steps{see}", code=2)
+    _check_rates(options, see)
     if options.store is None:
         if verb != "run":
             raise CLIError(f"{verb} needs --store: the store that keeps the run{see}", code=2)
         for wanted, flag in (
             (bool(options.needs_approval), "--needs-approval"),
             (options.unknown_outcome != "fail", "--unknown-outcome"),
-            (bool(options.idempotent_tools), "--idempotent-tool"),
+            (bool(options.idempotent_tools) and options.tool_retries is None, "--idempotent-tool"),
         ):
             if wanted:
                 raise CLIError(
@@ -383,6 +434,52 @@ def _check(options: RunOptions, verb: Verb) -> None:
                 )
     if verb != "run" and options.run_id is not None:
         raise CLIError(f"--run-id is for run; {verb} takes the run's id (RUN_ID)", code=2)
+
+
+def _check_rates(options: RunOptions, see: str) -> None:
+    """Refuse rate limits and retries that do not fit together."""
+    if options.tool_retries is not None and not options.idempotent_tools:
+        raise CLIError(
+            f"--tool-retries {options.tool_retries} retries only the calls of tools safe to "
+            f"run twice, and none was given: add --idempotent-tool TOOL{see}",
+            code=2,
+        )
+    if options.model_retries is not None and options.max_retries is not None:
+        raise CLIError(
+            f"--model-retries {options.model_retries} and --max-retries "
+            f"{options.max_retries}: toolloop makes the model's retries with --model-retries "
+            f"(the client's own are then off); give one{see}",
+            code=2,
+        )
+
+
+def _rate_options(options: RunOptions, names: list[str]) -> dict[str, Any]:
+    """The run options of ``--model-rate``, ``--model-concurrency``, ``--model-retries``,
+    ``--tool-rate`` and ``--tool-retries``: new limiters (one run per command)."""
+    from ..ratelimit import RateLimit, RetryPolicy
+
+    given: dict[str, Any] = {}
+    if options.model_rate is not None or options.model_concurrency is not None:
+        given["model_rate_limit"] = RateLimit(
+            options.model_rate, concurrency=options.model_concurrency, name="model"
+        )
+        if options.model_retries is None and options.max_retries is not None:
+            given["model_retry"] = RetryPolicy(tries=options.max_retries + 1)
+    if options.model_retries is not None:
+        given["model_retry"] = RetryPolicy(tries=options.model_retries + 1)
+    if options.tool_rates:
+        unknown = [name for name in options.tool_rates if name not in names]
+        if unknown:
+            raise CLIError(
+                f"--tool-rate {unknown[0]}: no such tool ({', '.join(names) or 'no tools loaded'})",
+                code=2,
+            )
+        given["rate_limits"] = {
+            name: RateLimit(rate, name=name) for name, rate in options.tool_rates.items()
+        }
+    if options.tool_retries is not None:
+        given["tool_retry"] = RetryPolicy(tries=options.tool_retries + 1)
+    return given
 
 
 def _run_options(
@@ -406,6 +503,7 @@ def _run_options(
         given["idempotent_tools"] = list(options.idempotent_tools)
     if options.streaming_dispatch:
         given["streaming_dispatch"] = True
+    given.update(_rate_options(options, names))
     if options.needs_approval:
         approval = options.needs_approval
         if "*" in approval:
