@@ -449,9 +449,9 @@ def as_tool(
     Raises:
         ValueError: ``max_depth`` below 1 or ``max_children`` below 1.
     """
-    if not (isinstance(max_depth, int) and max_depth >= 1):
+    if isinstance(max_depth, bool) or not (isinstance(max_depth, int) and max_depth >= 1):
         raise ValueError(f"max_depth must be an int of 1 or more, got {max_depth!r}")
-    if not (isinstance(max_children, int) and max_children >= 1):
+    if isinstance(max_children, bool) or not (isinstance(max_children, int) and max_children >= 1):
         raise ValueError(f"max_children must be an int of 1 or more, got {max_children!r}")
 
     async def call(request: str, ctx: RunContext[Any]) -> Any:

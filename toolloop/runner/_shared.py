@@ -302,7 +302,8 @@ class SharedResults:
         cache = self._cache
         cache.pop(key, None)
         while len(cache) >= self.max_entries:
-            del cache[next(iter(cache))]  # the least recently used
+            # the least recently used (another thread may have taken it out first)
+            cache.pop(next(iter(cache), None), None)  # type: ignore[arg-type]
         cache[key] = (expires, value)
         return None if math.isinf(expires) else expires
 
