@@ -372,6 +372,28 @@ async def test_a_run_at_max_depth_starts_no_child(
     assert "max_depth=1" in (record.error or "")
 
 
+@pytest.mark.parametrize(("parent_kind", "child_kind"), PAIRS)
+async def test_a_child_failing_on_its_own_budget_fails_the_call_not_the_parent(
+    parent_kind: type[Product], child_kind: type[Product]
+) -> None:
+    mailer = Mailer()
+    parent, child = parent_kind(), child_kind()
+    child.call("send", to="ada")
+    child.call("send", to="bob")  # past the child's own budget: never asked
+    parent.call("helper", request="mail ada")
+    parent.answer("done")
+    helper = child.as_tool([mailer.send], "helper", usage_limits=UsageLimits(max_requests=1))
+    with anyio.fail_after(30):  # a hang guard
+        result = await parent.run([helper], "get ada mailed")
+    assert mailer.sent == ["ada"]
+    assert len(child.model.requests) == 1
+    # (a status agent parent puts its failed call to a human: it ends there)
+    (record,) = result.records
+    assert not record.success
+    assert "UsageLimitError" in (record.error or "")
+    assert "max_requests=1" in (record.error or "")
+
+
 async def test_as_tool_refuses_bounds_below_1() -> None:
     with pytest.raises(ValueError, match="max_depth"):
         Agent().as_tool([], "helper", max_depth=0)

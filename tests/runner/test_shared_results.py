@@ -5,6 +5,7 @@ cancellation and timeouts of the call that runs; the keys."""
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from toolloop.runner import (
     SharedResultStore,
     ToolCommand,
     ToolExecutionRecord,
+    _shared,
     shared_key,
 )
 from toolloop.testing import ManualClock, ScriptedPlanner
@@ -422,3 +424,65 @@ async def test_a_broken_store_is_a_miss_and_the_call_still_runs() -> None:
     shared = SharedResults(ttl=30, store=Broken())
     record = await Executor([search.search], shared_results={"search": shared}).call(command())
     assert record.success and record.shared is None and search.ran == ["rates"]
+
+
+async def test_a_store_that_does_not_answer_is_a_miss_after_its_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Stuck(MemoryCheckpointStore):
+        async def get_shared(self, key: str, *, now: float) -> tuple[Any] | None:
+            await anyio.sleep_forever()
+            raise AssertionError  # (never)
+
+    monkeypatch.setattr(_shared, "_STORE_TIMEOUT", 0.05)
+    search = Search()
+    shared = SharedResults(ttl=30, store=Stuck())
+    executor = Executor([search.search], shared_results={"search": shared})
+    with anyio.fail_after(10):  # (a hang guard)
+        record = await executor.call(command())
+    assert record.success and record.shared is None and search.ran == ["rates"]
+
+
+@pytest.mark.parametrize("second", ["asyncio", "trio"])
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+def test_runs_on_two_event_loops_share_no_call_in_flight(anyio_backend: str, second: str) -> None:
+    # one object given to the runs of two threads, each on its own event loop: a call of
+    # one loop never waits on the other's (its events cannot wake it): each runs its own
+    shared = SharedResults(ttl=30)
+    first_in, second_done = threading.Event(), threading.Event()
+    ran: list[str] = []
+
+    async def search(q: str) -> str:
+        """Search.
+
+        Args:
+            q: what to look for.
+        """
+        ran.append(q)
+        if len(ran) == 1:  # the first loop's call waits until the second's has ended
+            first_in.set()
+            await anyio.to_thread.run_sync(second_done.wait, 10)
+        return f"results for {q}"
+
+    records: dict[str, ToolExecutionRecord] = {}
+
+    def run(name: str, backend: str, then: threading.Event | None) -> None:
+        async def call() -> None:
+            executor = Executor([search], shared_results={"search": shared})
+            with anyio.fail_after(10):  # (a hang guard)
+                records[name] = await executor.call(command())
+
+        try:
+            anyio.run(call, backend=backend)
+        finally:
+            if then is not None:
+                then.set()
+
+    first = threading.Thread(target=run, args=("first", anyio_backend, None))
+    first.start()
+    assert first_in.wait(10)
+    run("second", second, second_done)
+    first.join(10)
+    assert records["second"].success and records["second"].shared is None, records["second"]
+    assert records["first"].success and records["first"].shared is None, records["first"]
+    assert ran == ["rates", "rates"] and shared.in_flight() == 0

@@ -383,14 +383,16 @@ def count_in_parents(parent: UsageMeter | None, usage: Usage) -> None:
         ancestor = ancestor.parent
 
 
-def _spent(parent: _RunLink) -> None:
+def _spent(parent: _RunLink) -> bool:
     """A child ran out of budget: when it was the parent's (or an ancestor's), the parent
     ends as its own model call refused would (``on_usage_limit``), not with a failed
-    call."""
+    call; whether it does."""
     try:
         parent.meter.check_before_call()
     except UsageLimitError as spent:
         parent.execution.fail(spent)
+        return True
+    return False
 
 
 def answer_of(result: RunResult) -> Any:
@@ -448,9 +450,9 @@ def as_tool(
     Raises:
         ValueError: ``max_depth`` below 1 or ``max_children`` below 1.
     """
-    if not (isinstance(max_depth, int) and max_depth >= 1):
+    if isinstance(max_depth, bool) or not (isinstance(max_depth, int) and max_depth >= 1):
         raise ValueError(f"max_depth must be an int of 1 or more, got {max_depth!r}")
-    if not (isinstance(max_children, int) and max_children >= 1):
+    if isinstance(max_children, bool) or not (isinstance(max_children, int) and max_children >= 1):
         raise ValueError(f"max_children must be an int of 1 or more, got {max_children!r}")
 
     async def call(request: str, ctx: RunContext[Any]) -> Any:
@@ -482,9 +484,14 @@ def as_tool(
                 if isinstance(got, Checkpoint) or got.status == "paused":
                     await _pause_parent(parent, store, child_id, ctx.call_id, name)
                 result = got
-        except UsageLimitError:
-            _spent(parent)
-            raise
+        except ExecutionError as exc:
+            if isinstance(exc, UsageLimitError) and _spent(parent):
+                raise  # the parent's budget: the parent ends
+            # the child's own end (its own budget, its model, its timeout): the call fails,
+            # in every product (a run's own error would end the parent's run)
+            raise ToolCallError(
+                f"the run this tool started failed: {type(exc).__name__}: {exc}"
+            ) from exc
         finally:
             _CHILD.reset(token)
             parent.children -= 1

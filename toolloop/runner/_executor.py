@@ -17,6 +17,7 @@ of a call that did not run its tool says where its outcome came from (``shared``
 
 from __future__ import annotations
 
+import difflib
 import logging
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
@@ -230,6 +231,15 @@ class Executor(SplitCall[ToolCommand, ToolExecutionRecord]):
         self.shared_results: Mapping[str, SharedResults] = (
             _NO_SHARING if shared_results is None else shared_results
         )
+        for option, given in (("rate_limits", rate_limits), ("shared_results", shared_results)):
+            for name in given or ():
+                if name not in self.registry:  # a typo would silently turn it off
+                    near = difflib.get_close_matches(str(name), self.registry.names, n=1)
+                    raise ValueError(
+                        f"{option} names {name!r}, which is not a tool of this run"
+                        + (f" (did you mean {near[0]!r}?)" if near else "")
+                        + f"; its tools: {self.registry.names}"
+                    )
 
     def batch(
         self,

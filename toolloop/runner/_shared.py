@@ -20,6 +20,9 @@ How it holds:
   by another's cancellation.
 - **Every wait is bounded**: by the waiting call's own tool timeout (``tool_timeout``, the
   tool's own), and never longer than the call it waits for.
+- **One table of calls in flight per event loop.** A call waits only for a call of its own
+  event loop (another loop's events cannot wake it): runs of other threads, each on its
+  own loop, share the cache, not the calls in flight.
 - **A call that cannot be keyed runs on its own** (arguments that are no JSON data: a cycle,
   an object pydantic cannot serialize), as does a call made from inside the run of the
   same call (a tool that calls itself with its own arguments would wait for itself).
@@ -112,7 +115,8 @@ def shared_key(tool_name: str, arguments: dict[str, Any]) -> str | None:
 
 
 _STORE_TIMEOUT = 30.0
-"""Seconds a store's write of a result may take (the result stands if it does not)."""
+"""Seconds a store's read (a miss if it does not answer) or write (the result stands) of a
+result may take."""
 
 
 async def _ran(run: Callable[[], Awaitable[Any]]) -> tuple[bool, Any, None]:
@@ -205,7 +209,8 @@ class SharedResults:
         self.store = store
         self.max_entries = max_entries
         self.clock: Clock = _WALL_CLOCK if clock is None else clock
-        self._flights: dict[str, _Flight] = {}
+        self._flights: dict[tuple[object, str], _Flight] = {}
+        """The calls in flight, by their event loop and their key."""
         self._cache: dict[str, tuple[float, Any]] = {}
         self.runs = 0
         self.joined = 0
@@ -244,9 +249,10 @@ class SharedResults:
         if cached is not None:
             self.hits += 1
             return True, cached[0], "cache"
-        flight = self._flights.get(key)
+        here = (anyio.lowlevel.current_token(), key)  # (a call of this event loop)
+        flight = self._flights.get(here)
         if flight is None:
-            return await self._lead(key, run)
+            return await self._lead(here, run)
         deadline = math.inf if timeout is None else anyio.current_time() + timeout
         while True:
             self.waiting += 1
@@ -273,9 +279,9 @@ class SharedResults:
                     "in_flight",
                 )
             # its leader was cancelled: the first waiter to wake runs it, the others wait
-            flight = self._flights.get(key)
+            flight = self._flights.get(here)
             if flight is None:
-                return await self._lead(key, run)
+                return await self._lead(here, run)
 
     def _cached(self, key: str) -> tuple[Any] | None:
         if self.ttl is None:
@@ -296,14 +302,16 @@ class SharedResults:
         cache = self._cache
         cache.pop(key, None)
         while len(cache) >= self.max_entries:
-            del cache[next(iter(cache))]  # the least recently used
+            # the least recently used (another thread may have taken it out first)
+            cache.pop(next(iter(cache), None), None)  # type: ignore[arg-type]
         cache[key] = (expires, value)
         return None if math.isinf(expires) else expires
 
     async def _lead(
-        self, key: str, run: Callable[[], Awaitable[Any]]
+        self, here: tuple[object, str], run: Callable[[], Awaitable[Any]]
     ) -> tuple[bool, Any, SharedSource | None]:
-        flight = self._flights[key] = _Flight()
+        key = here[1]
+        flight = self._flights[here] = _Flight()
         leading = _LEADING.get()
         _LEADING.set(leading | {key})
         try:
@@ -325,8 +333,8 @@ class SharedResults:
             return outcome
         finally:  # settled, or its leader cancelled (outcome None): its waiters wake
             _LEADING.set(leading)
-            if self._flights.get(key) is flight:
-                del self._flights[key]
+            if self._flights.get(here) is flight:
+                del self._flights[here]
             flight.done.set()
 
     async def _from_store(self, key: str) -> tuple[Any] | None:
@@ -334,10 +342,15 @@ class SharedResults:
         if store is None:
             return None
         now = self.clock.now()
+        found = None
         try:
-            found = await store.get_shared(key, now=now)
+            with anyio.move_on_after(_STORE_TIMEOUT) as waited:
+                found = await store.get_shared(key, now=now)
         except Exception as exc:  # a cache that cannot be read is a miss
             _LOG.warning("shared results: reading %r from the store failed: %s", key, exc)
+            return None
+        if waited.cancelled_caught:
+            _LOG.warning("shared results: reading %r from the store took too long", key)
             return None
         if found is not None:
             self._keep(key, found[0], now)

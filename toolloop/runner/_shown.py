@@ -78,5 +78,5 @@ def shown_result(text: str, handle: str, limit: int | None, *, tool_name: str = 
     assert limit is not None
     return (
         f"{text[:limit]}\n[cut for the model: shown {limit:,} of {len(text):,} characters; "
-        f'read the rest with {READ_RESULT}(handle="{handle}", offset={limit})]'
+        f"read the rest with {READ_RESULT}(handle={json.dumps(handle)}, offset={limit})]"
     )
