@@ -264,7 +264,8 @@ class RateLimit:
     # -- admitting ----------------------------------------------------------------------
 
     def _delay(self, now: float) -> float | None:
-        """Seconds until a call may be admitted (0: now), or ``None``: when one ends."""
+        """Seconds until a call may be admitted (0: now), or ``None``: when one ends (a
+        shared limiter: below 0 when it must ask its store for permits first)."""
         if now < self._hold_until:
             return self._hold_until - now
         room = self._room()
@@ -309,6 +310,8 @@ class RateLimit:
                     waiter.for_room = True
                     await waiter.event.wait()
                     waiter.for_room = False
+                elif delay < 0.0:  # (a shared limiter) permits are asked of its store
+                    await self._refill()
                 else:
                     if now >= self._hold_until:
                         self._bound = True  # held back by the rate, not by a hold
@@ -318,6 +321,9 @@ class RateLimit:
             raise
         self._leave(waiter)
         return self._admit(now)
+
+    async def _refill(self) -> None:  # pragma: no cover  (only a shared limiter asks)
+        """Ask for permits where they are kept (see :class:`SharedRateLimit`)."""
 
     def _leave(self, waiter: _Waiter) -> None:
         """``waiter`` is no longer waiting: the next one, if it is now the first, takes
