@@ -11,8 +11,12 @@ back and checked (they are on its clock), never the wall clock.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
+import sys
+import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
@@ -30,7 +34,7 @@ from toolloop.ratelimit import (
     observe,
 )
 from toolloop.ratelimit import stop_observing as stop
-from toolloop.testing import ManualClock
+from toolloop.testing import FakeErrorReply, FakeOpenAIServer, FakeReply, ManualClock
 
 pytestmark = pytest.mark.anyio
 
@@ -381,3 +385,66 @@ async def test_an_unreachable_database_paces_the_worker_alone() -> None:
             (await limit.acquire()).release()
     assert limit.alone and limit.admitted == 3
     await store.aclose()
+
+
+# -- real processes against a server that refuses calls over its rate ------------------------
+
+WORKER = Path(__file__).with_name("shared_limit_worker.py")
+
+
+class Bucket:
+    """The server's token bucket: ``rate`` tokens a second, at most ``burst`` kept."""
+
+    def __init__(self, rate: float, burst: float) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.tokens = burst
+        self.at = time.monotonic()
+        self.admitted = 0
+        self.refused = 0
+
+    def respond(self, request: Any) -> FakeReply | FakeErrorReply:
+        now = time.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if self.tokens < 1.0:
+            self.refused += 1
+            wait = (1.0 - self.tokens) / self.rate
+            return FakeErrorReply(429, "slow down", headers={"retry-after-ms": str(wait * 1000)})
+        self.tokens -= 1.0
+        self.admitted += 1
+        return FakeReply(content="done")
+
+
+async def test_worker_processes_sharing_a_limit_are_rarely_refused(
+    url_and_schema: tuple[str, str],
+) -> None:
+    url, schema = url_and_schema
+    rate, runs, workers = 20.0, 20, 3
+    bucket = Bucket(rate, burst=rate / 2)
+    async with FakeOpenAIServer(responder=bucket.respond) as server:
+        base_url = f"http://127.0.0.1:{server.port}/v1"
+        argv = [base_url, url, schema, "model", str(rate), str(runs), "shared"]
+
+        async def worker() -> dict[str, Any]:
+            done = await anyio.run_process(
+                [sys.executable, str(WORKER), *argv], check=False, cwd=WORKER.parent
+            )
+            assert done.returncode == 0, done.stderr.decode()
+            said: dict[str, Any] = json.loads(done.stdout)
+            return said
+
+        said: list[dict[str, Any]] = []
+
+        async def keep() -> None:
+            said.append(await worker())
+
+        with anyio.fail_after(120):  # 60 calls at 20 a second: about 3 s, and 3 starts
+            async with anyio.create_task_group() as tg:
+                for _ in range(workers):
+                    tg.start_soon(keep)
+    assert [s["failed"] for s in said] == [0] * workers
+    assert bucket.admitted == runs * workers
+    # three processes, each allowed the whole rate alone, together kept under it: the
+    # server refused next to nothing (each with a limiter of its own: 27 of 60, in a trial)
+    assert bucket.refused <= 0.1 * bucket.admitted, (bucket.refused, said)
