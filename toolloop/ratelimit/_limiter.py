@@ -101,7 +101,8 @@ class RateLimit:
     for several tools limits them as a group). See the module docs for how an adaptive
     limiter finds the server's rate. One limiter serves the runs of one event loop at a
     time (those of a process's loop, or sync calls one after another); give each thread
-    that runs a loop of its own a limiter of its own.
+    that runs a loop of its own a limiter of its own. For one limit shared by many
+    processes or machines, see :class:`~toolloop.ratelimit.SharedRateLimit`.
 
     Args:
         rate: the most calls a second (``None``: no bound but what the server's refusals
@@ -323,7 +324,8 @@ class RateLimit:
         return self._admit(now)
 
     async def _refill(self) -> None:  # pragma: no cover  (only a shared limiter asks)
-        """Ask for permits where they are kept (see :class:`SharedRateLimit`)."""
+        """Ask for permits where they are kept (a
+        :class:`~toolloop.ratelimit.SharedRateLimit`'s store)."""
 
     def _leave(self, waiter: _Waiter) -> None:
         """``waiter`` is no longer waiting: the next one, if it is now the first, takes

@@ -186,8 +186,13 @@ class SharedRateLimit(RateLimit):
             worker paces alone for a while, with a warning logged.
         alone_rate: calls a second this worker makes while it paces alone (``None``:
             ``rate``; give ``rate / workers`` to stay under the quota during an outage).
-        adaptive, decrease, increase, min_rate, max_hold, clock: as for
-            :class:`RateLimit`.
+        adaptive: back off on refusals and probe up (``False``: a fixed rate).
+        decrease: the factor of a back-off (between 0 and 1).
+        increase: how fast the shared rate grows again while calls wait: this fraction of
+            itself each second (of the store's clock).
+        min_rate: the lowest rate a back-off goes to, in calls a second.
+        max_hold: the longest ``Retry-After`` honoured, in seconds.
+        clock: the clock this worker paces on (the system's by default).
 
     Raises:
         ValueError: a value out of range, no name, or a store without
