@@ -109,12 +109,15 @@ async def worker(
         OpenAIChatModel("bench", base_url=base_url, timeout=120) as model,
     ):
         counting = Counting(store)
-        limit = {
-            "shared": lambda: SharedRateLimit(rate, name=name, store=counting),
-            "per process, whole rate": lambda: RateLimit(rate),
-            "per process, its share": lambda: RateLimit(rate / workers),
-            "per process, adaptive": lambda: RateLimit(),
-        }[mode]()
+        limit: RateLimit
+        if mode == "shared":
+            limit = SharedRateLimit(rate, name=name, store=counting)
+        elif mode == "per process, whole rate":
+            limit = RateLimit(rate)
+        elif mode == "per process, its share":
+            limit = RateLimit(rate / workers)
+        else:
+            limit = RateLimit()
         agent = create_agent(model, model_rate_limit=limit, model_retry=RetryPolicy(tries=6))
 
         async def one(n: int) -> None:
