@@ -84,10 +84,15 @@ CREATE TABLE IF NOT EXISTS {s}.shared_results (
     value       TEXT NOT NULL,
     expires_at  DOUBLE PRECISION
 );
-CREATE INDEX IF NOT EXISTS shared_results_by_expiry ON {s}.shared_results (expires_at)
+CREATE INDEX IF NOT EXISTS shared_results_by_expiry ON {s}.shared_results (expires_at);
+CREATE TABLE IF NOT EXISTS {s}.rate_limits (
+    name        TEXT PRIMARY KEY,
+    state       TEXT NOT NULL
+)
 """
-"""The cache of :class:`~toolloop.runner.SharedResults` (made in a schema of version 1
-too: a table that an older toolloop leaves alone)."""
+"""The cache of :class:`~toolloop.runner.SharedResults` and the state of each
+:class:`~toolloop.ratelimit.SharedRateLimit` (made in a schema of version 1 too: tables
+that an older toolloop leaves alone)."""
 
 _MIGRATION_LOCK = 0x746F6F6C6C6F6F70  # "toolloop": one migrator at a time
 
@@ -266,6 +271,52 @@ class PostgresCheckpointStore(SQLStore):
                 conn.close()
             except Exception:
                 pass
+
+    # -- rate limits shared by the workers (toolloop.ratelimit.SharedRateLimit) -------------
+
+    async def update_rate_limit(
+        self, name: str, change: Callable[[str | None, float], tuple[str, T]]
+    ) -> T:
+        """Change the state of the shared rate limit ``name`` in one transaction: its row
+        is locked (``SELECT ... FOR UPDATE``), ``change(state, now)`` is given its state
+        (``None``: none yet) and the server's clock (seconds since the epoch, the same for
+        every worker), and the state it returns is written. Its caller is not kept waiting
+        when cancelled (the transaction ends on its own, within ``timeout``)."""
+        async with self._threads():
+            return await anyio.to_thread.run_sync(
+                self._update_rate_limit, name, change, abandon_on_cancel=True
+            )
+
+    def _update_rate_limit(
+        self, name: str, change: Callable[[str | None, float], tuple[str, T]]
+    ) -> T:
+        s = f'"{self.schema}"'
+        select = (
+            "SELECT state, extract(epoch FROM clock_timestamp())::float8 "
+            f"FROM {s}.rate_limits WHERE name = %s FOR UPDATE"
+        )
+        try:
+            with self._writing() as conn:
+                row = conn.execute(select, (name,)).fetchone()
+                if row is None:  # the first worker to use it: a row to lock
+                    conn.execute(
+                        f"INSERT INTO {s}.rate_limits (name, state) VALUES (%s, '') "
+                        "ON CONFLICT DO NOTHING",
+                        (name,),
+                    )
+                    row = conn.execute(select, (name,)).fetchone()
+                if row is None:  # pragma: no cover  (inserted, or there already)
+                    raise CheckpointError(f"the rate limit {name!r} has no row")
+                state, result = change(row[0] or None, float(row[1]))
+                conn.execute(
+                    f"UPDATE {s}.rate_limits SET state = %s WHERE name = %s", (state, name)
+                )
+                return result
+        except Exception as exc:
+            error = self._failure(exc)
+            if error is exc:
+                raise
+            raise error from exc
 
     # -- in a worker thread ---------------------------------------------------------------
 

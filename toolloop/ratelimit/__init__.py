@@ -4,6 +4,8 @@
   same object; it backs off when a server refuses calls for their rate (HTTP 429 or 503, a
   tool's :class:`~toolloop.errors.RateLimitedError`), holds calls for its ``Retry-After``,
   and probes back up.
+- :class:`SharedRateLimit`: a :class:`RateLimit` shared by every worker (process, machine)
+  through a store (PostgreSQL): one rate for all of them, backing off and probing together.
 - :class:`RetryPolicy`: tries, backoff with jitter, which failures; bounded by the run's
   deadline and budget.
 
@@ -33,6 +35,8 @@ from ._observe import stop_observing as stop_observing
 from ._retry import RETRY_STATUSES as RETRY_STATUSES
 from ._retry import RetryPolicy as RetryPolicy
 from ._retry import Tries as Tries
+from ._shared import RateLimitStore as RateLimitStore
+from ._shared import SharedRateLimit as SharedRateLimit
 from ._signals import RATE_LIMIT_STATUSES as RATE_LIMIT_STATUSES
 from ._signals import is_rate_limited as is_rate_limited
 from ._signals import retry_after_from_headers as retry_after_from_headers
@@ -48,9 +52,11 @@ __all__ = [
     "Permit",
     "RateLimit",
     "RateLimitState",
+    "RateLimitStore",
     "RetryPolicy",
     "RetryTarget",
     "ScheduledRetry",
+    "SharedRateLimit",
     "SystemClock",
     "Tries",
     "current_observer",

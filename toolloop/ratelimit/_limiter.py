@@ -101,7 +101,8 @@ class RateLimit:
     for several tools limits them as a group). See the module docs for how an adaptive
     limiter finds the server's rate. One limiter serves the runs of one event loop at a
     time (those of a process's loop, or sync calls one after another); give each thread
-    that runs a loop of its own a limiter of its own.
+    that runs a loop of its own a limiter of its own. For one limit shared by many
+    processes or machines, see :class:`~toolloop.ratelimit.SharedRateLimit`.
 
     Args:
         rate: the most calls a second (``None``: no bound but what the server's refusals
@@ -264,7 +265,8 @@ class RateLimit:
     # -- admitting ----------------------------------------------------------------------
 
     def _delay(self, now: float) -> float | None:
-        """Seconds until a call may be admitted (0: now), or ``None``: when one ends."""
+        """Seconds until a call may be admitted (0: now), or ``None``: when one ends (a
+        shared limiter: below 0 when it must ask its store for permits first)."""
         if now < self._hold_until:
             return self._hold_until - now
         room = self._room()
@@ -309,6 +311,8 @@ class RateLimit:
                     waiter.for_room = True
                     await waiter.event.wait()
                     waiter.for_room = False
+                elif delay < 0.0:  # (a shared limiter) permits are asked of its store
+                    await self._refill()
                 else:
                     if now >= self._hold_until:
                         self._bound = True  # held back by the rate, not by a hold
@@ -318,6 +322,10 @@ class RateLimit:
             raise
         self._leave(waiter)
         return self._admit(now)
+
+    async def _refill(self) -> None:  # pragma: no cover  (only a shared limiter asks)
+        """Ask for permits where they are kept (a
+        :class:`~toolloop.ratelimit.SharedRateLimit`'s store)."""
 
     def _leave(self, waiter: _Waiter) -> None:
         """``waiter`` is no longer waiting: the next one, if it is now the first, takes
