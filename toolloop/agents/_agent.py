@@ -141,7 +141,7 @@ class Agent(SyncTwins[AgentResult], StreamTwins[AgentResult], RunsAsTools):
 
     def _deps(self, options: RunOptions) -> AgentDeps:
         spec = self._spec
-        check_tool_names(spec.registry.names, options.max_result_chars)
+        check_tool_names(spec.registry, options.max_result_chars)
         scope = RunScope("", options.deps) if spec.registry.takes_context else None
         return AgentDeps(
             spec, options, spec.executor_for(options), spec.approval_for(options), scope=scope

@@ -260,12 +260,19 @@ class ChildRuns:
 
 
 class _RunLink:
-    """What a run lends the children its tools start (made active by :func:`drive`)."""
+    """What a run lends its tools (made active by :func:`drive`): to the children they
+    start, its budget, options and depth; to ``read_result``, its kept results."""
 
-    __slots__ = ("children", "depth", "execution", "meter", "options", "run_id")
+    __slots__ = ("children", "depth", "execution", "kept", "limit", "meter", "options", "run_id")
 
     def __init__(
-        self, execution: Execution[Any], meter: UsageMeter, options: RunOptions, depth: int
+        self,
+        execution: Execution[Any],
+        meter: UsageMeter,
+        options: RunOptions,
+        depth: int,
+        kept: Callable[[Any, str], str | None] | None,
+        limit: int | None,
     ) -> None:
         self.execution = execution
         self.run_id = execution.id
@@ -273,6 +280,20 @@ class _RunLink:
         self.options = options
         self.depth = depth
         self.children = 0
+        self.kept = kept
+        """The whole text of the run's result of a handle (``None``: no such result)."""
+        self.limit = limit
+        """The run's ``max_result_chars`` (``None``: it cuts nothing)."""
+
+    def kept_result(self, handle: str) -> str | None:
+        """The whole text of the run's result of ``handle`` (``None``: none)."""
+        kept = self.kept
+        return None if kept is None else kept(self.execution.state, handle)
+
+
+def current_run() -> _RunLink | None:
+    """The run whose task this is (``None``: outside a run of :func:`drive`)."""
+    return _RUN.get()
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,12 +320,17 @@ def child_of() -> _ChildOf | None:
 
 
 def enter_run(
-    execution: Execution[Any], meter: UsageMeter, options: RunOptions, child: _ChildOf | None
+    execution: Execution[Any],
+    meter: UsageMeter,
+    options: RunOptions,
+    child: _ChildOf | None,
+    kept: Callable[[Any, str], str | None] | None = None,
+    limit: int | None = None,
 ) -> Token[_RunLink | None]:
-    """Make ``execution`` the run whose tasks' run-as-tool calls start its children (undo
-    with :func:`leave_run`)."""
+    """Make ``execution`` the run whose tasks' run-as-tool calls start its children and
+    whose ``read_result`` calls read its ``kept`` results (undo with :func:`leave_run`)."""
     depth = 0 if child is None else child.parent.depth + 1
-    return _RUN.set(_RunLink(execution, meter, options, depth))
+    return _RUN.set(_RunLink(execution, meter, options, depth, kept, limit))
 
 
 def leave_run(token: Token[_RunLink | None]) -> None:

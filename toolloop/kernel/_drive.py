@@ -52,7 +52,6 @@ from ._events import (
     tell,
 )
 from ._keep import Keeper
-from ._kept import keeping
 from ._options import RunOptions
 from ._result import RunResult, RunStatus
 from ._vocabulary import StopReason
@@ -289,15 +288,13 @@ async def drive(
         # the meter is entered and left by hand: a with block would hold its bound __exit__
         # for the whole run
         meter.__enter__()
-        link = enter_run(execution, meter, options, child)
+        link = enter_run(execution, meter, options, child, kept, max_result_chars)
         # told to this run's observer, or to none (not to a run this one runs inside)
         told = None
         if observed or current_observer() is not None:
             told = observe(_Limits(execution) if observed else None)
         try:
             session = execution.run(timeout=options.timeout) if start is None else start()
-            if kept is not None and max_result_chars is not None:
-                session = _keeping(session, execution, kept, max_result_chars)
             if scope is None:
                 result = await session
             else:
@@ -363,18 +360,6 @@ async def _paused_for_child(
     if isinstance(made, RunResult):  # (every product's result is one)
         made = made.model_copy(update={"status": "paused", "request": request})
     return made
-
-
-async def _keeping(
-    session: Awaitable[FlowResult[S]],
-    execution: Execution[S],
-    kept: Callable[[S, str], str | None],
-    limit: int,
-) -> FlowResult[S]:
-    """``session``, with the run's kept results what ``read_result`` reads (its state is
-    read when a slice is: a resumed run reads what its checkpoint kept)."""
-    with keeping(lambda handle: kept(execution.state, handle), limit):
-        return await session
 
 
 @dataclass(slots=True, eq=False)

@@ -18,7 +18,7 @@ run's kept results, for ``read_result``, made active by :func:`~toolloop.kernel.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Container, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -28,6 +28,7 @@ from .._errors import ToolCallError, ToolDefinitionError
 from ..flow import Context
 from ..runner import READ_RESULT, RESULT_CHARS, is_cut, result_handle, result_text, shown_result
 from ..tools import Tool, register_builtin
+from ._child import current_run
 from ._events import RunEvent, tell
 
 __all__ = [
@@ -93,7 +94,7 @@ def tell_kept(
     return True
 
 
-def check_tool_names(names: Collection[str], limit: int | None) -> None:
+def check_tool_names(names: Container[str], limit: int | None) -> None:
     """Refuse a tool of the user's named like the built-in ``read_result`` in a run that
     cuts long results (``limit`` not ``None``).
 
@@ -147,6 +148,10 @@ async def read_result(handle: str, offset: int = 0, length: int | None = None) -
             default).
     """
     kept = _KEPT.get()
+    if kept is None:  # a run of the kernel's: its link says what it keeps
+        run = current_run()
+        if run is not None and run.kept is not None and run.limit is not None:
+            kept = _Kept(run.kept_result, run.limit)
     if kept is None:
         raise ReadResultError(
             "this run keeps no long results (its max_result_chars is None): there is "

@@ -125,7 +125,7 @@ def _prepare(
         executor = options.tool_executor(registry)
     own = getattr(planner, "max_result_chars", None)  # a planner's own limit wins
     limit = own if isinstance(own, int) and not isinstance(own, bool) else options.max_result_chars
-    check_tool_names(registry.names, limit)
+    check_tool_names(registry, limit)
     loop_deps = LoopDeps(
         user_input=user_input,
         planner=planner,

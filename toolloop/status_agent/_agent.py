@@ -478,7 +478,7 @@ class StatusAgent(SyncTwins[StatusAgentResult], StreamTwins[StatusAgentResult], 
         return options.store if options.store is not None else self.store
 
     def _deps(self, options: RunOptions, run_id: str) -> StatusDeps:
-        check_tool_names(self.registry.names, options.max_result_chars)
+        check_tool_names(self.registry, options.max_result_chars)
         return StatusDeps(
             scope=RunScope(run_id, options.deps) if self.registry.takes_context else None,
             steps=self.steps,
