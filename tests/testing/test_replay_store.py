@@ -112,7 +112,7 @@ def builder(
 @pytest.fixture(params=["sqlite", "postgres"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[CheckpointStore]:
     if request.param == "sqlite":
-        async with SQLiteCheckpointStore(tmp_path / "runs.db") as sqlite:
+        async with SQLiteCheckpointStore(tmp_path / "runs.db", keep_replies=True) as sqlite:
             yield sqlite
         return
     from postgres_cluster import fresh_schema
@@ -120,7 +120,10 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     from toolloop.checkpoints import PostgresCheckpointStore
 
     url = request.getfixturevalue("postgres_url")
-    async with fresh_schema(url) as schema, PostgresCheckpointStore(url, schema=schema) as pg:
+    async with (
+        fresh_schema(url) as schema,
+        PostgresCheckpointStore(url, schema=schema, keep_replies=True) as pg,
+    ):
         yield pg
 
 
@@ -157,7 +160,7 @@ async def test_a_durable_run_replays_from_its_store(
 
 @pytest.mark.parametrize("product", PRODUCTS)
 async def test_the_store_keeps_each_reply_whole_and_each_result_once(product: str) -> None:
-    store = MemoryCheckpointStore()
+    store = MemoryCheckpointStore(keep_replies=True)
     result = await recorded(product, store, pause=True)
     assert result.run_id is not None
     checkpoint = await store.get(result.run_id)
@@ -178,7 +181,7 @@ async def test_the_store_keeps_each_reply_whole_and_each_result_once(product: st
 
 @pytest.mark.parametrize("product", PRODUCTS)
 async def test_a_divergence_from_a_stored_run_shows_the_diff(product: str) -> None:
-    store = MemoryCheckpointStore()
+    store = MemoryCheckpointStore(keep_replies=True)
     result = await recorded(product, store, pause=False)
     assert result.run_id is not None
     stored = StoredRun(store, result.run_id, label="the mail run")
@@ -208,7 +211,7 @@ def stamp(text: str) -> str:
 
 
 async def test_a_run_that_kept_nothing_cannot_be_replayed() -> None:
-    store = MemoryCheckpointStore()
+    store = MemoryCheckpointStore(keep_replies=True)
     snapshot = FlowSnapshot(flow="f", execution_id="old", state={})
     from toolloop.checkpoints import CheckpointedRun
 
@@ -219,6 +222,18 @@ async def test_a_run_that_kept_nothing_cannot_be_replayed() -> None:
         await replay(StoredRun(store, "nope"), builder("agent", store, pause=False))
 
 
+@pytest.mark.parametrize("product", PRODUCTS)
+async def test_a_store_not_made_to_keep_replies_keeps_only_the_journal(product: str) -> None:
+    store = MemoryCheckpointStore()  # keep_replies is off by default: durable runs cost less
+    result = await recorded(product, store, pause=False)
+    assert result.run_id is not None
+    checkpoint = await store.get(result.run_id)
+    assert checkpoint is not None
+    assert all(entry.tool_name != REPLAY_NOTE for entry in checkpoint.journal)
+    with pytest.raises(ReplayError, match="keep_replies=True"):
+        await replay(StoredRun(store, result.run_id), builder(product, store, pause=False))
+
+
 async def test_a_note_kept_with_the_next_write_survives_a_failing_store_write() -> None:
     # a store that fails to write what the run keeps of itself does not fail the run
     class Refusing(MemoryCheckpointStore):
@@ -227,20 +242,20 @@ async def test_a_note_kept_with_the_next_write_survives_a_failing_store_write() 
                 raise OSError("disk full")
             return await super().record_intent(run_id, entry)
 
-    store = Refusing()
+    store = Refusing(keep_replies=True)
     result = await builder("agent", store, pause=False)(scripted("agent"), ToolRegistry([send]))
     assert result.stop_reason == "answered"
     SENT.clear()
 
 
 async def test_the_fixture_replays_a_stored_run(tmp_path: Path) -> None:
-    store = MemoryCheckpointStore()
+    store = MemoryCheckpointStore(keep_replies=True)
     result = await recorded("agent", store, pause=True)
     assert result.run_id is not None
     fixture = ReplayFixture(tmp_path)
     replayed = await fixture(
         StoredRun(store, result.run_id),
-        builder("agent", MemoryCheckpointStore(), pause=True),
+        builder("agent", MemoryCheckpointStore(keep_replies=True), pause=True),
         tools=[send],
     )
     assert replayed.stop_reason == "answered"

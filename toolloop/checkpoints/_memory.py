@@ -22,7 +22,8 @@ class MemoryCheckpointStore(StoreBase):
     process; gone with it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, keep_replies: bool = False) -> None:
+        self.keep_replies = keep_replies
         # run_id -> (revision, created_at, status, JSON text)
         self._rows: dict[str, tuple[int, float, CheckpointStatus, str]] = {}
         self._journals: dict[str, dict[str, JournalEntry]] = {}

@@ -143,7 +143,9 @@ class PostgresCheckpointStore(SQLStore):
         max_size: int = 10,
         timeout: float = 10.0,
         group_commit: bool = True,
+        keep_replies: bool = False,
     ) -> None:
+        self.keep_replies = keep_replies
         if not _NAME.match(schema):
             raise ValueError(
                 f"schema must be a lower-case SQL name (letters, digits, _), got {schema!r}"

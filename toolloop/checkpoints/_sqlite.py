@@ -99,8 +99,10 @@ class SQLiteCheckpointStore(SQLStore):
         durable: bool = True,
         read_only: bool | None = None,
         group_commit: bool = True,
+        keep_replies: bool = False,
     ) -> None:
         self.path = Path(path)
+        self.keep_replies = keep_replies
         self.timeout = timeout
         self.durable = durable
         self.read_only = read_only

@@ -116,6 +116,12 @@ class StoreBase:
     that an outcome needs an intent, and ``async with`` closing the store. A store writes an
     outcome in :meth:`_write_outcome`."""
 
+    keep_replies: bool = False
+    """Whether the durable runs of this store keep their model replies beside their journal,
+    so that a run can be replayed from the store (``toolloop.testing.StoredRun``): a journal
+    note per model call, written with the run's next write (no commit of its own). Off by
+    default: it makes every durable run build its events and write more."""
+
     async def record_outcome(
         self,
         run_id: str,

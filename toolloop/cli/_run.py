@@ -303,13 +303,13 @@ def open_store(spec: str) -> CheckpointStore:
                 "pip install 'toolloop[postgres]'",
                 code=2,
             ) from exc
-        return PostgresCheckpointStore(spec)
+        return PostgresCheckpointStore(spec, keep_replies=True)  # toolloop replay --store
     from ..checkpoints import SQLiteCheckpointStore
 
     path = Path(spec)
     if path.is_dir():
         raise CLIError(f"--store {spec}: is a directory; give a SQLite file", code=2)
-    return SQLiteCheckpointStore(path)
+    return SQLiteCheckpointStore(path, keep_replies=True)  # toolloop replay --store reads it
 
 
 def _planner(

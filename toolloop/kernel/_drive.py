@@ -265,7 +265,7 @@ async def drive(
     for observer in _OBSERVERS.get():
         execution.subscribe(observer)
     spent = _usage_of(state)
-    if run is not None:  # what a replay needs, kept beside the journal
+    if run is not None and getattr(run.store, "keep_replies", False):  # for a replay
         execution.subscribe(Keeper(run, spent.requests if spent is not None else 0))
     child = child_of()  # a run as a tool of another run: linked to it
     unforward = None if child is None else forward_to_parent(execution, child)

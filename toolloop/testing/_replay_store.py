@@ -83,8 +83,9 @@ class StoredRun:
             ) from exc
         if not events:
             raise ReplayError(
-                f"{self.source} cannot be replayed: it keeps no model replies (it ran before "
-                "toolloop kept them in its store); trace such a run while it runs instead"
+                f"{self.source} cannot be replayed: it keeps no model replies (its store was "
+                "not made with keep_replies=True when it ran); make the store so, or trace such "
+                "a run while it runs"
             )
         return Recording.from_events(events, meta=meta, source=self.source)
 
