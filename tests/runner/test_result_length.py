@@ -34,3 +34,15 @@ def test_the_characters_json_escapes_most_are_measured_exactly() -> None:
     for odd in (cycle, math.nan, 10**5000, b"\xff" * 3000, object()):
         for limit in (0, 10, 2000, 10**6):
             assert longer_than(odd, limit) == (len(result_text(odd)) > limit)
+
+
+def test_a_flat_object_is_within_a_limit_only_when_its_json_surely_is() -> None:
+    from toolloop.runner import flat_json_within
+
+    small = {"city": "Lisbon", "nights": 3, "eur": 95.0, "ok": True, "note": None}
+    assert flat_json_within(small, 2000)
+    assert not flat_json_within(small, 10)  # (False says nothing: here it is too long)
+    huge = {"n": 10**1000}  # a thousand digits: never counted as a short number
+    assert not flat_json_within(huge, 500)
+    assert not flat_json_within({"nested": {"a": 1}}, 2000)  # not flat: not judged
+    assert not flat_json_within({1: "a"}, 2000)  # a key JSON would turn into a string

@@ -34,6 +34,7 @@ from ..runner import (
     ToolCommand,
     ToolExecutionRecord,
     construct,
+    flat_json_within,
     json_safe,
     nesting_depth,
     short_repr,
@@ -257,7 +258,7 @@ def normalize_command(
         todo = _as_text(todo)
     kwargs: Any = entry.get("tool_kwargs")
     problem: str | None = None
-    if type(kwargs) is dict and _flat_and_small(kwargs, max_kwargs_bytes):
+    if type(kwargs) is dict and flat_json_within(kwargs, max_kwargs_bytes):
         pass  # the common case, settled in one pass: nothing nested, nothing large
     else:
         kwargs, problem = _unusual_kwargs(kwargs, max_kwargs_bytes)
@@ -288,7 +289,7 @@ def _unusual_kwargs(kwargs: Any, max_kwargs_bytes: int) -> tuple[dict[str, Any],
             f"{type(kwargs).__name__} {_short(kwargs)}"
         )
         kwargs = {}
-    elif type(kwargs) is dict and _flat_and_small(kwargs, max_kwargs_bytes):
+    elif type(kwargs) is dict and flat_json_within(kwargs, max_kwargs_bytes):
         pass  # the common case, settled in one pass: nothing nested, nothing large
     else:
         if type(kwargs) is not dict:
@@ -317,23 +318,6 @@ def _unusual_kwargs(kwargs: Any, max_kwargs_bytes: int) -> tuple[dict[str, Any],
 
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)
-
-
-def _flat_and_small(kwargs: dict[str, Any], limit: int) -> bool:
-    """Whether ``kwargs`` has string keys and scalar values only, and is surely no larger
-    than ``limit`` as JSON (a JSON string is at most six characters per character)."""
-    bound = 2
-    for key, value in kwargs.items():
-        if type(key) is not str:
-            return False
-        kind = type(value)
-        if kind is str:
-            bound += 6 * (len(key) + len(value)) + 6
-        elif kind is int or kind is float or kind is bool or value is None:
-            bound += 6 * len(key) + 32
-        else:
-            return False
-    return bound <= limit
 
 
 def _json_size(kwargs: dict[str, Any]) -> int:

@@ -28,6 +28,7 @@ from ._executor import cancelled_error as cancelled_error
 from ._executor import cancelled_record as cancelled_record
 from ._executor import tool_error_text as tool_error_text
 from ._jsonsafe import MAX_JSON_DEPTH as MAX_JSON_DEPTH
+from ._jsonsafe import flat_json_within as flat_json_within
 from ._jsonsafe import json_safe as json_safe
 from ._jsonsafe import nesting_depth as nesting_depth
 from ._jsonsafe import short_repr as short_repr
@@ -77,6 +78,7 @@ __all__ = [
     "cancelled_error",
     "cancelled_record",
     "construct",
+    "flat_json_within",
     "is_cut",
     "json_safe",
     "longer_than",

@@ -390,16 +390,7 @@ class Executor(SplitCall[ToolCommand, ToolExecutionRecord]):
                 )
                 if key is not None:
                     return self._shared(shared, key, tool, arguments, tries, boxed=False)
-        guards = self._guards  # (what _run does, here: one frame less a call)
-        if guards is not None:
-            guard = guards.get(tool.name)
-            if guard is not None:
-                return self._tried(tool, arguments, guard, tries, boxed=False)
-        if tries is not None:
-            tries.count += 1
-        if self.limiter is None or not tool.holds_limiter:
-            return tool.execute(arguments, timeout=self.tool_timeout)
-        return self._execute_limited(tool, arguments, self.limiter)
+        return self._run(tool, arguments, tries)
 
     def _run(
         self, tool: Tool, arguments: dict[str, Any], tries: CallTries | None

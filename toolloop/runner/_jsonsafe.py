@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-__all__ = ["MAX_JSON_DEPTH", "json_safe", "nesting_depth", "short_repr"]
+__all__ = ["MAX_JSON_DEPTH", "flat_json_within", "json_safe", "nesting_depth", "short_repr"]
 
 MAX_JSON_DEPTH = 64
 """Containers nested deeper than this are cut (and say so) by :func:`json_safe`; tool
@@ -192,3 +192,26 @@ def _key(key: Any) -> str:
     if isinstance(key, (int, float, bool)) or key is None:
         return "null" if key is None else str(key).lower() if isinstance(key, bool) else str(key)
     return short_repr(key)
+
+
+def flat_json_within(value: dict[Any, Any], limit: int) -> bool:
+    """Whether ``value`` is one flat object (string keys; strings, bools, ``None``, floats,
+    ints of at most 18 digits) whose JSON is surely at most ``limit`` long, in characters or
+    in UTF-8 bytes: each character counted six times (the longest JSON escape, more than its
+    UTF-8 bytes), each number as the longest it can be written. ``False`` says nothing."""
+    bound = 2
+    for key, item in value.items():
+        if type(key) is not str:
+            return False
+        kind = type(item)
+        if kind is str:
+            bound += 6 * (len(key) + len(item)) + 8
+        elif kind is float or kind is bool or item is None:
+            bound += 6 * len(key) + 32  # a float's repr is at most 24 characters
+        elif kind is int and -(10**18) < item < 10**18:
+            bound += 6 * len(key) + 26
+        else:
+            return False
+        if bound > limit:
+            return False
+    return bound <= limit

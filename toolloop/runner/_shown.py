@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ._jsonsafe import json_safe, short_repr
+from ._jsonsafe import flat_json_within, json_safe, short_repr
 
 __all__ = [
     "READ_RESULT",
@@ -49,7 +49,7 @@ def longer_than(value: Any, limit: int) -> bool:
     takes at most two of its ``repr``'s), so a short ``repr`` settles it."""
     if type(value) is str:
         return len(value) > limit
-    if type(value) is dict and _flat_and_short(value, limit):
+    if type(value) is dict and flat_json_within(value, limit):
         return False
     try:
         if len(repr(json_safe(value))) * 2 <= limit:
@@ -57,28 +57,6 @@ def longer_than(value: Any, limit: int) -> bool:
     except ValueError:  # an int of more digits than Python writes out
         pass
     return len(result_text(value)) > limit
-
-
-def _flat_and_short(value: dict[Any, Any], limit: int) -> bool:
-    """Whether ``value`` is one flat object of strings and plain numbers whose JSON is
-    surely at most ``limit`` characters: each character counted as six (the longest JSON
-    escape), each number as the longest it can be written."""
-    bound = 2
-    for key, item in value.items():
-        if type(key) is not str:
-            return False
-        kind = type(item)
-        if kind is str:
-            bound += 6 * (len(key) + len(item)) + 8
-        elif kind is float or kind is bool or item is None:
-            bound += 6 * len(key) + 32  # a float's repr is at most 24 characters
-        elif kind is int and -(10**18) < item < 10**18:
-            bound += 6 * len(key) + 26
-        else:
-            return False
-        if bound > limit:
-            return False
-    return bound <= limit
 
 
 def result_handle(call_id: str) -> str:
