@@ -2,9 +2,10 @@
 journaled outcomes of its tool calls.
 
 A run with a store journals its tool calls (intent, outcome) but not its model replies.
-:class:`Keeper` (subscribed by :func:`~toolloop.kernel.drive` to every durable run of every
-product) keeps the events a replay reads — each model call (its reply whole, what mattered
-of its request), each tool call's start and end, the run's end — as a trace writes them
+:class:`Keeper` (subscribed by :func:`~toolloop.kernel.drive` to every durable run, of every
+product, whose store was made with ``keep_replies=True``) keeps the events a replay reads:
+each model call (its reply whole, what mattered of its request), each tool call's start and
+end, the run's end, as a trace writes them
 (secrets scrubbed, strings whole), in journal notes (``tool_name`` :data:`REPLAY_NOTE`): one per
 model call, and one as a session of the run ends. A note is written beside the run's next
 journal or checkpoint write (:meth:`~toolloop.checkpoints.CheckpointedRun.keep`), in the
