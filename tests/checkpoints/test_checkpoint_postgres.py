@@ -103,6 +103,35 @@ async def test_a_wrong_or_unreachable_database_says_so_without_the_password(
 
 
 @pytest.mark.anyio
+async def test_leases_asked_for_at_once_of_an_unreachable_database_fail_each_on_its_own(
+    tmp_path: Path,
+) -> None:
+    nowhere = f"postgresql://ada:s3cret-pw@/postgres?host={tmp_path}&port=5432"
+    store = PostgresCheckpointStore(nowhere, timeout=2)
+    errors: list[BaseException] = []
+
+    async def take(run_id: str) -> None:
+        try:
+            await store.acquire_lease(run_id)
+        except CheckpointError as exc:
+            errors.append(exc)
+
+    with anyio.fail_after(60):  # a hang guard
+        async with anyio.create_task_group() as tg:
+            for i in range(5):
+                tg.start_soon(take, f"r{i}")
+    assert len(errors) == 5 and len({id(e) for e in errors}) == 5  # each raised once
+    for error in errors:
+        chain: BaseException | None = error
+        while chain is not None:  # nowhere in the exception chain either
+            assert "s3cret-pw" not in f"{chain} {chain!r}"
+            chain = chain.__cause__ or chain.__context__
+        assert "cannot be reached" in str(error)
+    assert not store.holds_lease("r0")
+    await store.aclose()
+
+
+@pytest.mark.anyio
 async def test_a_row_locked_elsewhere_is_a_clear_error_in_time(
     postgres_url: str, schema: str
 ) -> None:
@@ -199,6 +228,63 @@ async def test_a_run_held_by_a_live_worker_is_not_recovered_until_it_is_gone(
         assert not worker_b.holds_lease("r")  # completing gave the lease back
         final = await worker_b.get("r")
         assert final is not None and (final.status, final.result) == ("completed", "done")
+
+
+def _advisory_locks(url: str, application: str) -> int:
+    """How many advisory locks the sessions named ``application`` hold on the server."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'advisory' AND a.application_name = %s",
+            (application,),
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+@pytest.mark.anyio
+async def test_leases_taken_and_given_back_at_once_are_each_runs_own(
+    postgres_url: str, schema: str
+) -> None:
+    """Many runs starting at once take their leases together (one statement on the lease
+    session): each gets its own answer, a run held by another worker is refused, a lease
+    asked for twice is taken once, and giving them back frees each for another worker."""
+    worker_a = PostgresCheckpointStore(postgres_url, schema=schema)
+    worker_b = PostgresCheckpointStore(postgres_url, schema=schema)
+    app = f"toolloop-leases:{schema}"
+    async with worker_a, worker_b:
+        assert await worker_b.acquire_lease("held")
+        runs = [f"r{i}" for i in range(40)]
+        got: dict[str, list[bool]] = {}
+
+        async def take(run_id: str) -> None:
+            got.setdefault(run_id, []).append(await worker_a.acquire_lease(run_id))
+
+        with anyio.fail_after(60):  # a hang guard
+            async with anyio.create_task_group() as tg:
+                for run_id in [*runs, "held", "r0", "r1"]:
+                    tg.start_soon(take, run_id)
+        assert got == {
+            **{r: [True] for r in runs},
+            "r0": [True, True],
+            "r1": [True, True],
+            "held": [False],
+        }
+        assert all(worker_a.holds_lease(r) for r in runs) and not worker_a.holds_lease("held")
+        # one lock a run, whatever the asks: 41 held, across both workers' sessions
+        assert _advisory_locks(postgres_url, app) == 41
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                for run_id in [*runs[:20], "held", "r0"]:  # "held" is not A's: a no-op
+                    tg.start_soon(worker_a.release_lease, run_id)
+        assert not any(worker_a.holds_lease(r) for r in runs[:20])
+        assert all(worker_a.holds_lease(r) for r in runs[20:])
+        assert _advisory_locks(postgres_url, app) == 21  # 20 of A's, B's "held"
+        # what A gave back, B can take; what A holds, B cannot
+        assert [await worker_b.acquire_lease(r) for r in ("r0", "r19", "r20")] == [
+            True,
+            True,
+            False,
+        ]
 
 
 HOLDER = """

@@ -38,7 +38,7 @@ import anyio.to_thread
 
 from .._secrets import REDACTED, register_secret, scrub
 from ._errors import CheckpointError
-from ._group import Write
+from ._group import GroupCommit, Write
 from ._sql import SQLStore, Step, WriteOp, own_copy
 
 if TYPE_CHECKING:
@@ -166,6 +166,7 @@ class PostgresCheckpointStore(SQLStore):
         self._open_lock = threading.Lock()
         self._lease_lock = threading.Lock()
         self._limiter: tuple[anyio.lowlevel.EventLoopToken, anyio.CapacityLimiter] | None = None
+        self._leasing: tuple[anyio.lowlevel.EventLoopToken, GroupCommit] | None = None
 
     def __repr__(self) -> str:
         return f"PostgresCheckpointStore({self.where()!r}, schema={self.schema!r})"
@@ -191,11 +192,11 @@ class PostgresCheckpointStore(SQLStore):
     async def acquire_lease(self, run_id: str) -> bool:
         """Take the lease of ``run_id`` for this store (its process): ``False`` when another
         live session holds it. Taking a lease this store holds already is a no-op."""
-        return await anyio.to_thread.run_sync(self._acquire_lease, run_id)
+        return bool(await self._lease_changes().write(_TAKE, (run_id,)))
 
     async def release_lease(self, run_id: str) -> None:
         """Give the lease of ``run_id`` back (if this store holds it)."""
-        await anyio.to_thread.run_sync(self._release_lease, run_id)
+        await self._lease_changes().write(_GIVE_BACK, (run_id,))
 
     def holds_lease(self, run_id: str) -> bool:
         """Whether this store holds the lease of ``run_id``."""
@@ -204,39 +205,69 @@ class PostgresCheckpointStore(SQLStore):
     def _lease_key(self, run_id: str) -> str:
         return f"{self.schema}:{run_id}"
 
-    def _acquire_lease(self, run_id: str) -> bool:
+    def _lease_changes(self) -> GroupCommit:
+        """The lease changes of this event loop's runs, made together: the runs starting
+        (or ending) at once take (or give back) their leases in one statement, one round
+        trip on the lease session, not one each (and one worker thread, not one each)."""
+        token = anyio.lowlevel.current_token()
+        held = self._leasing
+        if held is None or held[0] != token:  # one per event loop, as the writes' groups
+            held = self._leasing = (token, GroupCommit(self._change_leases, self._threads))
+        return held[1]
+
+    def _change_leases(self, batch: list[Write]) -> None:
+        """In a worker thread: the lease changes of ``batch``, in order, each stretch of
+        takes (or of gives back) in one statement."""
         with self._lease_lock:
-            if run_id in self._held:
-                return True
-            conn = self._lease_connection()
+            start = 0
+            while start < len(batch):
+                kind = batch[start].fn
+                end = start + 1
+                while end < len(batch) and batch[end].fn is kind:
+                    end += 1
+                if kind is _TAKE:
+                    self._acquire_leases(batch[start:end])
+                else:
+                    self._release_leases(batch[start:end])
+                start = end
+
+    def _acquire_leases(self, writes: list[Write]) -> None:
+        keys = {
+            self._lease_key(w.args[0]): w.args[0] for w in writes if w.args[0] not in self._held
+        }
+        if keys:
             try:
-                row = conn.execute(
-                    "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))",
-                    (self._lease_key(run_id),),
-                ).fetchone()
+                conn = self._lease_connection()
+                rows = conn.execute(
+                    "SELECT k, pg_try_advisory_lock(hashtextextended(k, 0)) "
+                    "FROM unnest(%s::text[]) AS k",
+                    (list(keys),),
+                ).fetchall()
             except Exception as exc:
                 self._drop_lease_connection()
-                raise self._error(exc) from exc
-            taken = bool(row and row[0])
-            if taken:
-                self._held.add(run_id)
-            return taken
-
-    def _release_lease(self, run_id: str) -> None:
-        with self._lease_lock:
-            if run_id not in self._held:
+                error = exc if isinstance(exc, CheckpointError) else self._error(exc)
+                for write in writes:
+                    write.fail(error if len(writes) == 1 else own_copy(error, exc))
                 return
-            self._held.discard(run_id)
-            conn = self._lease_conn
-            if conn is None or conn.closed:
-                return  # the session is gone, and its locks with it
+            self._held.update(keys[key] for key, taken in rows if taken)
+        for write in writes:
+            write.done(write.args[0] in self._held)
+
+    def _release_leases(self, writes: list[Write]) -> None:
+        runs = {w.args[0] for w in writes} & self._held
+        self._held -= runs
+        conn = self._lease_conn  # (a session gone took its locks with it)
+        if runs and conn is not None and not conn.closed:
             try:
                 conn.execute(
-                    "SELECT pg_advisory_unlock(hashtextextended(%s, 0))",
-                    (self._lease_key(run_id),),
+                    "SELECT pg_advisory_unlock(hashtextextended(k, 0)) "
+                    "FROM unnest(%s::text[]) AS k",
+                    ([self._lease_key(run_id) for run_id in runs],),
                 )
             except Exception:
-                self._drop_lease_connection()  # closing the session releases the lock
+                self._drop_lease_connection()  # closing the session releases the locks
+        for write in writes:
+            write.done(None)
 
     def _lease_connection(self) -> psycopg.Connection[Any]:
         conn = self._lease_conn
@@ -570,6 +601,17 @@ class PostgresCheckpointStore(SQLStore):
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
+
+
+def _take_lease() -> None:
+    """A lease change's kind (a :class:`Write`'s ``fn``, never called): take the lease."""
+
+
+def _give_lease_back() -> None:
+    """A lease change's kind (a :class:`Write`'s ``fn``, never called): give it back."""
+
+
+_TAKE, _GIVE_BACK = _take_lease, _give_lease_back
 
 
 class _Missed(Exception):
