@@ -10,7 +10,8 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -285,6 +286,122 @@ async def test_leases_taken_and_given_back_at_once_are_each_runs_own(
             True,
             False,
         ]
+
+
+class _Counting:
+    """The lease session, counting the statements sent on it."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.statements = 0
+
+    def execute(self, *args: Any, **kwargs: Any) -> Any:
+        self.statements += 1
+        return self.conn.execute(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.conn, name)
+
+
+async def _counted(store: PostgresCheckpointStore) -> _Counting:
+    counting = _Counting(await anyio.to_thread.run_sync(store._lease_connection))
+    store._lease_conn = counting  # type: ignore[assignment]
+    return counting
+
+
+async def _at_once(*changes: Callable[[], Awaitable[Any]]) -> None:
+    with anyio.fail_after(60):  # a hang guard
+        async with anyio.create_task_group() as tg:
+            for change in changes:
+                tg.start_soon(change)
+
+
+@pytest.mark.anyio
+async def test_leases_changed_at_once_go_in_one_statement_each_kind_and_keep_their_order(
+    postgres_url: str, schema: str
+) -> None:
+    async with (
+        PostgresCheckpointStore(postgres_url, schema=schema) as worker_a,
+        PostgresCheckpointStore(postgres_url, schema=schema) as worker_b,
+    ):
+        session = await _counted(worker_a)
+        await _at_once(*(partial(worker_a.acquire_lease, f"r{i}") for i in range(40)))
+        assert session.statements <= 2  # one round trip for the 40 (not 40)
+        assert all(worker_a.holds_lease(f"r{i}") for i in range(40))
+        # the runs ending while others start: the gives, then the takes
+        session.statements = 0
+        await _at_once(
+            *(partial(worker_a.release_lease, f"r{i}") for i in range(20)),
+            *(partial(worker_a.acquire_lease, f"s{i}") for i in range(20)),
+        )
+        assert session.statements <= 3
+        assert not any(worker_a.holds_lease(f"r{i}") for i in range(20))
+        assert all(worker_a.holds_lease(f"s{i}") for i in range(20))
+        # one run given back and taken again in one batch: in the order asked, held after
+        # (the session held busy by a batch meanwhile, so that the two queue in order)
+        stalled = worker_a._lease_lock
+        stalled.acquire()
+        held = True
+        try:
+            with anyio.fail_after(60):  # a hang guard
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(worker_a.acquire_lease, "pad")  # its batch waits
+                    await anyio.wait_all_tasks_blocked()
+                    tg.start_soon(worker_a.release_lease, "r20")
+                    await anyio.wait_all_tasks_blocked()
+                    tg.start_soon(worker_a.acquire_lease, "r20")
+                    await anyio.wait_all_tasks_blocked()
+                    stalled.release()
+                    held = False
+        finally:
+            if held:
+                stalled.release()
+        assert worker_a.holds_lease("r20")
+        assert not await worker_b.acquire_lease("r20")  # held by A, once: B cannot take it
+        await worker_a.release_lease("r20")
+        assert await worker_b.acquire_lease("r20")  # one give freed it: it was held once
+
+
+@pytest.mark.anyio
+async def test_a_run_id_the_server_refuses_fails_only_its_own_lease(
+    postgres_url: str, schema: str
+) -> None:
+    async with PostgresCheckpointStore(postgres_url, schema=schema) as store:
+        assert await store.acquire_lease("kept")
+        got: dict[str, Any] = {}
+
+        async def take(run_id: str) -> None:
+            try:
+                got[run_id] = await store.acquire_lease(run_id)
+            except CheckpointError as exc:
+                got[run_id] = exc
+
+        await _at_once(partial(take, "bad\x00id"), partial(take, "fine"))
+        assert got["fine"] is True and isinstance(got["bad\x00id"], CheckpointError)
+        assert store.holds_lease("kept") and store.holds_lease("fine")  # the session lives on
+
+
+def test_each_event_loop_keeps_its_own_queue_of_lease_changes(postgres_url: str) -> None:
+    """A store shared by the event loops of several threads (the sync twins): a loop's lease
+    changes stay in one queue of its own whatever the other loops do, so they keep their
+    order."""
+    store = PostgresCheckpointStore(postgres_url)
+    seen: list[object] = []
+
+    async def queue_twice_around(other: Callable[[], None]) -> None:
+        seen.append(store._lease_changes())
+        await anyio.to_thread.run_sync(other)
+        seen.append(store._lease_changes())
+
+    def elsewhere() -> None:
+        async def use() -> None:
+            seen.append(store._lease_changes())
+
+        anyio.run(use)
+
+    anyio.run(queue_twice_around, elsewhere)
+    first, other, again = seen
+    assert first is again and other is not first
 
 
 HOLDER = """

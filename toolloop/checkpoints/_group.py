@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
-from typing import Any
+from typing import Any, Generic, TypeVar
+from weakref import WeakKeyDictionary
 
 import anyio
 import anyio.lowlevel
@@ -37,7 +38,9 @@ import anyio.to_thread
 
 from ._errors import CheckpointError
 
-__all__ = ["MAX_BATCH", "GroupCommit", "Write"]
+__all__ = ["MAX_BATCH", "GroupCommit", "PerLoop", "Write"]
+
+T = TypeVar("T")
 
 MAX_BATCH = 500
 """At most this many writes in one transaction (the others wait for the next one)."""
@@ -175,3 +178,25 @@ class GroupCommit:
             first.event.set()
         else:
             self._leading = False
+
+
+class PerLoop(Generic[T]):
+    """One ``T`` for each event loop that asks (made by ``make`` the first time, gone with
+    the loop): what a store's tasks share within their loop, apart from other loops (the
+    sync twins run each call in a loop of its own, in threads, and may share one store).
+    Each loop keeps its own for as long as it runs, so what it queued there (a
+    :class:`GroupCommit`'s writes) keeps its order whatever other loops do."""
+
+    __slots__ = ("_by_loop", "_make")
+
+    def __init__(self, make: Callable[[], T]) -> None:
+        self._make = make
+        self._by_loop: WeakKeyDictionary[object, T] = WeakKeyDictionary()
+
+    def get(self) -> T:
+        """This event loop's ``T``."""
+        loop = anyio.lowlevel.current_token().native_token  # (anyio's RunVar keys the same)
+        held = self._by_loop.get(loop)
+        if held is None:
+            held = self._by_loop[loop] = self._make()
+        return held

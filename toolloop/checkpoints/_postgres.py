@@ -38,7 +38,7 @@ import anyio.to_thread
 
 from .._secrets import REDACTED, register_secret, scrub
 from ._errors import CheckpointError
-from ._group import GroupCommit, Write
+from ._group import GroupCommit, PerLoop, Write
 from ._sql import SQLStore, Step, WriteOp, own_copy
 
 if TYPE_CHECKING:
@@ -165,8 +165,8 @@ class PostgresCheckpointStore(SQLStore):
         self._held: set[str] = set()
         self._open_lock = threading.Lock()
         self._lease_lock = threading.Lock()
-        self._limiter: tuple[anyio.lowlevel.EventLoopToken, anyio.CapacityLimiter] | None = None
-        self._leasing: tuple[anyio.lowlevel.EventLoopToken, GroupCommit] | None = None
+        self._limiters = PerLoop(lambda: anyio.CapacityLimiter(self.max_size))
+        self._leasing = PerLoop(lambda: GroupCommit(self._change_leases, self._threads))
 
     def __repr__(self) -> str:
         return f"PostgresCheckpointStore({self.where()!r}, schema={self.schema!r})"
@@ -208,46 +208,67 @@ class PostgresCheckpointStore(SQLStore):
     def _lease_changes(self) -> GroupCommit:
         """The lease changes of this event loop's runs, made together: the runs starting
         (or ending) at once take (or give back) their leases in one statement, one round
-        trip on the lease session, not one each (and one worker thread, not one each)."""
-        token = anyio.lowlevel.current_token()
-        held = self._leasing
-        if held is None or held[0] != token:  # one per event loop, as the writes' groups
-            held = self._leasing = (token, GroupCommit(self._change_leases, self._threads))
-        return held[1]
+        trip on the lease session, not one each (and one worker thread, not one each).
+        One queue per event loop, so a loop's changes keep their order."""
+        return self._leasing.get()
 
     def _change_leases(self, batch: list[Write]) -> None:
-        """In a worker thread: the lease changes of ``batch``, in order, each stretch of
-        takes (or of gives back) in one statement."""
+        """In a worker thread: the lease changes of ``batch``, as if made in order: the
+        gives and the takes of different runs in two statements (gives first), and where
+        one run is both given and taken in the batch, each stretch of one kind in turn."""
         with self._lease_lock:
+            gives = [w for w in batch if w.fn is _GIVE_BACK]
+            takes = [w for w in batch if w.fn is not _GIVE_BACK]
+            if (
+                not gives
+                or not takes
+                or {w.args[0] for w in gives}.isdisjoint(w.args[0] for w in takes)
+            ):
+                if gives:
+                    self._release_leases(gives)
+                if takes:
+                    self._acquire_leases(takes)
+                return
             start = 0
             while start < len(batch):
                 kind = batch[start].fn
                 end = start + 1
                 while end < len(batch) and batch[end].fn is kind:
                     end += 1
-                if kind is _TAKE:
-                    self._acquire_leases(batch[start:end])
-                else:
+                if kind is _GIVE_BACK:
                     self._release_leases(batch[start:end])
+                else:
+                    self._acquire_leases(batch[start:end])
                 start = end
 
     def _acquire_leases(self, writes: list[Write]) -> None:
+        try:
+            conn = self._lease_connection()  # (a new session holds nothing: before _held)
+        except CheckpointError as exc:
+            _fail_each(writes, exc)
+            return
         keys = {
             self._lease_key(w.args[0]): w.args[0] for w in writes if w.args[0] not in self._held
         }
         if keys:
             try:
-                conn = self._lease_connection()
                 rows = conn.execute(
                     "SELECT k, pg_try_advisory_lock(hashtextextended(k, 0)) "
                     "FROM unnest(%s::text[]) AS k",
                     (list(keys),),
                 ).fetchall()
             except Exception as exc:
-                self._drop_lease_connection()
-                error = exc if isinstance(exc, CheckpointError) else self._error(exc)
-                for write in writes:
-                    write.fail(error if len(writes) == 1 else own_copy(error, exc))
+                if len(keys) > 1 and not self._session_lost(conn, exc):
+                    # a run id the server cannot take (e.g. a NUL): each alone, so that
+                    # only its own caller fails
+                    for write in writes:
+                        self._acquire_leases([write])
+                    return
+                if self._session_lost(conn, exc):
+                    self._drop_lease_connection()  # its locks went with it
+                error = self._error(exc)
+                error.__cause__ = exc
+                _fail_each(writes, error)
                 return
             self._held.update(keys[key] for key, taken in rows if taken)
         for write in writes:
@@ -268,6 +289,12 @@ class PostgresCheckpointStore(SQLStore):
                 self._drop_lease_connection()  # closing the session releases the locks
         for write in writes:
             write.done(None)
+
+    @staticmethod
+    def _session_lost(conn: psycopg.Connection[Any], exc: Exception) -> bool:
+        """Whether ``exc`` ended the lease session (not only the statement)."""
+        psycopg, _ = _import()
+        return conn.closed or isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError))
 
     def _lease_connection(self) -> psycopg.Connection[Any]:
         conn = self._lease_conn
@@ -360,11 +387,7 @@ class PostgresCheckpointStore(SQLStore):
     def _threads(self) -> anyio.CapacityLimiter:
         """At most ``max_size`` worker threads at once (the others wait here, not for a
         connection); one limiter per event loop, so that the sync twins can share a store."""
-        token = anyio.lowlevel.current_token()
-        held = self._limiter
-        if held is None or held[0] != token:  # (a token is made anew by each call)
-            held = self._limiter = (token, anyio.CapacityLimiter(self.max_size))
-        return held[1]
+        return self._limiters.get()
 
     def _batch_slot(self) -> anyio.CapacityLimiter:
         return self._threads()
@@ -601,6 +624,15 @@ class PostgresCheckpointStore(SQLStore):
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
+
+
+def _fail_each(writes: list[Write], error: CheckpointError) -> None:
+    """Each of ``writes`` failed with ``error``: an exception of its own each (an exception
+    is raised by one caller only), with the same words and cause."""
+    for k, write in enumerate(writes):
+        own = error if k == 0 else CheckpointError(str(error))
+        own.__cause__ = error.__cause__
+        write.fail(own)
 
 
 def _take_lease() -> None:

@@ -16,7 +16,7 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from ._errors import CheckpointConflictError, CheckpointError, CorruptCheckpointError
-from ._group import GroupCommit, Write
+from ._group import GroupCommit, PerLoop, Write
 from ._model import Checkpoint, CheckpointStatus, JournalEntry
 from ._store import StoreBase, json_text, stored
 
@@ -63,7 +63,7 @@ class SQLStore(StoreBase):
 
     group_commit: bool
     """Whether concurrent writes are committed together (else one transaction each)."""
-    _groups: tuple[Any, GroupCommit] | None = None
+    _groups: PerLoop[GroupCommit] | None = None
     """The group commit of the event loop that wrote last, with that loop's token."""
 
     async def get(self, run_id: str) -> Checkpoint | None:
@@ -135,11 +135,12 @@ class SQLStore(StoreBase):
                 await anyio.to_thread.run_sync(self._write_batch, [write])
             result: T = write.outcome()
             return result
-        token = anyio.lowlevel.current_token()
-        held = self._groups
-        if held is None or held[0] != token:  # one per event loop: the sync twins share stores
-            held = self._groups = (token, GroupCommit(self._write_batch, self._batch_slot))
-        return await held[1].write(fn, args)  # type: ignore[no-any-return]
+        groups = self._groups
+        if groups is None:  # one per event loop: the sync twins share stores
+            groups = self._groups = PerLoop(
+                lambda: GroupCommit(self._write_batch, self._batch_slot)
+            )
+        return await groups.get().write(fn, args)  # type: ignore[no-any-return]
 
     def _write_batch(self, batch: list[Write]) -> None:
         """In a worker thread: the writes of ``batch`` in one transaction, each given its
