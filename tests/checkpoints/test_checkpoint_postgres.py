@@ -10,7 +10,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -309,7 +309,7 @@ async def _counted(store: PostgresCheckpointStore) -> _Counting:
     return counting
 
 
-async def _at_once(*changes: Callable[[], Awaitable[Any]]) -> None:
+async def _at_once(*changes: Callable[[], Coroutine[Any, Any, Any]]) -> None:
     with anyio.fail_after(60):  # a hang guard
         async with anyio.create_task_group() as tg:
             for change in changes:
