@@ -6,6 +6,7 @@ how their rows read back as checkpoints and journal entries."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, nullcontext
@@ -31,6 +32,9 @@ __all__ = [
     "journal_entry",
     "own_copy",
 ]
+
+_FIRST_WRITE = threading.Lock()
+"""Held while a store makes its group commits' holder (once, on its first write)."""
 
 T = TypeVar("T")
 
@@ -64,7 +68,7 @@ class SQLStore(StoreBase):
     group_commit: bool
     """Whether concurrent writes are committed together (else one transaction each)."""
     _groups: PerLoop[GroupCommit] | None = None
-    """The group commit of the event loop that wrote last, with that loop's token."""
+    """The group commits of the event loops that write, one each (made by the first write)."""
 
     async def get(self, run_id: str) -> Checkpoint | None:
         return await self._read(self._get, run_id)
@@ -137,9 +141,12 @@ class SQLStore(StoreBase):
             return result
         groups = self._groups
         if groups is None:  # one per event loop: the sync twins share stores
-            groups = self._groups = PerLoop(
-                lambda: GroupCommit(self._write_batch, self._batch_slot)
-            )
+            with _FIRST_WRITE:  # (two loops' first writes make one)
+                groups = self._groups
+                if groups is None:
+                    groups = self._groups = PerLoop(
+                        lambda: GroupCommit(self._write_batch, self._batch_slot)
+                    )
         return await groups.get().write(fn, args)  # type: ignore[no-any-return]
 
     def _write_batch(self, batch: list[Write]) -> None:
