@@ -295,3 +295,45 @@ def test_an_async_callback_is_refused_at_once() -> None:
     for callback in (on_event, Sink()):
         with pytest.raises(TypeError, match="is async, but callbacks are called inline"):
             flow.execution().subscribe(callback)  # type: ignore[arg-type]
+
+
+async def test_a_pause_decided_by_a_task_ends_the_run_paused_for_its_observers() -> None:
+    """``Execution.pause`` (a run as a tool that paused for a human pauses the run that
+    called it): the session raises the given error, its status is ``paused`` and its
+    observers are told ``ExecutionPaused`` with what it waits for and asks, never
+    ``ExecutionFailed``; what still ran was cancelled."""
+    from toolloop.errors import ExecutionError
+
+    flow: Flow[dict[str, Any]] = Flow("paused from a task")
+    held, running = anyio.Event(), anyio.Event()
+    cut: list[str] = []
+
+    async def other(value: Any, ctx: Context[dict[str, Any]]) -> None:
+        try:
+            running.set()
+            await held.wait()
+        finally:
+            cut.append("other")
+
+    async def asks(value: Any, ctx: Context[dict[str, Any]]) -> None:
+        await running.wait()
+        execution.pause(
+            ExecutionError("a child asks a human"),
+            waiting_for="human_decision",
+            request={"kind": "approve_tool_calls"},
+        )
+        await anyio.lowlevel.checkpoint()  # cancelled here, with the session
+
+    flow.start.to(asks).end()
+    flow.start.to(other).end()
+    execution = flow.execution()
+    events, outcome = await read_all(execution)
+    assert isinstance(outcome, ExecutionError) and str(outcome) == "a child asks a human"
+    assert execution.status == "paused" and cut == ["other"]
+    assert not any(isinstance(e, ExecutionFailed) for e in events)
+    ended = events[-1]
+    assert isinstance(ended, ExecutionPaused)
+    assert ended.waiting_for == ["human_decision"]
+    assert ended.requests == [{"kind": "approve_tool_calls"}]
+    execution.pause(ExecutionError("again"), waiting_for="x", request=None)  # ended: no-op
+    assert execution.status == "paused"

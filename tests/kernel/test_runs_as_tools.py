@@ -16,8 +16,8 @@ import pytest
 from toolloop.agents import create_agent
 from toolloop.checkpoints import Approve, DecisionError, MemoryCheckpointStore, Reject
 from toolloop.errors import UsageLimitError
-from toolloop.flow import FlowEvent
-from toolloop.kernel import ChildRunEvent, RunFinished, RunResult
+from toolloop.flow import ExecutionFailed, ExecutionPaused, FlowEvent
+from toolloop.kernel import HUMAN_EVENT, ChildRunEvent, RunFinished, RunResult
 from toolloop.loop import as_tool as loop_as_tool
 from toolloop.loop import (
     async_plan_and_execute,
@@ -497,11 +497,23 @@ async def test_a_child_paused_for_a_human_pauses_its_parent_resumed_with_the_dec
     parent.call("helper", request="mail ada")
     parent.answer("done")
     helper = child.as_tool([mailer.send], "helper", needs_approval=["send"])
+    told: list[FlowEvent] = []
     with anyio.fail_after(30):
         paused = await parent.run(
-            [helper], "mail", store=store, run_id="lead", unknown_outcome=unknown_outcome
+            [helper],
+            "mail",
+            store=store,
+            run_id="lead",
+            unknown_outcome=unknown_outcome,
+            on_event=told.append,
         )
     assert paused.status == "paused"
+    # the parent's events end paused, as any pause does: never failed
+    own = [e for e in told if not isinstance(e, ChildRunEvent)]
+    assert not any(isinstance(e, ExecutionFailed) for e in own)
+    ended = own[-1]
+    assert isinstance(ended, ExecutionPaused) and ended.waiting_for == [HUMAN_EVENT]
+    assert ended.requests[0]["kind"] == "approve_tool_calls"
     assert mailer.sent == []
     asked = paused.request
     assert asked is not None and asked.kind == "approve_tool_calls"

@@ -110,6 +110,7 @@ class Execution(Generic[S]):
         "_flow",
         "_live",
         "_observers",
+        "_pausing",
         "_result",
         "_t0",
         "_tg",
@@ -139,6 +140,8 @@ class Execution(Generic[S]):
         self._done = False
         self._result: Any = None
         self._failure: ExecutionError | None = None
+        self._pausing: tuple[str, Any] | None = None
+        """What :meth:`pause` waits for and asks, when it ended the session."""
         self._t0 = 0.0
         self._elapsed_before = 0.0
 
@@ -253,6 +256,17 @@ class Execution(Generic[S]):
         its parent's budget). Nothing happens once the execution ended."""
         self._fail(error)
 
+    def pause(self, error: ExecutionError, *, waiting_for: str, request: Any) -> None:
+        """End the running execution paused, from a task of it: as :meth:`fail` (its
+        session raises ``error``, for its caller to keep the pause; what still runs is
+        cancelled), but its status is ``paused`` and its observers are told
+        ``ExecutionPaused`` (``waiting_for``, ``request``), not ``ExecutionFailed``: a pause
+        decided outside the flow's own waits (a run as a tool that paused for a human
+        pauses the run that called it). Nothing happens once the execution ended."""
+        if self._failure is None and not self._done:
+            self._pausing = (waiting_for, request)
+        self._fail(error)
+
     def snapshot(self) -> FlowSnapshot:
         """A JSON-ready picture of a paused (or finished) execution."""
         if self.status == "running":
@@ -338,6 +352,22 @@ class Execution(Generic[S]):
                 "else_/default",
                 state=self.state,
             )
+        pausing, self._pausing = self._pausing, None
+        if failure is not None and pausing is not None:  # ended paused by a task (pause())
+            self.status = "paused"
+            failure.trace = materialize(self._trace)
+            if self._observers:
+                self._closed("paused", None, elapsed)
+                self._publish(
+                    ExecutionPaused(
+                        execution_id=self.id,
+                        at=elapsed,
+                        waiting_for=[pausing[0]],
+                        requests=[pausing[1]],
+                    )
+                )
+            self._close_observers()
+            raise failure
         if failure is not None:
             self.status = "failed"
             failure.trace = materialize(self._trace)  # the whole story, cancellations too

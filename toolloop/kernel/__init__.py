@@ -93,6 +93,7 @@ from ._structured import output_schema as output_schema
 from ._sync import Backend as Backend
 from ._sync import SyncTwins as SyncTwins
 from ._sync import run_sync as run_sync
+from ._vocabulary import HUMAN_EVENT as HUMAN_EVENT
 from ._vocabulary import StopReason as StopReason
 from ._vocabulary import cut_off_error as cut_off_error
 from ._vocabulary import cut_off_record as cut_off_record
@@ -104,6 +105,7 @@ __all__ = [
     "DEFAULT_MAX_CHILDREN",
     "DEFAULT_MAX_DEPTH",
     "ENGINE_EVENTS",
+    "HUMAN_EVENT",
     "MAX_ARGUMENT_BYTES",
     "READ_RESULT",
     "RENAMED_OPTIONS",

@@ -55,6 +55,7 @@ from ..tools import RunContext, Tool
 from ._events import RunEvent
 from ._options import RunOptions
 from ._result import RunResult
+from ._vocabulary import HUMAN_EVENT
 
 __all__ = [
     "DEFAULT_MAX_CHILDREN",
@@ -552,7 +553,9 @@ async def _pause_parent(
             run_id=run_id,
         )
     asked = _for_parent(asked, run_id, found.revision, call_id, tool_name)
-    parent.execution.fail(ChildRunPaused(asked))
+    parent.execution.pause(
+        ChildRunPaused(asked), waiting_for=HUMAN_EVENT, request=asked.model_dump(mode="json")
+    )
     await anyio.lowlevel.checkpoint()  # cancelled here, with the parent's session
     raise ChildRunPausedError(  # (only if the parent's session had ended before)
         f"the run {run_id!r} this tool started paused for a human", run_id=run_id

@@ -13,6 +13,7 @@ from ..checkpoints import interrupted_error as interrupted_error
 from ..runner import ToolExecutionRecord, cancelled_error
 
 __all__ = [
+    "HUMAN_EVENT",
     "StopReason",
     "cut_off_error",
     "cut_off_record",
@@ -20,6 +21,10 @@ __all__ = [
     "model_timeout_error",
     "rejected_error",
 ]
+
+HUMAN_EVENT = "human_decision"
+"""What a run paused for a human waits for (its ``ExecutionPaused.waiting_for``): the
+event its human's decision resumes it with."""
 
 StopReason = Literal[
     "answered",

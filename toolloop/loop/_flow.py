@@ -31,6 +31,7 @@ from .._errors import AnswerError, PlannerError, StructuredOutputError, UsageLim
 from ..checkpoints import HumanRequest
 from ..flow import Context, Flow
 from ..kernel import (
+    HUMAN_EVENT,
     READ_RESULT,
     ProviderStrategy,
     ResponseFormat,
@@ -76,10 +77,6 @@ __all__ = [
     "RoundState",
     "loop_flow",
 ]
-
-HUMAN_EVENT = "human_decision"
-"""The external event a paused loop run waits for (its answer resumes it from the journal:
-see :func:`~toolloop.loop.async_resume_plan_and_execute`)."""
 
 
 class PauseForHuman(Exception):

@@ -33,7 +33,7 @@ from ..checkpoints import (
     RequestedCall,
     interruption,
 )
-from ..kernel import Run, Skip, Verdict, decide
+from ..kernel import HUMAN_EVENT, Run, Skip, Verdict, decide
 from ..runner import ToolExecutionRecord
 from ._state import Note, StatusAgentState, StatusCallRecord, StatusToolCall
 
@@ -44,9 +44,6 @@ __all__ = [
     "interrupted_request",
     "review_request",
 ]
-
-HUMAN_EVENT = "human_decision"
-"""The external event a paused run waits for; its value is the human's decision."""
 
 _ON_CALLS: list[DecisionKind] = ["approve", "edit", "reject", "replan", "stop"]
 _ON_REVIEW: list[DecisionKind] = ["continue", "replan", "stop"]
