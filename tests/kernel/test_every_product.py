@@ -1480,6 +1480,16 @@ async def test_a_change_of_status_is_told_once(make: type[Product]) -> None:
 
 
 @pytest.mark.parametrize("make", EACH)
+async def test_a_resumed_run_s_clock_goes_on_from_its_pause(make: type[Product]) -> None:
+    before, after = await approved_run(make)
+    (pause,) = of(before, ExecutionPaused)
+    assert pause.at > 0
+    assert after[0].at == pytest.approx(pause.at)  # not 0 again: the time run before counts
+    times = [e.at for e in after]
+    assert times == sorted(times)
+
+
+@pytest.mark.parametrize("make", EACH)
 async def test_a_tool_s_report_is_a_progress_event_of_its_call(make: type[Product]) -> None:
     told: list[str] = []
 
