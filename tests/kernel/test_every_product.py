@@ -124,6 +124,8 @@ class Product:
     """Whether the run answers (ends its turns) before its structured answer is asked for
     (the loop's final answer, the status agent's conversation); the middleware agent's
     structured answer is its last turn."""
+    pause_step = ""
+    """The ``step`` of the checkpoint a run tells as it pauses in its first turn."""
     statuses: tuple[str, ...] = ()
     """The statuses a run that asks for one approved call of ``send``, then answers, goes
     through (the status agent's; the other products have none)."""
@@ -221,6 +223,7 @@ class Loop(Product):
 
     name = "loop"
     model_error = PlannerError
+    pause_step = "round 0 plan"
     handles = ("r:0", "r:1", "r:2")
     """The handles of the run's first results (the loop: a record's place in done_plans)."""
 
@@ -339,6 +342,7 @@ class Agent(ToolCalling):
 
     name = "agent"
     model_error = AgentModelError
+    pause_step = "model"
     answers_before_structured = False
 
     async def run(self, tools: Tools, **options: Any) -> RunResult:
@@ -394,6 +398,7 @@ class Status(ToolCalling):
     name = "status"
     model_error = StepFailedError
     reviews_failed_calls = True
+    pause_step = "human_intervention"
     statuses = (
         "analysis_completed",
         "decision_ready",
@@ -1450,6 +1455,17 @@ async def test_the_pause_event_carries_what_the_run_asks(make: type[Product]) ->
     assert paused.request is not None
     (pause,) = of(events, ExecutionPaused)
     assert pause.requests == [paused.request.model_dump(mode="json")]
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_pause_the_store_keeps_is_told_as_a_checkpoint(make: type[Product]) -> None:
+    paused, events = await paused_on_send(make)  # its first turn pauses
+    assert paused.paused
+    own = [e for e in events if type(e) not in ENGINE_EVENTS]
+    saved, pause = own[-2:]  # the checkpoint, last before the pause
+    assert isinstance(pause, ExecutionPaused)
+    assert isinstance(saved, CheckpointSaved) and saved.step == make.pause_step
+    assert own.index(saved) > own.index(of(own, ModelCallFinished)[-1])
 
 
 async def approved_run(make: type[Product]) -> tuple[list[FlowEvent], list[FlowEvent]]:
