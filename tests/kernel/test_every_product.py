@@ -11,6 +11,7 @@ middleware agent's turns, and the status agent's decision step, which asks the m
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -83,7 +84,7 @@ from toolloop.runner import (
     ToolProgress,
     cancelled_error,
 )
-from toolloop.status_agent import LLMStatusSteps, StatusAgent, StatusView
+from toolloop.status_agent import LLMStatusSteps, StatusAgent, StatusChanged, StatusView
 from toolloop.testing import (
     FakeToolCall,
     ManualClock,
@@ -123,6 +124,11 @@ class Product:
     """Whether the run answers (ends its turns) before its structured answer is asked for
     (the loop's final answer, the status agent's conversation); the middleware agent's
     structured answer is its last turn."""
+    pause_step = ""
+    """The ``step`` of the checkpoint a run tells as it pauses in its first turn."""
+    statuses: tuple[str, ...] = ()
+    """The statuses a run that asks for one approved call of ``send``, then answers, goes
+    through (the status agent's; the other products have none)."""
 
     def __init__(self) -> None:
         self.model = ScriptedChatModel()
@@ -217,6 +223,7 @@ class Loop(Product):
 
     name = "loop"
     model_error = PlannerError
+    pause_step = "round 0 plan"
     handles = ("r:0", "r:1", "r:2")
     """The handles of the run's first results (the loop: a record's place in done_plans)."""
 
@@ -335,6 +342,7 @@ class Agent(ToolCalling):
 
     name = "agent"
     model_error = AgentModelError
+    pause_step = "model"
     answers_before_structured = False
 
     async def run(self, tools: Tools, **options: Any) -> RunResult:
@@ -390,6 +398,17 @@ class Status(ToolCalling):
     name = "status"
     model_error = StepFailedError
     reviews_failed_calls = True
+    pause_step = "human_intervention"
+    statuses = (
+        "analysis_completed",
+        "decision_ready",
+        "waiting_for_human",
+        "ready_for_execution",
+        "tools_completed",
+        "continue",
+        "decision_completed",
+        "reflection_completed",
+    )
     handles = ("r:call-1", "r:call-2", "r:call-3")
     """The handles of the run's first results (the status agent: its call ids)."""
 
@@ -1436,6 +1455,54 @@ async def test_the_pause_event_carries_what_the_run_asks(make: type[Product]) ->
     assert paused.request is not None
     (pause,) = of(events, ExecutionPaused)
     assert pause.requests == [paused.request.model_dump(mode="json")]
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_pause_the_store_keeps_is_told_as_a_checkpoint(make: type[Product]) -> None:
+    paused, events = await paused_on_send(make)  # its first turn pauses
+    assert paused.paused
+    own = [e for e in events if type(e) not in ENGINE_EVENTS]
+    saved, pause = own[-2:]  # the checkpoint, last before the pause
+    assert isinstance(pause, ExecutionPaused)
+    assert isinstance(saved, CheckpointSaved) and saved.step == make.pause_step
+    assert own.index(saved) > own.index(of(own, ModelCallFinished)[-1])
+
+
+async def approved_run(make: type[Product]) -> tuple[list[FlowEvent], list[FlowEvent]]:
+    """A run of ``make`` that asks for one call of ``send``, paused for its approval, then
+    resumed with it: the events of each session."""
+    product, mailer, store = make(), Mailer(), MemoryCheckpointStore()
+    product.script_tool_call("send", to="ada")
+    product.script_answer("sent")
+    before: list[FlowEvent] = []
+    paused = await product.run(
+        mailer.tools, store=store, needs_approval=["send"], on_event=before.append
+    )
+    assert paused.paused
+    after: list[FlowEvent] = []
+    done = await product.resume(
+        paused.run_id, Approve(), mailer.tools, store=store, on_event=after.append
+    )
+    assert (done.status, done.stop_reason, mailer.sent) == ("completed", "answered", ["ada"])
+    return before, after
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_change_of_status_is_told_once(make: type[Product]) -> None:
+    before, after = await approved_run(make)
+    told = [e.status for e in of([*before, *after], StatusChanged)]
+    assert all(a != b for a, b in itertools.pairwise(told))  # one change, one event
+    assert told == list(make.statuses)
+
+
+@pytest.mark.parametrize("make", EACH)
+async def test_a_resumed_run_s_clock_goes_on_from_its_pause(make: type[Product]) -> None:
+    before, after = await approved_run(make)
+    (pause,) = of(before, ExecutionPaused)
+    assert pause.at > 0
+    assert after[0].at == pytest.approx(pause.at)  # not 0 again: the time run before counts
+    times = [e.at for e in after]
+    assert times == sorted(times)
 
 
 @pytest.mark.parametrize("make", EACH)

@@ -197,13 +197,18 @@ KERNEL_ROWS: dict[str, tuple[str, ...]] = {
         "`structured_response`, `StructuredOutputError`"
     ): ("test_a_structured_answer_is_retried_counted_and_kept",),
     (
-        "events: `ModelCallStarted`/`Finished`, `CheckpointSaved`, `RunFinished`, a pause's "
-        "`ExecutionPaused`, a tool's `ToolProgress` with its `call_id`"
+        "events: `ModelCallStarted`/`Finished`, `CheckpointSaved` (the last before a pause "
+        "too), `RunFinished`, a pause's `ExecutionPaused`, a tool's `ToolProgress` with its "
+        "`call_id`; one event per fact (a status once per change); a resumed run's `at` goes "
+        "on from its pause"
     ): (
         "test_a_completed_run_tells_its_model_calls_tool_calls_checkpoints_and_end",
         "test_a_tool_s_report_is_a_progress_event_of_its_call",
         "test_a_paused_run_ends_its_events_with_the_pause",
         "test_the_pause_event_carries_what_the_run_asks",
+        "test_a_pause_the_store_keeps_is_told_as_a_checkpoint",
+        "test_a_change_of_status_is_told_once",
+        "test_a_resumed_run_s_clock_goes_on_from_its_pause",
     ),
     "the result: a `RunResult`": ("test_the_result_is_the_kernel_s_run_result",),
     "a recorded run replayed (`toolloop.testing.replay`, `toolloop replay`)": (

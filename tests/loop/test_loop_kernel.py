@@ -19,6 +19,7 @@ from toolloop.errors import (
 )
 from toolloop.flow import ExecutionFailed, ExecutionPaused, FlowEvent
 from toolloop.kernel import (
+    ENGINE_EVENTS,
     Approval,
     CheckpointSaved,
     ModelCallFinished,
@@ -385,6 +386,27 @@ async def test_a_durable_loop_tells_each_checkpoint() -> None:
     kinds = [e.kind for e in events]
     # each after its round's end, before the next round is planned
     assert kinds.index("checkpoint_saved") > kinds.index("round_finished")
+
+
+async def test_a_durable_loop_tells_the_checkpoint_of_its_pause_in_a_later_round() -> None:
+    desk, store = Desk(), MemoryCheckpointStore()
+    events: list[FlowEvent] = []
+    look_then_send = [{"execution_commands": [cmd("look", key="b")]}, *PLAN]
+    paused = await async_plan_and_execute(
+        "look, then mail ada",
+        tools=[desk.look, desk.send],
+        planner=ScriptedPlanner(look_then_send),
+        store=store,
+        needs_approval=["send"],
+        on_event=events.append,
+    )
+    assert paused.paused and desk.done == ["look b"]
+    saved = [e for e in events if isinstance(e, CheckpointSaved)]
+    assert [e.step for e in saved] == ["round 0", "round 1 plan"]
+    own = [e for e in events if type(e) not in ENGINE_EVENTS]
+    assert own[-2:] == [saved[-1], events[-1]]  # the pause's checkpoint, then the pause
+    stored = await store.get(paused.run_id)
+    assert stored is not None and stored.status == "paused"
 
 
 async def test_a_resume_takes_the_run_options_again_and_keeps_the_stored_ones() -> None:

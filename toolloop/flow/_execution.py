@@ -98,6 +98,8 @@ class Execution(Generic[S]):
     """One run of a :class:`Flow`: cheap to make, used once (and again to resume a pause).
 
     Made by :meth:`Flow.execution` or :meth:`Flow.restore`; run with :meth:`run`.
+    ``elapsed``: the seconds the run had run before (a run continued in a new execution):
+    its events' ``at`` and its trace's times go on from there.
     """
 
     __slots__ = (
@@ -122,7 +124,15 @@ class Execution(Generic[S]):
         "status",
     )
 
-    def __init__(self, flow: Flow[S], state: S, deps: Any = None, id: str | None = None) -> None:
+    def __init__(
+        self,
+        flow: Flow[S],
+        state: S,
+        deps: Any = None,
+        id: str | None = None,
+        *,
+        elapsed: float = 0.0,
+    ) -> None:
         self._flow = flow
         self.state: S = state
         self.deps: Any = deps
@@ -143,7 +153,7 @@ class Execution(Generic[S]):
         self._pausing: tuple[str, Any] | None = None
         """What :meth:`pause` waits for and asks, when it ended the session."""
         self._t0 = 0.0
-        self._elapsed_before = 0.0
+        self._elapsed_before = elapsed
 
     # -- public -------------------------------------------------------------------------
 

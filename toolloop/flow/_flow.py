@@ -301,10 +301,9 @@ class Flow(Generic[S]):
             state = self._load_state(snap.state)
         except ValueError as exc:
             raise ResumeError(f"snapshot state does not fit flow {self.name!r}: {exc}") from exc
-        ex = Execution(self, state, deps, id=snap.execution_id)
+        ex = Execution(self, state, deps, id=snap.execution_id, elapsed=snap.elapsed)
         ex._trace = [(t.step, t.event, t.started, t.ended, t.outcome, t.detail) for t in snap.trace]
         ex._waits = list(snap.waiting)
-        ex._elapsed_before = snap.elapsed
         ex.status = "paused" if snap.waiting else "completed"
         return ex
 

@@ -139,7 +139,9 @@ class RateLimitChanged(RunEvent):
 
 
 class CheckpointSaved(RunEvent):
-    """A durable run wrote a checkpoint (after a step, a round, a pause)."""
+    """A durable run wrote a checkpoint: after a step (the agents) or a round (the loop),
+    and, in every product, as it pauses for a human (the last event before its
+    ``ExecutionPaused``)."""
 
     kind: Literal["checkpoint_saved"] = "checkpoint_saved"
     step: str

@@ -114,6 +114,7 @@ def _prepare(
     state: RoundState | None = None,
     run_id: str | None = None,
     answer: AnswerWith | None = None,
+    elapsed: float = 0.0,
 ) -> Execution[RoundState]:
     if not isinstance(user_input, str):
         raise TypeError(f"user_input must be a str, got {type(user_input).__name__}")
@@ -143,8 +144,8 @@ def _prepare(
         answer=answer,
         max_result_chars=limit,
     )
-    execution = Execution(loop_flow, RoundState() if state is None else state, loop_deps, id=run_id)
-    return execution
+    state = RoundState() if state is None else state
+    return Execution(loop_flow, state, loop_deps, id=run_id, elapsed=elapsed)
 
 
 _EXECUTORS: weakref.WeakKeyDictionary[ToolRegistry, Executor] = weakref.WeakKeyDictionary()
@@ -454,6 +455,7 @@ async def _continued(
         state=state,
         run_id=run_id,
         answer=_answer_spec(own.get("answer_with")),
+        elapsed=checkpoint.snapshot.elapsed,  # its clock goes on from the time run before
     )
     registry = execution.deps.registry
     approval_rule(options.needs_approval, registry.names)  # refused before the run is claimed

@@ -271,10 +271,16 @@ class DurableLoop:
             self.state.notes.append(_orphan_note(self.state.round_index, key, other))
         return mine
 
-    def on_pause(self, state: RoundState) -> None:
-        """The paused snapshot counts the usage of its checkpoint: the round's plan is
-        journaled, and counted from there when the run is resumed."""
+    async def on_pause(self, ctx: LoopContext) -> None:
+        """The run pauses for a human in its round ``i``: a checkpoint of it as it waits,
+        told as the kernel's :class:`~toolloop.kernel.CheckpointSaved`, step
+        ``"round {i} plan"`` (the agents, too, tell the checkpoint of the step that paused,
+        before the pause). The paused snapshot counts the usage of its checkpoint: the
+        round's plan is journaled, and counted from there when the run is resumed."""
+        state = ctx.state
         state.usage = self.base_usage
+        await self.run.save(self.snapshot())
+        tell(ctx, CheckpointSaved, step=f"round {state.round_index} plan")
 
     def asked(self, round_index: int, raw: Any) -> HumanRequest | None:
         """What the round must ask a human before its calls run: approvals its calls need,

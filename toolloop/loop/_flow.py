@@ -159,8 +159,9 @@ class DurableHooks(Protocol):
     def source_of(self, key: str) -> CallSource:
         """Where the record of call ``key`` came from (its journal may answer for it)."""
 
-    def on_pause(self, state: RoundState) -> None:
-        """As the run pauses for a human, before its snapshot is taken."""
+    async def on_pause(self, ctx: Context[RoundState, Any]) -> None:
+        """As the run pauses for a human, before its snapshot is taken: keep the run as it
+        waits (told as the kernel's ``CheckpointSaved``)."""
 
 
 @dataclass(slots=True)
@@ -535,12 +536,12 @@ def route(planned: Planned) -> str:
     return "execute" if decided.next_action == "execute" and decided.items else "finish"
 
 
-def await_human(planned: Planned, ctx: LoopContext) -> None:
+async def await_human(planned: Planned, ctx: LoopContext) -> None:
     """Pause the run until a human decides on the round's calls (its request)."""
     request = planned.pause
     assert request is not None
     if ctx.deps.durable is not None:
-        ctx.deps.durable.on_pause(ctx.state)
+        await ctx.deps.durable.on_pause(ctx)
     ctx.pause(HUMAN_EVENT, request.model_dump(mode="json"))
 
 

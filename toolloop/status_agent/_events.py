@@ -23,7 +23,8 @@ class StatusEvent(FlowEvent):
 
 
 class StatusChanged(StatusEvent):
-    """A node set the run's status."""
+    """The run's status changed: ``node`` set it (a node that keeps the status it found,
+    such as the human intervention after a decision that waits for a human, tells none)."""
 
     kind: Literal["status_changed"] = "status_changed"
     node: NodeName

@@ -4,8 +4,10 @@ checkpointed.
 Every node is wrapped the same way (:func:`node`): the loop guard counts the entry (and may
 end the run), the node's body runs and sets the status, what its model calls cost is
 journaled (also when it raises or is cancelled) and counted in the state, the transition is
-noted and published, and a progress checkpoint is written (a snapshot that a crashed run is
-recovered from; told as the kernel's ``CheckpointSaved(step=<node>)``). Transitions are
+noted (and published when the status changed: the human intervention node keeps the
+decision's ``waiting_for_human``, the decision keeps the human's ``ready_for_execution``),
+and a progress checkpoint is written (a snapshot that a crashed run is recovered from; told
+as the kernel's ``CheckpointSaved(step=<node>)``). Transitions are
 idempotent: a node entered again from the same state (after a recovery) does the same thing,
 and tool calls go through the kernel's journal (:func:`toolloop.kernel.journaled_call`), so
 none runs twice; a call whose outcome is unknown follows the run's ``unknown_outcome``.
@@ -177,6 +179,7 @@ def node(name: NodeName) -> Callable[[NodeBody], Step]:
             meter = current_meter()
             mark = meter.calls if meter is not None else 0
             at = len(state.history)  # the position of this node's transition
+            was = state.status
             try:
                 await body(value, state, deps, ctx)
             except BaseException:
@@ -187,7 +190,8 @@ def node(name: NodeName) -> Callable[[NodeBody], Step]:
                 state.usage = meter.usage  # the checkpoint below counts it
             state.node = name
             state.history.append(Transition(node=name, status=state.status))
-            tell(ctx, StatusChanged, node=name, status=state.status)
+            if state.status != was:  # one change, one event (a node may keep the status)
+                tell(ctx, StatusChanged, node=name, status=state.status)
             await deps.checkpoint.save(recover_snapshot(state, ctx.execution_id, name))
             tell(ctx, CheckpointSaved, step=name)
 

@@ -208,8 +208,9 @@ class RunShape:
         :class:`~toolloop.kernel.ChildRunEvent`) make that child's shape, under the call
         that started it.
 
-        A resumed run whose clock started again at 0 (the loop's) is laid after its pause,
-        so that the times read on."""
+        A continued run whose clock started again at 0 (a recovered one's; a trace written
+        before a resumed run's clock went on) is laid after its pause, so that the times
+        read on."""
         shape = cls(execution_id=run_id)
         below: dict[str, list[FlowEvent]] = {}
         called: dict[str, str] = {}
