@@ -44,6 +44,7 @@ from toolloop.errors import (
 from toolloop.flow import ExecutionPaused, FlowEvent
 from toolloop.kernel import (
     ENGINE_EVENTS,
+    HUMAN_EVENT,
     Approval,
     CheckpointSaved,
     ChildRunEvent,
@@ -1455,6 +1456,7 @@ async def test_the_pause_event_carries_what_the_run_asks(make: type[Product]) ->
     assert paused.request is not None
     (pause,) = of(events, ExecutionPaused)
     assert pause.requests == [paused.request.model_dump(mode="json")]
+    assert pause.waiting_for == [HUMAN_EVENT]  # one name for it in every product
 
 
 @pytest.mark.parametrize("make", EACH)

@@ -34,6 +34,7 @@ from .._errors import DefinitionError, ExecutionError, UsageLimitError
 from ..checkpoints import CheckpointedRun, record_usage
 from ..flow import Context, Flow, Step, Target
 from ..kernel import (
+    HUMAN_EVENT,
     CheckpointSaved,
     RunOptions,
     StopReason,
@@ -74,8 +75,9 @@ from ._tool_call import ToolOutcome, error_message, record_of
 
 __all__ = ["ANSWERED", "MAX_TURNS", "AgentDeps", "agent_flow", "settle", "stop_reason"]
 
-ANSWERED = "answered"
-"""The external event that resumes a paused run with its answer."""
+ANSWERED = HUMAN_EVENT
+"""The external event that resumes a paused run with its answer: the kernel's
+:data:`~toolloop.kernel.HUMAN_EVENT`, as in every product."""
 MAX_TURNS = 100
 """The agent's ``max_turns`` when none is given: model calls per run."""
 
