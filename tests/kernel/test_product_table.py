@@ -198,9 +198,9 @@ KERNEL_ROWS: dict[str, tuple[str, ...]] = {
     ): ("test_a_structured_answer_is_retried_counted_and_kept",),
     (
         "events: `ModelCallStarted`/`Finished`, `CheckpointSaved` (the last before a pause "
-        "too), `RunFinished`, a pause's `ExecutionPaused`, a tool's `ToolProgress` with its "
-        "`call_id`; one event per fact (a status once per change); a resumed run's `at` goes "
-        "on from its pause"
+        "too), `RunFinished`, a pause's `ExecutionPaused` (waiting for `HUMAN_EVENT`), a "
+        "tool's `ToolProgress` with its `call_id`; one event per fact (a status once per "
+        "change); a resumed run's `at` goes on from its pause"
     ): (
         "test_a_completed_run_tells_its_model_calls_tool_calls_checkpoints_and_end",
         "test_a_tool_s_report_is_a_progress_event_of_its_call",
