@@ -965,6 +965,12 @@ async def test_unknown_outcome_ask_puts_the_call_to_a_human(make: type[Product])
     assert recovered.paused and recovered.request is not None
     assert recovered.request.kind == "interrupted_tool_calls"
     assert [(c.call_id, c.tool_name) for c in recovered.request.tool_calls] == [(call_id, "send")]
+    # worded the same in every product (what it asks of the human: from what it allows)
+    assert recovered.request.reason.startswith(
+        "1 tool call(s) were interrupted: the run's cancellation ended them while they ran, "
+        "before their outcome was recorded, so they may or may not have taken effect. They "
+        "were not run again: approve (or edit) to run them again, "
+    ), recovered.request.reason
 
 
 @pytest.mark.parametrize("make", EACH)
@@ -1456,6 +1462,8 @@ async def test_the_pause_event_carries_what_the_run_asks(make: type[Product]) ->
     assert paused.request is not None
     (pause,) = of(events, ExecutionPaused)
     assert pause.requests == [paused.request.model_dump(mode="json")]
+    # worded the same in every product
+    assert paused.request.reason == "1 tool call(s) need your approval before they run (send)"
     assert pause.waiting_for == [HUMAN_EVENT]  # one name for it in every product
 
 

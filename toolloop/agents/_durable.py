@@ -21,9 +21,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..checkpoints import HumanRequest, RequestedCall, interruption
+from ..checkpoints import RequestedCall, interruption
 from ..flow import FlowSnapshot, Wait
 from ..kernel import Decided, Interrupted, Run, Skip, interrupted_error
+from ..kernel import interrupted_request as kernel_interrupted_request
 from ..runner import ToolExecutionRecord, json_safe
 from ._messages import AssistantMessage, ToolCall, ToolMessage, last_assistant
 from ._state import AgentState
@@ -87,15 +88,8 @@ def interrupted_request(cut: list[tuple[ToolCall, Interrupted]]) -> dict[str, An
     """The pause of a run that found interrupted calls (``unknown_outcome="ask"``): where it
     stopped and what it asks, with what cut each call off (none: its process stopped)."""
     causes = {call.id: i.cause for call, i in cut if i.cause is not None}
-    what = "; ".join(dict.fromkeys(interruption(i.cause, plural=True) for _, i in cut))
-    request = HumanRequest(
-        kind="interrupted_tool_calls",
-        reason=(
-            f"{len(cut)} tool call(s) were interrupted: {what}, so they may or may not "
-            "have taken effect. They were not run again: approve (or edit) to run them "
-            "again, or reject to tell the model they did not finish"
-        ),
-        tool_calls=[
+    request = kernel_interrupted_request(
+        [
             RequestedCall(
                 call_id=call.id,
                 tool_name=call.name,
@@ -104,7 +98,8 @@ def interrupted_request(cut: list[tuple[ToolCall, Interrupted]]) -> dict[str, An
             )
             for call, i in cut
         ],
-        allowed=["approve", "edit", "reject"],
+        [i.cause for _, i in cut],
+        ["approve", "edit", "reject"],
     )
     return {
         "by": RECOVERY,

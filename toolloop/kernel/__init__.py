@@ -29,7 +29,9 @@ from ._decisions import Decided as Decided
 from ._decisions import Run as Run
 from ._decisions import Skip as Skip
 from ._decisions import Verdict as Verdict
+from ._decisions import approval_request as approval_request
 from ._decisions import decide as decide
+from ._decisions import interrupted_request as interrupted_request
 from ._decisions import replanned_error as replanned_error
 from ._drive import Ended as Ended
 from ._drive import TurnLogic as TurnLogic
@@ -156,6 +158,7 @@ __all__ = [
     "UnknownOutcome",
     "Verdict",
     "answer_child",
+    "approval_request",
     "approval_rule",
     "arguments_problem",
     "as_tool",
@@ -168,6 +171,7 @@ __all__ = [
     "drive",
     "finish_reason_of",
     "interrupted_error",
+    "interrupted_request",
     "is_cut",
     "journaled_call",
     "keeping",

@@ -8,23 +8,35 @@ whole answer asks of the run (go on, stop). A product only maps the verdicts ont
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..checkpoints import (
     Continue,
+    DecisionKind,
     Edit,
     HumanDecision,
     HumanRequest,
     Reject,
     Replan,
+    RequestedCall,
     Stop,
     check_decision,
+    interruption,
 )
 from ._vocabulary import rejected_error
 
-__all__ = ["Decided", "Run", "Skip", "Verdict", "decide", "replanned_error"]
+__all__ = [
+    "Decided",
+    "Run",
+    "Skip",
+    "Verdict",
+    "approval_request",
+    "decide",
+    "interrupted_request",
+    "replanned_error",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +61,53 @@ def replanned_error(tool_name: str, message: str | None = None) -> str:
     """What a call dropped by a ``Replan`` decision says, in every product."""
     said = f"a human dropped this call of {tool_name!r} to plan again; it did not run"
     return f"{said}: {message}" if message else said
+
+
+def approval_request(
+    calls: list[RequestedCall], allowed: Sequence[DecisionKind], *, note: str = ""
+) -> HumanRequest:
+    """What a run asks before ``calls`` that need approval run, worded the same in every
+    product (``note``: what more the product knows, e.g. the model's reason)."""
+    names = ", ".join(sorted({call.tool_name for call in calls}))
+    reason = f"{len(calls)} tool call(s) need your approval before they run ({names})"
+    return HumanRequest(
+        kind="approve_tool_calls",
+        reason=f"{reason}; {note}" if note else reason,
+        tool_calls=calls,
+        allowed=list(allowed),
+    )
+
+
+def interrupted_request(
+    calls: list[RequestedCall], causes: Iterable[str | None], allowed: Sequence[DecisionKind]
+) -> HumanRequest:
+    """What a run asks about ``calls`` a crash or a limit cut off (``causes``: what cut
+    each off; ``None``: its process stopped), worded the same in every product: they may
+    or may not have taken effect, were not run again, and what each decision allowed does."""
+    what = "; ".join(dict.fromkeys(interruption(cause, plural=True) for cause in causes))
+    return HumanRequest(
+        kind="interrupted_tool_calls",
+        reason=(
+            f"{len(calls)} tool call(s) were interrupted: {what}, so they may or may not "
+            f"have taken effect. They were not run again: {_choices(allowed)}"
+        ),
+        tool_calls=calls,
+        allowed=list(allowed),
+    )
+
+
+def _choices(allowed: Sequence[DecisionKind]) -> str:
+    said: list[str] = []
+    if "approve" in allowed:
+        again = "approve (or edit)" if "edit" in allowed else "approve"
+        said.append(f"{again} to run them again")
+    without = [kind for kind in ("reject", "continue") if kind in allowed]
+    if without:
+        said.append(f"{' or '.join(without)} to go on without them")
+    said.extend(kind for kind in ("replan", "stop") if kind in allowed)
+    if len(said) < 2:
+        return "".join(said)
+    return f"{', '.join(said[:-1])}, or {said[-1]}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,7 @@ from ..checkpoints import (
     CheckpointedRun,
     CheckpointStore,
     CorruptCheckpointError,
+    DecisionKind,
     HumanRequest,
     JournalEntry,
     RequestedCall,
@@ -55,8 +56,10 @@ from ..kernel import (
     RunOptions,
     Skip,
     Verdict,
+    approval_request,
     approval_rule,
     decide,
+    interrupted_request,
     journaled_call,
     own_key,
     resumes,
@@ -89,6 +92,9 @@ __all__ = [
     "resume_checkpoint",
     "stored_approval",
 ]
+
+_ON_CALLS: list[DecisionKind] = ["approve", "edit", "reject"]
+"""What a human may decide on a loop run's calls (asked to approve them, or cut off)."""
 
 FLOW_KIND = "plan_and_execute"
 """The ``metadata["kind"]`` of a loop's checkpoint."""
@@ -320,27 +326,10 @@ class DurableLoop:
                     )
                 )
         if approvals:
-            return HumanRequest(
-                kind="approve_tool_calls",
-                reason=(
-                    f"round {round_index} plans {len(approvals)} call(s) that need approval: "
-                    "approve, edit their arguments, or reject them (the planner is told)"
-                ),
-                tool_calls=approvals,
-                allowed=["approve", "edit", "reject"],
-            )
+            return approval_request(approvals, _ON_CALLS)
         if interrupted:
-            return HumanRequest(
-                kind="interrupted_tool_calls",
-                reason=(
-                    f"{len(interrupted)} tool call(s) of round {round_index} were interrupted, "
-                    "so they may or may not have taken effect. They were not run again: "
-                    "approve (or edit) to run them again, or reject to tell the planner they "
-                    "did not finish"
-                ),
-                tool_calls=interrupted,
-                allowed=["approve", "edit", "reject"],
-            )
+            causes = [self.cuts.get(call.call_id) for call in interrupted]
+            return interrupted_request(interrupted, causes, _ON_CALLS)
         return None
 
     def approval_of(self, key: str, command: ToolCommand) -> RequestedCall | None:

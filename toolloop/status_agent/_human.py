@@ -34,6 +34,8 @@ from ..checkpoints import (
     interruption,
 )
 from ..kernel import HUMAN_EVENT, Run, Skip, Verdict, decide
+from ..kernel import approval_request as ask_approval
+from ..kernel import interrupted_request as ask_interrupted
 from ..runner import ToolExecutionRecord
 from ._state import Note, StatusAgentState, StatusCallRecord, StatusToolCall
 
@@ -51,14 +53,8 @@ _ON_REVIEW: list[DecisionKind] = ["continue", "replan", "stop"]
 
 def approval_request(calls: list[StatusToolCall], model_reason: str = "") -> HumanRequest:
     """Ask to approve ``calls`` before they run (``model_reason``: why the model wants them)."""
-    names = ", ".join(sorted({c.tool_name for c in calls}))
-    reason = f"{len(calls)} tool call(s) need your approval before they run ({names})"
-    if model_reason:
-        reason += f"; the model's reason: {model_reason}"
-    return HumanRequest(
-        kind="approve_tool_calls",
-        reason=reason,
-        tool_calls=[
+    return ask_approval(
+        [
             RequestedCall(
                 call_id=c.call_id,
                 tool_name=c.tool_name,
@@ -69,7 +65,8 @@ def approval_request(calls: list[StatusToolCall], model_reason: str = "") -> Hum
             )
             for c in calls
         ],
-        allowed=_ON_CALLS,
+        _ON_CALLS,
+        note=f"the model's reason: {model_reason}" if model_reason else "",
     )
 
 
@@ -79,17 +76,8 @@ def interrupted_request(
     """Ask what to do about calls that were cut off (they may have taken effect);
     ``causes``: what ended the run while each ran, by call id (none: its process stopped)."""
     causes = causes or {}
-    what = "; ".join(
-        dict.fromkeys(interruption(causes.get(r.call_id), plural=True) for r in records)
-    )
-    return HumanRequest(
-        kind="interrupted_tool_calls",
-        reason=(
-            f"{len(records)} tool call(s) were interrupted: {what}, so they may or may not "
-            "have taken effect. They were not run again: approve (or edit) to run them "
-            "again, reject or continue to go on without them, replan, or stop"
-        ),
-        tool_calls=[
+    return ask_interrupted(
+        [
             RequestedCall(
                 call_id=r.call_id,
                 tool_name=r.record.tool_name,
@@ -100,7 +88,8 @@ def interrupted_request(
             )
             for r in records
         ],
-        allowed=["approve", "edit", "reject", "replan", "continue", "stop"],
+        [causes.get(r.call_id) for r in records],
+        ["approve", "edit", "reject", "replan", "continue", "stop"],
     )
 
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from ...checkpoints import DecisionKind, HumanRequest, RequestedCall
-from ...kernel import ApprovalSpec, Decided, Run, Skip, approval_rule, decide
+from ...kernel import ApprovalSpec, Decided, Run, Skip, approval_request, approval_rule, decide
 from .._messages import AssistantMessage, ToolCall, last_assistant, pending_tool_calls
 from .._middleware import AgentMiddleware, Pause, Runtime
 from .._state import AgentState
@@ -103,14 +103,7 @@ class HumanApprovalMiddleware(AgentMiddleware):
         if not calls:
             return None
         allowed = [k for k in _ALL if any(k in (c.allowed or _ALL) for c in calls)]
-        names = ", ".join(sorted({c.tool_name for c in calls}))
-        request = HumanRequest(
-            kind="approve_tool_calls",
-            reason=f"{len(calls)} tool call(s) need your approval before they run ({names})",
-            tool_calls=calls,
-            allowed=allowed,
-        )
-        return Pause(request.model_dump(mode="json"))
+        return Pause(approval_request(calls, allowed).model_dump(mode="json"))
 
     def check_answer(
         self, answer: Any, request: Any, *, validate_arguments: Validate | None = None
