@@ -364,19 +364,8 @@ class Execution(Generic[S]):
             )
         pausing, self._pausing = self._pausing, None
         if failure is not None and pausing is not None:  # ended paused by a task (pause())
-            self.status = "paused"
             failure.trace = materialize(self._trace)
-            if self._observers:
-                self._closed("paused", None, elapsed)
-                self._publish(
-                    ExecutionPaused(
-                        execution_id=self.id,
-                        at=elapsed,
-                        waiting_for=[pausing[0]],
-                        requests=[pausing[1]],
-                    )
-                )
-            self._close_observers()
+            self._paused(elapsed, [pausing[0]], [pausing[1]])
             raise failure
         if failure is not None:
             self.status = "failed"
@@ -398,18 +387,7 @@ class Execution(Generic[S]):
             if self._closers:
                 self._close_observers()
             return FlowResult("completed", self._result, self.state, self._trace, self.id)
-        self.status = "paused"
-        if self._observers:
-            self._closed("paused", None, elapsed)
-            self._publish(
-                ExecutionPaused(
-                    execution_id=self.id,
-                    at=elapsed,
-                    waiting_for=[w.event for w in self._waits],
-                    requests=[w.request for w in self._waits],
-                )
-            )
-        self._close_observers()
+        self._paused(elapsed, [w.event for w in self._waits], [w.request for w in self._waits])
         return FlowResult(
             "paused",
             None,
@@ -490,6 +468,19 @@ class Execution(Generic[S]):
         if group is None:  # (no session's)
             return None
         return self._outcome(timeout, group.cancel_scope.cancelled_caught)
+
+    def _paused(self, elapsed: float, waiting_for: list[str], requests: list[Any]) -> None:
+        """The session ends paused, waiting for ``waiting_for`` (asking ``requests``): told
+        to the observers, who are then let go."""
+        self.status = "paused"
+        if self._observers:
+            self._closed("paused", None, elapsed)
+            self._publish(
+                ExecutionPaused(
+                    execution_id=self.id, at=elapsed, waiting_for=waiting_for, requests=requests
+                )
+            )
+        self._close_observers()
 
     def _opened(self) -> None:
         """A session starts: the execution runs (its clock goes on), observers are told."""
