@@ -2182,3 +2182,10 @@ async def test_a_huge_odd_result_is_kept_and_read_without_a_crash(make: type[Pro
     assert sliced(first).startswith('{"bytes": "\\\\xff\\\\xff')
     (kept,) = of(events, ResultKept)
     assert kept.total > 20_000_000
+
+
+async def test_read_result_outside_a_run_that_keeps_results_says_there_is_nothing_to_read() -> None:
+    from toolloop.kernel import ReadResultError, read_result_tool
+
+    with pytest.raises(ReadResultError, match="keeps no long results"):
+        await read_result_tool().execute({"handle": "r:0"})

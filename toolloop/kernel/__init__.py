@@ -64,7 +64,6 @@ from ._kept import ReadResultError as ReadResultError
 from ._kept import ResultKept as ResultKept
 from ._kept import check_tool_names as check_tool_names
 from ._kept import is_cut as is_cut
-from ._kept import keeping as keeping
 from ._kept import read_result_spec as read_result_spec
 from ._kept import read_result_tool as read_result_tool
 from ._kept import result_handle as result_handle
@@ -174,7 +173,6 @@ __all__ = [
     "interrupted_request",
     "is_cut",
     "journaled_call",
-    "keeping",
     "model_timeout_error",
     "observe_runs",
     "option_hint",

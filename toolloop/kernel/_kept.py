@@ -12,16 +12,14 @@ results kept before its pause or its crash. Each product tells a cut result once
 
 One helper per part, used by every product: the runner's ``result_text`` (the text a model
 is shown) and ``shown_result`` (its head and the line that says it was cut), re-exported
-here, for every prompt builder; :func:`tell_kept` for the event; :func:`keeping` (the
-run's kept results, for ``read_result``, made active by :func:`~toolloop.kernel.drive`).
+here, for every prompt builder; :func:`tell_kept` for the event; ``read_result`` reads the
+kept results of the run it is called in through the run's link (made active by
+:func:`~toolloop.kernel.drive`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass
+from collections.abc import Container
 from typing import Any, Literal
 
 from .._errors import ToolCallError, ToolDefinitionError
@@ -38,7 +36,6 @@ __all__ = [
     "ResultKept",
     "check_tool_names",
     "is_cut",
-    "keeping",
     "read_result_spec",
     "read_result_tool",
     "result_handle",
@@ -109,30 +106,6 @@ def check_tool_names(names: Container[str], limit: int | None) -> None:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class _Kept:
-    find: Callable[[str], str | None]
-    limit: int
-
-
-_KEPT: ContextVar[_Kept | None] = ContextVar("toolloop_kept_results", default=None)
-
-
-@contextmanager
-def keeping(find: Callable[[str], str | None], limit: int | None) -> Iterator[None]:
-    """Make ``find`` (a handle to the whole text of a kept result, ``None`` for no such
-    result) what ``read_result`` reads in this block (the run's tasks), each slice at most
-    ``limit`` characters; ``limit`` ``None``: the run cuts nothing, and the tool says so."""
-    if limit is None:
-        yield
-        return
-    token = _KEPT.set(_Kept(find, limit))
-    try:
-        yield
-    finally:
-        _KEPT.reset(token)
-
-
 class ReadResultError(ToolCallError):
     """``read_result`` was given a handle or a slice it cannot read."""
 
@@ -147,17 +120,14 @@ async def read_result(handle: str, offset: int = 0, length: int | None = None) -
         length: how many characters to read (at most the run's max_result_chars; the
             default).
     """
-    kept = _KEPT.get()
-    if kept is None:  # a run of the kernel's: its link says what it keeps
-        run = current_run()
-        if run is not None and run.kept is not None and run.limit is not None:
-            kept = _Kept(run.kept_result, run.limit)
-    if kept is None:
+    run = current_run()  # its link says what it keeps
+    limit = None if run is None or run.kept is None else run.limit
+    if run is None or limit is None:
         raise ReadResultError(
             "this run keeps no long results (its max_result_chars is None): there is "
             "nothing to read"
         )
-    text = kept.find(handle) if isinstance(handle, str) else None
+    text = run.kept_result(handle) if isinstance(handle, str) else None
     if text is None:
         raise ReadResultError(
             f"no kept result has the handle {handle!r}: give the handle written in the line "
@@ -172,10 +142,10 @@ async def read_result(handle: str, offset: int = 0, length: int | None = None) -
             f"characters (offsets 0 to {max(total - 1, 0):,})"
         )
     if length is None:
-        length = kept.limit
+        length = limit
     if length < 1:
         raise ReadResultError(f"length must be 1 or more, got {length}")
-    length = min(length, kept.limit)
+    length = min(length, limit)
     end = min(offset + length, total)
     more = f"; the rest from offset={end}" if end < total else "; the end of the result"
     return f"[{handle}: characters {offset:,} to {end:,} of {total:,}{more}]\n{text[offset:end]}"
