@@ -3,6 +3,7 @@ the model would be shown (``result_text``), for any JSON-like value and the odd 
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -46,3 +47,29 @@ def test_a_flat_object_is_within_a_limit_only_when_its_json_surely_is() -> None:
     assert not flat_json_within(huge, 500)
     assert not flat_json_within({"nested": {"a": 1}}, 2000)  # not flat: not judged
     assert not flat_json_within({1: "a"}, 2000)  # a key JSON would turn into a string
+
+
+_FLAT = st.dictionaries(
+    st.text(max_size=12) | st.integers(),
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**19), max_value=10**19)
+    | st.floats()
+    | st.text(max_size=40)
+    | st.lists(st.integers(), max_size=2),
+    max_size=6,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_FLAT, st.integers(min_value=0, max_value=600))
+def test_a_flat_object_said_within_a_limit_is_within_it_as_text_and_as_bytes(
+    value: dict[Any, Any], limit: int
+) -> None:
+    from toolloop.runner import flat_json_within
+
+    if flat_json_within(value, limit):
+        text = result_text(value)
+        assert len(text) <= limit
+        assert len(text.encode("utf-8", "surrogatepass")) <= limit
+        assert len(json.dumps(value)) <= limit  # ASCII-escaped too

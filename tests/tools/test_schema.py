@@ -157,3 +157,41 @@ def test_many_violations_are_capped() -> None:
     lines = ArgumentsSchema(schema, owner="tool 't'").violations({f"p{i}": "x" for i in range(15)})
     assert len(lines) == 11
     assert lines[-1] == "and 5 more"
+
+
+_plain_objects = st.fixed_dictionaries(
+    {"type": st.just("object")},
+    optional={
+        "properties": st.dictionaries(
+            st.sampled_from(["a", "b", "c"]),
+            st.fixed_dictionaries({"type": _types}, optional={"description": st.just("x")})
+            | _plain_leaf_schemas,
+            max_size=3,
+        ),
+        "required": st.lists(st.sampled_from(["a", "b", "c"]), max_size=3, unique=True),
+        "additionalProperties": st.booleans() | _plain_leaf_schemas,
+        "title": st.just("T"),
+        "minProperties": st.integers(0, 3),
+    },
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(schema=_plain_objects, instances=st.lists(json_values, min_size=1, max_size=8))
+def test_values_of_the_plain_types_fit_the_schema(schema: Any, instances: list[Any]) -> None:
+    from toolloop.tools._compile import plain_properties
+
+    plain = plain_properties(schema)
+    if "minProperties" in schema:
+        assert plain is None  # it asserts more than the properties' types
+        return
+    assert plain is not None
+    types, required = plain
+    validator = jsonschema.Draft202012Validator(schema)
+    for instance in [*instances, dict.fromkeys(required, "a")]:
+        if (
+            isinstance(instance, dict)
+            and all(type(v) is types.get(k) for k, v in instance.items())
+            and all(name in instance for name in required)
+        ):
+            assert validator.is_valid(instance), (schema, instance)

@@ -633,3 +633,81 @@ async def test_abandoned_thread_tools_do_not_hold_later_calls_back() -> None:
     finally:
         release.set()
         limiter.total_tokens = tokens
+
+
+def _plain_typed(city: str, days: int = 3, ok: bool = False, note: str | None = None) -> str:
+    """A typed tool of plain parameters.
+
+    Args:
+        city: a name.
+        days: how many.
+        ok: a flag.
+        note: maybe a note.
+    """
+    return city
+
+
+def _mixed_typed(city: str, tags: list[str], ratio: float = 1.0) -> str:
+    """A typed tool with a parameter pydantic builds anew.
+
+    Args:
+        city: a name.
+        tags: labels.
+        ratio: a number.
+    """
+    return city
+
+
+_EXPLICIT_SCHEMA = {
+    "type": "object",
+    "properties": {"q": {"type": "string"}, "n": {"type": "integer", "minimum": 1}},
+    "required": ["q"],
+    "additionalProperties": False,
+}
+_argument_values = (
+    st.none()
+    | st.booleans()
+    | st.integers(-2, 5)
+    | st.floats(allow_nan=True)
+    | st.text(max_size=3)
+    | st.lists(st.text(max_size=2), max_size=2)
+)
+_arguments = st.dictionaries(
+    st.sampled_from(["city", "days", "ok", "note", "tags", "ratio", "q", "n", "other"]),
+    _argument_values,
+    max_size=4,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(kwargs=_arguments)
+def test_validate_in_one_pass_is_the_full_check_and_conversion(kwargs: dict[str, Any]) -> None:
+    """Arguments of plain types are taken in one pass: the same answer (the arguments to
+    call with, or the error) as the schema check and the conversion."""
+    tools = [
+        Tool.from_function(_plain_typed),
+        Tool.from_function(_mixed_typed),
+        Tool(name="explicit", description="d", parameters=_EXPLICIT_SCHEMA, function=len),
+    ]
+    for fast in tools:
+        slow = Tool(name="x", description="d", parameters={"type": "object"}, function=len)
+        slow.__dict__.update(fast.__dict__)
+        slow._plain = None  # the full path only
+        try:
+            expected: Any = slow.validate(dict(kwargs))
+        except ToolArgumentsError as exc:
+            expected = str(exc)
+        try:
+            got: Any = fast.validate(dict(kwargs))
+        except ToolArgumentsError as exc:
+            got = str(exc)
+        assert got == expected, (fast.name, kwargs)
+
+
+def test_plain_arguments_are_taken_in_one_pass() -> None:
+    plain = Tool.from_function(_plain_typed)
+    assert plain._plain == {"city": str, "days": int, "ok": bool}  # note: not one type
+    assert plain._required == ("city",)
+    assert Tool.from_function(_mixed_typed)._plain is None  # tags are built anew
+    explicit = Tool(name="e", description="d", parameters=_EXPLICIT_SCHEMA, function=len)
+    assert explicit._plain == {"q": str}  # n has a minimum: checked in full

@@ -197,21 +197,21 @@ def _key(key: Any) -> str:
 def flat_json_within(value: dict[Any, Any], limit: int) -> bool:
     """Whether ``value`` is one flat object (string keys; strings, bools, ``None``, floats,
     ints of at most 18 digits) whose JSON is surely at most ``limit`` long, in characters or
-    in UTF-8 bytes: each character counted six times (the longest JSON escape, more than its
-    UTF-8 bytes), each number as the longest it can be written. ``False`` says nothing."""
-    bound = 2
+    in UTF-8 bytes: each character of a key or a string counted six times (the longest JSON
+    escape, more than its UTF-8 bytes), and 32 more for each member (its quotes, colon and
+    comma, and a number as long as it can be written: a float's repr is at most 24
+    characters). ``False`` says nothing."""
+    chars = 0
     for key, item in value.items():
-        if type(key) is not str:
-            return False
         kind = type(item)
         if kind is str:
-            bound += 6 * (len(key) + len(item)) + 8
-        elif kind is float or kind is bool or item is None:
-            bound += 6 * len(key) + 32  # a float's repr is at most 24 characters
-        elif kind is int and -(10**18) < item < 10**18:
-            bound += 6 * len(key) + 26
-        else:
+            chars += len(item)
+        elif kind is int:
+            if not -(10**18) < item < 10**18:
+                return False
+        elif kind is not float and kind is not bool and item is not None:
             return False
-        if bound > limit:
+        if type(key) is not str:
             return False
-    return bound <= limit
+        chars += len(key)
+    return 6 * chars + 32 * len(value) + 2 <= limit

@@ -14,7 +14,7 @@ import jsonschema
 
 from ._ecma import ecma_search, is_json_integer, is_json_number
 
-__all__ = ["Check", "compile_schema"]
+__all__ = ["Check", "compile_schema", "plain_properties"]
 
 Check = Callable[[Any], bool]
 _Validator = jsonschema.Draft202012Validator
@@ -57,6 +57,44 @@ _UNSUPPORTED = (frozenset(_Validator.VALIDATORS) - _SUPPORTED) | {
     "$anchor",
     "$dynamicAnchor",
 }
+
+
+# --- the plainest schemas: a type per property -------------------------------------------
+
+_PLAIN_TYPES: dict[str, type] = {"string": str, "integer": int, "boolean": bool, "null": type(None)}
+"""JSON types whose Python values of exactly one type all fit them (not ``number``: a float
+may be NaN)."""
+_NOTES = frozenset(
+    {"title", "description", "default", "examples", "deprecated", "readOnly", "writeOnly"}
+    | {"$comment"}
+)
+"""Keywords that assert nothing (annotations)."""
+_OBJECT_KEYS = _NOTES | {"type", "properties", "required", "additionalProperties", "$defs"}
+
+
+def plain_properties(schema: Mapping[str, Any]) -> tuple[dict[str, type], tuple[str, ...]] | None:
+    """For an object schema that asserts nothing but its properties' types and the required
+    names: the properties that ask only for one plain JSON type (a string, an integer, a
+    boolean, null), each with the Python type of the values that surely fit it, and the
+    required names. An object whose every value is of exactly its property's type here
+    and that has every required name fits the schema. ``None``: the schema asserts more.
+    """
+    if schema.get("type") != "object" or not _OBJECT_KEYS.issuperset(schema):
+        return None
+    required = schema.get("required", ())
+    properties = schema.get("properties", {})
+    if not isinstance(required, (list, tuple)) or not isinstance(properties, Mapping):
+        return None
+    if not all(type(name) is str for name in required):
+        return None
+    plain: dict[str, type] = {}
+    for name, sub in properties.items():
+        if isinstance(sub, Mapping) and _NOTES.issuperset(k for k in sub if k != "type"):
+            named = sub.get("type")
+            kind = _PLAIN_TYPES.get(named) if type(named) is str else None
+            if kind is not None:
+                plain[name] = kind
+    return plain, tuple(required)
 
 
 # --- the compiled fast path ------------------------------------------------------------

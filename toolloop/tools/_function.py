@@ -55,6 +55,10 @@ class FunctionSignature:
     context_parameter: str | None = None
     """The parameter annotated :class:`~toolloop.tools.RunContext`, filled in by the run
     (not in ``parameters``)."""
+    kept: Mapping[str, type] | None = None
+    """The parameters whose values ``convert`` passes on as they came when they are of
+    exactly this type (``str``, ``int``, ...), when it does so for every argument of such
+    values; ``None``: no such promise (``convert`` may build every argument anew)."""
 
 
 def _indent(line: str) -> int:
@@ -213,6 +217,7 @@ def inspect_function(
         convert=convert,
         is_async=is_async_callable(function),
         context_parameter=context,
+        kept=exact if all(check is not None for check in unchanged.values()) else None,
     )
 
 

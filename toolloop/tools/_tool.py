@@ -18,6 +18,7 @@ import anyio
 import anyio.to_thread
 
 from .._errors import ToolArgumentsError, ToolDefinitionError, ToolTimeoutError
+from ._compile import plain_properties
 from ._context import run_context
 from ._function import FunctionSignature, explicit_signature, inspect_function
 from ._schema import ArgumentsSchema, describe_value
@@ -41,6 +42,25 @@ def _check_timeout(owner: str, timeout: float | None) -> float | None:
             f"{describe_value(timeout)}"
         )
     return float(timeout)
+
+
+def _plain_arguments(
+    parameters: Mapping[str, Any], signature: FunctionSignature
+) -> tuple[dict[str, type] | None, tuple[str, ...]]:
+    """The tool's arguments that :meth:`Tool.validate` takes in one pass: the properties of
+    a schema that asks only for their plain types (:func:`plain_properties`) whose values of
+    exactly that type the function is called with as they came (all, when nothing converts
+    them); and the required names."""
+    plain = plain_properties(parameters)
+    if plain is None:
+        return None, ()
+    types, required = plain
+    if signature.convert is not None:
+        kept = signature.kept
+        if kept is None:
+            return None, ()
+        types = {name: kind for name, kind in types.items() if kept.get(name) is kind}
+    return types, required
 
 
 def _min_timeout(a: float | None, b: float | None) -> float | None:
@@ -104,6 +124,10 @@ class Tool:
     __wrapped__: Callable[..., Any]
     _schema: ArgumentsSchema
     _convert: Callable[[dict[str, Any]], dict[str, Any]] | None
+    _plain: dict[str, type] | None
+    """Arguments whose values are all of exactly these types (and name every required one)
+    fit the schema and are called with as they came (``None``: no such arguments)."""
+    _required: tuple[str, ...]
     _is_async: bool
     context_parameter: str | None
     """The parameter the run fills in with a :class:`~toolloop.tools.RunContext`, if any."""
@@ -212,6 +236,7 @@ class Tool:
         self.__wrapped__ = function
         self._schema = schema
         self._convert = signature.convert
+        self._plain, self._required = _plain_arguments(parameters, signature)
         self._is_async = is_async
         self.context_parameter = signature.context_parameter
 
@@ -256,6 +281,17 @@ class Tool:
             ToolArgumentsError: ``kwargs`` is not a dict, or does not fit the schema (the
                 message lists every violation: where, what was expected, what came).
         """
+        plain = self._plain
+        if plain is not None and type(kwargs) is dict:  # values of plain types: one pass
+            for key, value in kwargs.items():
+                if type(value) is not plain.get(key):
+                    break
+            else:
+                for key in self._required:
+                    if key not in kwargs:
+                        break
+                else:
+                    return kwargs
         if type(kwargs) is not dict and not isinstance(kwargs, dict):
             raise ToolArgumentsError(
                 f"arguments for tool {self.name!r} must be a JSON object (argument names to "
