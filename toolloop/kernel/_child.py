@@ -32,7 +32,7 @@ calls it, the call starts a child run, linked to its parent by :func:`drive`:
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from contextvars import ContextVar, Token
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal, NoReturn
 
@@ -49,7 +49,7 @@ from ..checkpoints import (
     check_decision,
 )
 from ..flow import Context, Execution, FlowEvent
-from ..models import Usage, UsageMeter
+from ..models import CallObserver, Usage, UsageMeter, current_meter
 from ..runner import json_safe
 from ..tools import RunContext, Tool
 from ._events import RunEvent
@@ -260,24 +260,34 @@ class ChildRuns:
     recover: Callable[..., Awaitable[RunResult]] | None = None
 
 
-class _RunLink:
-    """What a run lends its tools (made active by :func:`drive`): to the children they
-    start, its budget, options and depth; to ``read_result``, its kept results."""
+class _RunLink(UsageMeter):
+    """A run's usage meter, and what the run lends its tools (active as the meter of the
+    run's tasks, made by :func:`drive`): to the children they start, its budget, options
+    and depth; to ``read_result``, its kept results. One object, set once for the run: a
+    run's tasks find it as their current meter."""
 
-    __slots__ = ("children", "depth", "execution", "kept", "limit", "meter", "options", "run_id")
+    __slots__ = ("children", "depth", "execution", "kept", "limit", "options", "run_id")
 
     def __init__(
         self,
         execution: Execution[Any],
-        meter: UsageMeter,
         options: RunOptions,
         depth: int,
         kept: Callable[[Any, str], str | None] | None,
         limit: int | None,
+        *,
+        observer: CallObserver | None,
+        parent: UsageMeter | None,
     ) -> None:
+        super().__init__(
+            options.usage_limits,
+            observer=observer,
+            rate_limit=options.model_rate_limit,
+            retry=options.model_tries,
+            parent=parent,
+        )
         self.execution = execution
         self.run_id = execution.id
-        self.meter = meter
         self.options = options
         self.depth = depth
         self.children = 0
@@ -293,8 +303,10 @@ class _RunLink:
 
 
 def current_run() -> _RunLink | None:
-    """The run whose task this is (``None``: outside a run of :func:`drive`)."""
-    return _RUN.get()
+    """The run whose task this is (``None``: outside a run of :func:`drive`, or in a block
+    that counts its model calls with a meter of its own)."""
+    meter = current_meter()
+    return meter if type(meter) is _RunLink else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,7 +318,6 @@ class _ChildOf:
     tool_name: str
 
 
-_RUN: ContextVar[_RunLink | None] = ContextVar("toolloop_run_link", default=None)
 _CHILD: ContextVar[_ChildOf | None] = ContextVar("toolloop_child_of", default=None)
 
 
@@ -315,28 +326,26 @@ def child_of() -> _ChildOf | None:
     run of its own). Only the run the call started is the child: a run started later in
     that run's own tools is not (the run in progress there is the child, not the parent)."""
     child = _CHILD.get()
-    if child is None or child.parent is not _RUN.get():
+    if child is None or child.parent is not current_run():
         return None
     return child
 
 
-def enter_run(
+def run_meter(
     execution: Execution[Any],
-    meter: UsageMeter,
     options: RunOptions,
     child: _ChildOf | None,
     kept: Callable[[Any, str], str | None] | None = None,
     limit: int | None = None,
-) -> Token[_RunLink | None]:
-    """Make ``execution`` the run whose tasks' run-as-tool calls start its children and
-    whose ``read_result`` calls read its ``kept`` results (undo with :func:`leave_run`)."""
+    *,
+    observer: CallObserver | None = None,
+) -> _RunLink:
+    """The usage meter of a run of ``execution``: active (``with``), it makes the run the
+    one whose tasks' run-as-tool calls start its children (``child``: the run's own link
+    to its parent) and whose ``read_result`` calls read its ``kept`` results."""
     depth = 0 if child is None else child.parent.depth + 1
-    return _RUN.set(_RunLink(execution, meter, options, depth, kept, limit))
-
-
-def leave_run(token: Token[_RunLink | None]) -> None:
-    """Undo :func:`enter_run`."""
-    _RUN.reset(token)
+    parent = None if child is None else child.parent
+    return _RunLink(execution, options, depth, kept, limit, observer=observer, parent=parent)
 
 
 def forward_to_parent(execution: Execution[Any], child: _ChildOf) -> Callable[[], None] | None:
@@ -415,7 +424,7 @@ def _spent(parent: _RunLink) -> bool:
     ends as its own model call refused would (``on_usage_limit``), not with a failed
     call; whether it does."""
     try:
-        parent.meter.check_before_call()
+        parent.check_before_call()
     except UsageLimitError as spent:
         parent.execution.fail(spent)
         return True
@@ -483,7 +492,7 @@ def as_tool(
         raise ValueError(f"max_children must be an int of 1 or more, got {max_children!r}")
 
     async def call(request: str, ctx: RunContext[Any]) -> Any:
-        parent = _RUN.get()
+        parent = current_run()
         if parent is None:  # called by hand, outside a run: a run of its own
             return answer_of(await runs.run(request))
         if parent.depth >= max_depth:
@@ -588,7 +597,7 @@ async def _durable(
         return await runs.run(request, run_id=run_id, **options)
     if found.status == "completed":  # its result, as stored: what it cost is counted here
         done = await runs.recover(run_id, **options)
-        count_in_parents(parent.meter, done.usage)
+        count_in_parents(parent, done.usage)
         return done
     if found.status == "paused":
         decision = await child_answer(store, parent.run_id, found)

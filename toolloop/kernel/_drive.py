@@ -39,9 +39,8 @@ from ._child import (
     ChildRunPaused,
     child_of,
     count_in_parents,
-    enter_run,
     forward_to_parent,
-    leave_run,
+    run_meter,
 )
 from ._events import (
     ModelCallFinished,
@@ -270,12 +269,13 @@ async def drive(
     child = child_of()  # a run as a tool of another run: linked to it
     unforward = None if child is None else forward_to_parent(execution, child)
     observed = execution.observed
-    meter = UsageMeter(
-        options.usage_limits,
+    meter = run_meter(
+        execution,
+        options,
+        child,
+        kept,
+        max_result_chars,
         observer=_ModelCalls(execution) if observed else None,
-        rate_limit=options.model_rate_limit,
-        retry=options.model_tries,
-        parent=None if child is None else child.parent.meter,
     )
     if spent is not None:  # a resumed run: its budget counts what came before
         meter.usage = spent
@@ -287,8 +287,7 @@ async def drive(
     try:
         # the meter is entered and left by hand: a with block would hold its bound __exit__
         # for the whole run
-        meter.__enter__()
-        link = enter_run(execution, meter, options, child, kept, max_result_chars)
+        meter.__enter__()  # (the run's link too: see run_meter)
         # told to this run's observer, or to none (not to a run this one runs inside)
         told = None
         if observed or current_observer() is not None:
@@ -303,7 +302,6 @@ async def drive(
         finally:
             if told is not None:
                 stop_observing(told)
-            leave_run(link)
             meter.__exit__()
             if unforward is not None:
                 unforward()
