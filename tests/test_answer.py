@@ -153,3 +153,12 @@ async def test_after_a_short_circuit_the_answer_is_the_only_other_request() -> N
     assert answer == "Sunglasses: yes."
     assert len(server.requests) == 2  # the planner's, then the answer: no extra round
     assert server.requests[1].body["messages"] == [{"role": "user", "content": QUESTION}]
+
+
+async def test_an_option_that_is_not_one_is_a_type_error_naming_it() -> None:
+    model = OpenAIChatModel("fake-model", base_url="http://127.0.0.1:9", api_key="test")
+    with pytest.raises(TypeError, match="max_token"):
+        await final_answer(model, with_records(), max_token=5)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="max_token"):
+        async with stream_final_answer(model, with_records(), max_token=5):  # type: ignore[call-arg]
+            pass

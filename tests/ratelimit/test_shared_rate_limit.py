@@ -112,6 +112,12 @@ def test_it_is_a_rate_limit_and_checks_what_it_is_given() -> None:
         SharedRateLimit(0, name="api", store=store)
     with pytest.raises(ValueError, match="sync"):
         SharedRateLimit(5, name="api", store=store, sync=-1)
+    with pytest.raises(ValueError, match="decrease"):
+        SharedRateLimit(5, name="api", store=store, decrease=2)
+    with pytest.raises(TypeError, match="'start'"):  # a RateLimit's, not a shared one's
+        SharedRateLimit(5, name="api", store=store, start=2)  # type: ignore[call-arg]
+    fixed = SharedRateLimit(5, name="api", store=store, concurrency=2, adaptive=False)
+    assert (fixed.concurrency, fixed.adaptive, fixed.max_hold) == (2, False, 60.0)
 
 
 # -- in memory, on a clock the test moves ----------------------------------------------------

@@ -50,7 +50,7 @@ def test_the_route_table(node_status: tuple[Any, Any], target: str) -> None:
 
 def test_routers_read_only_statuses_their_node_sets() -> None:
     # every case is a status its node sets; the other statuses take the default
-    keys = {(node, key) for node, (_, cases, _) in ROUTES.items() for key in cases}
+    keys = {(node, key) for node, route in ROUTES.items() for key in route.cases}
     assert keys < set(EXPECTED_ROUTES)
     defaults = set(EXPECTED_ROUTES) - keys
     assert {status for _, status in defaults} == {

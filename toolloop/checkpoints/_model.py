@@ -93,6 +93,19 @@ class JournalEntry(RunToolCall):
     started_at: float = Field(default_factory=time.time)
     finished_at: float | None = None
 
+    @classmethod
+    def note(cls, call_id: str, tool_name: str, outcome: Any) -> JournalEntry:
+        """A note: an entry finished as it is written, ``outcome`` its JSON data (what a
+        run keeps of itself: the planner's answers, its model replies, a human's
+        decisions; see :meth:`~toolloop.checkpoints.CheckpointedRun.record_note`)."""
+        return cls(
+            call_id=call_id,
+            tool_name=tool_name,
+            state="finished",
+            outcome=outcome,
+            finished_at=time.time(),
+        )
+
 
 class Checkpoint(BaseModel):
     """The last picture of one run, as a store keeps it.

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, TypeVar
 
@@ -342,15 +341,7 @@ class CheckpointedRun:
         run keeps of itself for a later look (e.g. its model replies, for a replay), at no
         commit of its own. Kept when the run writes next, whatever it writes; lost if the
         process stops first. A store that fails to write it does not fail the run."""
-        self._kept.append(
-            JournalEntry(
-                call_id=call_id,
-                tool_name=tool_name,
-                state="finished",
-                outcome=outcome,
-                finished_at=time.time(),
-            )
-        )
+        self._kept.append(JournalEntry.note(call_id, tool_name, outcome))
 
     async def _beside_kept(self, write: Callable[..., Awaitable[T]], *args: Any) -> T:
         """``write(*args)``, with the notes kept since the last write written beside it."""
@@ -375,13 +366,7 @@ class CheckpointedRun:
         what model calls cost, a human's decisions), in one write where the store keeps an
         entry given finished as it is (the shipped stores do), else as an intent and its
         outcome. Idempotent, as :meth:`record_intent` and :meth:`record_outcome` are."""
-        note = JournalEntry(
-            call_id=call_id,
-            tool_name=tool_name,
-            state="finished",
-            outcome=outcome,
-            finished_at=time.time(),
-        )
+        note = JournalEntry.note(call_id, tool_name, outcome)
         stored = await self._beside_kept(self.store.record_intent, self.run_id, note)
         if stored.state == "started":  # an intent only (this store's, or written before)
             return await self.store.record_outcome(self.run_id, call_id, outcome)

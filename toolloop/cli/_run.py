@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-import time
 import uuid
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -273,13 +272,7 @@ async def keep_meta(store: CheckpointStore, run_id: str, meta: dict[str, Any]) -
     from ..testing import StoredRun
     from ..tracing import redact
 
-    note = JournalEntry(
-        call_id=StoredRun.META_KEY,
-        tool_name=REPLAY_NOTE,
-        state="finished",
-        outcome={"meta": redact(meta)},
-        finished_at=time.time(),
-    )
+    note = JournalEntry.note(StoredRun.META_KEY, REPLAY_NOTE, {"meta": redact(meta)})
     with anyio.CancelScope(shield=True):
         try:
             if await store.get(run_id) is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ._answer import FINAL_ANSWER_RESULT_CHARS as FINAL_ANSWER_RESULT_CHARS
+from ._answer import AnswerOptions as AnswerOptions
 from ._answer import AnswerStream as AnswerStream
 from ._answer import FinalAnswer as FinalAnswer
 from ._answer import final_answer as final_answer
@@ -38,6 +39,7 @@ from ._results import to_action_results as to_action_results
 __all__ = [
     "EXTRA_INSTRUCTION",
     "FINAL_ANSWER_RESULT_CHARS",
+    "AnswerOptions",
     "AnswerStream",
     "AnswerWith",
     "FinalAnswer",

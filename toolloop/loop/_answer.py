@@ -19,7 +19,10 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
+from dataclasses import dataclass
 from typing import Any
+
+from typing_extensions import TypedDict, Unpack
 
 from .._errors import ModelOutputError
 from ..kernel import ResponseFormat, ask_structured, output_schema
@@ -39,6 +42,7 @@ from ._results import LoopResult
 
 __all__ = [
     "FINAL_ANSWER_RESULT_CHARS",
+    "AnswerOptions",
     "AnswerStream",
     "FinalAnswer",
     "final_answer",
@@ -202,18 +206,49 @@ class FinalAnswer(str):
         return self.finish_reason == "length"
 
 
-def _metered(result: LoopResult, usage_limits: UsageLimits | None) -> AbstractContextManager[Any]:
-    """The run's budget over the answer's calls: ``result.usage`` counts against it."""
-    if usage_limits is None:
-        return nullcontext()
-    meter = UsageMeter(usage_limits)
-    meter.usage = result.usage  # the run's model calls so far count
-    return meter
+class AnswerOptions(TypedDict, total=False):
+    """The options of the answer's request, the same for :func:`final_answer` and
+    :func:`stream_final_answer` (which say what each does), with their defaults."""
+
+    system_prompt: str | None
+    """Instructions put before the ``extra_instruction`` (``None``: none)."""
+    max_tokens: int | None
+    """The answer's length limit (``None``: the server's default)."""
+    temperature: float | None
+    """Passed to the model (``None``: the model's default)."""
+    max_result_chars: int
+    """Each action result is cut to this many characters in the prompt
+    (:data:`FINAL_ANSWER_RESULT_CHARS`)."""
+    settings: ModelSettings | None
+    """More model settings for this call (``None``)."""
+    usage_limits: UsageLimits | None
+    """The run's budget, ``result.usage`` counted against it (``None``: no budget)."""
 
 
-@asynccontextmanager
-async def stream_final_answer(
-    model: ChatModel,
+@dataclass(frozen=True)
+class _Ask:
+    """What the answer asks, and under which budget (:func:`_ask` makes it)."""
+
+    request: ChatRequest
+    usage_limits: UsageLimits | None
+
+    def metered(self, result: LoopResult) -> AbstractContextManager[Any]:
+        """The run's budget over the answer's calls: ``result.usage`` counts against it."""
+        if self.usage_limits is None:
+            return nullcontext()
+        meter = UsageMeter(self.usage_limits)
+        meter.usage = result.usage  # the run's model calls so far count
+        return meter
+
+    @asynccontextmanager
+    async def streamed(self, model: ChatModel, result: LoopResult) -> AsyncIterator[AnswerStream]:
+        """The answer's text, streamed under the budget."""
+        with self.metered(result):
+            async with stream_chat(model, self.request) as deltas:
+                yield AnswerStream(deltas)
+
+
+def _ask(
     result: LoopResult,
     *,
     system_prompt: str | None = None,
@@ -222,7 +257,25 @@ async def stream_final_answer(
     max_result_chars: int = FINAL_ANSWER_RESULT_CHARS,
     settings: ModelSettings | None = None,
     usage_limits: UsageLimits | None = None,
+) -> _Ask:
+    """What the answer to ``result`` asks: :class:`AnswerOptions` read once, their defaults
+    here."""
+    messages = final_answer_messages(
+        result, system_prompt=system_prompt, max_result_chars=max_result_chars
+    )
+    request = ChatRequest(
+        messages=messages, max_tokens=max_tokens, temperature=temperature, settings=settings
+    )
+    return _Ask(request, usage_limits)
+
+
+@asynccontextmanager
+async def stream_final_answer(
+    model: ChatModel,
+    result: LoopResult,
+    *,
     response_format: None = None,
+    **options: Unpack[AnswerOptions],
 ) -> AsyncIterator[AnswerStream]:
     """Stream the final answer to the user's request, with the loop's results::
 
@@ -233,18 +286,23 @@ async def stream_final_answer(
     Args:
         model: any :class:`~toolloop.models.ChatModel`.
         result: what :func:`~toolloop.async_plan_and_execute` returned.
-        system_prompt: instructions put before the ``extra_instruction``.
-        max_tokens: the answer's length limit (the server's default when ``None``).
-        temperature: passed to the model.
-        max_result_chars: each action result is cut to this many characters in the prompt.
-        settings: more model settings for this call
-            (:class:`~toolloop.models.ModelSettings`).
-        usage_limits: the run's budget: the answer is one more model call of the run, so
-            ``result.usage`` counts against it (a call past it is refused, a reply that
-            passes a token budget is closed: :class:`~toolloop.errors.UsageLimitError`).
-            A run given ``answer_with=`` makes its answer under its own budget.
         response_format: not taken here: a structured answer is not streamed (it is one
             only once the whole of it fits); ask :func:`final_answer` for it.
+        **options: the answer's request (:class:`AnswerOptions`):
+
+            - ``system_prompt`` (``None``): instructions put before the
+              ``extra_instruction``.
+            - ``max_tokens`` (``None``: the server's default): the answer's length limit.
+            - ``temperature`` (``None``): passed to the model.
+            - ``max_result_chars`` (:data:`FINAL_ANSWER_RESULT_CHARS`): each action result
+              is cut to this many characters in the prompt.
+            - ``settings`` (``None``): more model settings for this call
+              (:class:`~toolloop.models.ModelSettings`).
+            - ``usage_limits`` (``None``): the run's budget: the answer is one more model
+              call of the run, so ``result.usage`` counts against it (a call past it is
+              refused, a reply that passes a token budget is closed:
+              :class:`~toolloop.errors.UsageLimitError`). A run given ``answer_with=``
+              makes its answer under its own budget.
 
     Yields:
         The answer's text, delta by delta (an :class:`AnswerStream`: once read, its
@@ -255,7 +313,7 @@ async def stream_final_answer(
         ModelCallError: the model could not be reached or answered an error.
         ModelOutputError: the reply had no text (raised as the iteration ends; a
             :class:`~toolloop.errors.ModelRefusalError` when the model refused).
-        TypeError: a ``response_format`` was given.
+        TypeError: a ``response_format`` was given, or an option that is not one.
     """
     if response_format is not None:
         raise TypeError(
@@ -264,34 +322,20 @@ async def stream_final_answer(
             "final_answer(model, result, response_format=...), whose structured_response "
             "is the validated value"
         )
-    request = ChatRequest(
-        messages=final_answer_messages(
-            result, system_prompt=system_prompt, max_result_chars=max_result_chars
-        ),
-        max_tokens=max_tokens,
-        temperature=temperature,
-        settings=settings,
-    )
-    with _metered(result, usage_limits):
-        async with stream_chat(model, request) as deltas:
-            yield AnswerStream(deltas)
+    async with _ask(result, **options).streamed(model, result) as text:
+        yield text
 
 
 async def final_answer(
     model: ChatModel,
     result: LoopResult,
     *,
-    system_prompt: str | None = None,
-    max_tokens: int | None = None,
-    temperature: float | None = None,
-    max_result_chars: int = FINAL_ANSWER_RESULT_CHARS,
-    settings: ModelSettings | None = None,
-    usage_limits: UsageLimits | None = None,
     response_format: ResponseFormat | None = None,
+    **options: Unpack[AnswerOptions],
 ) -> FinalAnswer:
-    """The whole final answer (see :func:`stream_final_answer`): its text, a ``str``, with
-    its ``finish_reason`` (``cut_off`` when ``max_tokens`` ended it), ``usage`` and
-    ``reasoning``.
+    """The whole final answer (see :func:`stream_final_answer`, whose ``**options`` it
+    takes: :class:`AnswerOptions`): its text, a ``str``, with its ``finish_reason``
+    (``cut_off`` when ``max_tokens`` ended it), ``usage`` and ``reasoning``.
 
     ``response_format``: a pydantic model class, a JSON schema, or a
     :class:`~toolloop.kernel.ToolStrategy` (the default for a bare schema: the model
@@ -308,20 +352,20 @@ async def final_answer(
             when the model refused: its words are the error's ``refusal``).
         StructuredOutputError: with ``response_format``, every try failed its schema.
         ResponseFormatError: ``response_format`` is no usable schema.
+        TypeError: an option that is not one.
     """
+    ask = _ask(result, **options)
     strategy = output_schema(response_format)
     if strategy is not None:
-        messages = final_answer_messages(
-            result, system_prompt=system_prompt, max_result_chars=max_result_chars
-        )
-        with _metered(result, usage_limits):
+        request = ask.request
+        with ask.metered(result):
             answer = await ask_structured(
                 model,
-                messages,
+                request.messages,
                 strategy,
-                max_tokens=max_tokens,
-                temperature=temperature,
-                settings=settings,
+                max_tokens=request.max_tokens,
+                temperature=request.temperature,
+                settings=request.settings,
             )
         reply = answer.reply
         return FinalAnswer(
@@ -333,16 +377,7 @@ async def final_answer(
             structured_response=answer.value,
             tries=answer.tries,
         )
-    async with stream_final_answer(
-        model,
-        result,
-        system_prompt=system_prompt,
-        max_tokens=max_tokens,
-        temperature=temperature,
-        max_result_chars=max_result_chars,
-        settings=settings,
-        usage_limits=usage_limits,
-    ) as text:
+    async with ask.streamed(model, result) as text:
         whole = "".join([piece async for piece in text])
         call = text.usage if text.usage is not None else Usage.unknown()
         return FinalAnswer(

@@ -10,6 +10,7 @@ from ._base import PlannerReply as PlannerReply
 from ._base import PlannerTurn as PlannerTurn
 from ._base import StreamingPlanner as StreamingPlanner
 from ._base import call_planner as call_planner
+from ._chat import ChatPlannerOptions as ChatPlannerOptions
 from ._prompt import PLANNER_SYSTEM_PROMPT as PLANNER_SYSTEM_PROMPT
 from ._prompt import PlannerSchema as PlannerSchema
 from ._prompt import planner_messages as planner_messages
@@ -23,6 +24,7 @@ from ._tool_calling import tool_calling_messages as tool_calling_messages
 __all__ = [
     "PLANNER_SYSTEM_PROMPT",
     "TOOL_CALLING_SYSTEM_PROMPT",
+    "ChatPlannerOptions",
     "Dispatch",
     "Planner",
     "PlannerContext",

@@ -5,15 +5,37 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import TypedDict
+
 from ..models import ChatModel, ChatRequest, ModelSettings, check_settings
 
-__all__ = ["ChatPlanner"]
+__all__ = ["ChatPlanner", "ChatPlannerOptions"]
+
+
+class ChatPlannerOptions(TypedDict, total=False):
+    """The options both chat planners take (``**options`` of
+    :class:`~toolloop.planners.StructuredPlanner` and
+    :class:`~toolloop.planners.ToolCallingPlanner`, which say what each does), with their
+    defaults."""
+
+    max_tokens: int | None
+    """The model's output limit per round (1024)."""
+    temperature: float | None
+    """Passed to the model (0.0)."""
+    system_prompt: str
+    """Replaces the planner's built-in instructions."""
+    max_result_chars: int | None
+    """Tool results longer than this are cut in the prompt (``None``: the run's)."""
+    settings: ModelSettings | None
+    """More model settings for each request (``None``)."""
 
 
 class ChatPlanner:
     """A planner that asks ``model`` once a round: the base of
     :class:`~toolloop.planners.StructuredPlanner` and
-    :class:`~toolloop.planners.ToolCallingPlanner`, which document the arguments.
+    :class:`~toolloop.planners.ToolCallingPlanner`, which document the arguments. The
+    defaults of their shared options (:class:`ChatPlannerOptions`) are the ones here;
+    ``default_prompt`` is the planner's built-in instructions.
 
     Raises:
         ValueError: an unknown model setting (``owner`` names the planner that was given
@@ -23,19 +45,21 @@ class ChatPlanner:
     def __init__(
         self,
         model: ChatModel,
-        *,
         owner: str,
-        max_tokens: int | None,
-        temperature: float | None,
-        system_prompt: str,
-        max_result_chars: int | None,
-        settings: ModelSettings | None,
+        default_prompt: str,
+        /,
+        *,
+        max_tokens: int | None = 1024,
+        temperature: float | None = 0.0,
+        system_prompt: str | None = None,
+        max_result_chars: int | None = None,
+        settings: ModelSettings | None = None,
     ) -> None:
         self.model = model
         self.settings: ModelSettings = check_settings(settings, owner)
         self.max_tokens = max_tokens
         self.temperature = temperature
-        self.system_prompt = system_prompt
+        self.system_prompt = default_prompt if system_prompt is None else system_prompt
         self.max_result_chars = max_result_chars
 
     def _request(self, messages: list[dict[str, Any]], **fields: Any) -> ChatRequest:

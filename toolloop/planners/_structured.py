@@ -18,18 +18,19 @@ from contextlib import aclosing
 from time import perf_counter
 from typing import Any
 
+from typing_extensions import Unpack
+
 from .._errors import ModelOutputError
 from ..models import (
     ChatModel,
     ChatRequest,
     DecisionReader,
-    ModelSettings,
     ReplyReader,
     StructuredOutput,
     stream_chat,
 )
 from ._base import Dispatch, PlannerContext, PlannerReply
-from ._chat import ChatPlanner
+from ._chat import ChatPlanner, ChatPlannerOptions
 from ._prompt import PLANNER_SYSTEM_PROMPT, PlannerSchema, planner_messages
 
 __all__ = ["StructuredPlanner"]
@@ -46,16 +47,20 @@ class StructuredPlanner(ChatPlanner):
         short_circuit: stop reading (and close the stream) as soon as ``next_action`` is
             known to be ``response``.
         strict: ask for a strict per-tool schema when every tool's parameters allow it.
-        max_tokens: the model's output limit per round; a plan cut off by it is a
-            :class:`~toolloop.ModelOutputError`.
-        temperature: passed to the model.
-        system_prompt: replaces the built-in instructions (the schema is appended).
-        max_result_chars: tool results longer than this (as text) are cut in the prompt,
-            each with its handle for ``read_result``; ``None`` (the default): the run's
-            ``max_result_chars``.
-        settings: more model settings for each request
-            (:class:`~toolloop.models.ModelSettings`: ``seed``, ``top_p``, ...); they
-            override ``max_tokens`` and ``temperature`` when they set them too.
+        **options: the options of both chat planners
+            (:class:`~toolloop.planners.ChatPlannerOptions`):
+
+            - ``max_tokens`` (1024): the model's output limit per round; a plan cut off by
+              it is a :class:`~toolloop.ModelOutputError`.
+            - ``temperature`` (0.0): passed to the model.
+            - ``system_prompt`` (:data:`~toolloop.planners.PLANNER_SYSTEM_PROMPT`):
+              replaces the built-in instructions (the schema is appended).
+            - ``max_result_chars`` (``None``): tool results longer than this (as text) are
+              cut in the prompt, each with its handle for ``read_result``; ``None``: the
+              run's ``max_result_chars``.
+            - ``settings`` (``None``): more model settings for each request
+              (:class:`~toolloop.models.ModelSettings`: ``seed``, ``top_p``, ...); they
+              override ``max_tokens`` and ``temperature`` when they set them too.
 
     Raises:
         ValueError: an unknown model setting.
@@ -67,21 +72,9 @@ class StructuredPlanner(ChatPlanner):
         *,
         short_circuit: bool = True,
         strict: bool = True,
-        max_tokens: int | None = 1024,
-        temperature: float | None = 0.0,
-        system_prompt: str = PLANNER_SYSTEM_PROMPT,
-        max_result_chars: int | None = None,
-        settings: ModelSettings | None = None,
+        **options: Unpack[ChatPlannerOptions],
     ) -> None:
-        super().__init__(
-            model,
-            owner="StructuredPlanner",
-            max_tokens=max_tokens,
-            temperature=temperature,
-            system_prompt=system_prompt,
-            max_result_chars=max_result_chars,
-            settings=settings,
-        )
+        super().__init__(model, "StructuredPlanner", PLANNER_SYSTEM_PROMPT, **options)
         self.short_circuit = short_circuit
         self.strict = strict
         self._schemas: dict[str, PlannerSchema] = {}

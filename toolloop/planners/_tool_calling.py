@@ -27,12 +27,13 @@ from collections.abc import Callable, Mapping, Sequence
 from time import perf_counter
 from typing import Any, Literal, TypeAlias
 
+from typing_extensions import Unpack
+
 from .._errors import ModelOutputError
 from ..models import (
     ChatModel,
     ChatReply,
     ChatRequest,
-    ModelSettings,
     ReplyReader,
     ReplyToolCall,
     parse_tool_arguments,
@@ -40,7 +41,7 @@ from ..models import (
 )
 from ..runner import ToolExecutionRecord, json_safe, result_text, shown_result
 from ._base import Dispatch, PlannerContext, PlannerReply
-from ._chat import ChatPlanner
+from ._chat import ChatPlanner, ChatPlannerOptions
 from ._prompt import result_limit
 
 __all__ = [
@@ -245,22 +246,26 @@ class ToolCallingPlanner(ChatPlanner):
             that tool, and names it from then on (the run's notes say so); otherwise the
             round fails with a :class:`~toolloop.ModelOutputError` that says what to do.
         parallel_tool_calls: sent as is when set (``False``: one call per round).
-        max_tokens: the model's output limit per round.
-        temperature: passed to the model.
-        system_prompt: replaces the built-in instructions.
-        max_result_chars: tool results longer than this (as text) are cut in the history,
-            each with its handle for ``read_result``; ``None`` (the default): the run's
-            ``max_result_chars``.
-        settings: more model settings for each request
-            (:class:`~toolloop.models.ModelSettings`: ``seed``, ``top_p``, ...); they
-            override ``max_tokens``, ``temperature`` and ``parallel_tool_calls`` when they
-            set them too.
         on_cutoff: what to do with a reply the token limit cut off (``finish_reason`` is
             ``"length"``): ``"note"`` keeps it and says so in the run's notes (a cut text is
             taken as the response, a cut tool call whose arguments are not whole JSON is a
             failed record); ``"error"`` raises :class:`~toolloop.ModelOutputError`. A reply
             cut off before any text or tool call (a thinking model that spent the limit
             reasoning) raises either way: there is nothing to take.
+        **options: the options of both chat planners
+            (:class:`~toolloop.planners.ChatPlannerOptions`):
+
+            - ``max_tokens`` (1024): the model's output limit per round.
+            - ``temperature`` (0.0): passed to the model.
+            - ``system_prompt`` (:data:`~toolloop.planners.TOOL_CALLING_SYSTEM_PROMPT`):
+              replaces the built-in instructions.
+            - ``max_result_chars`` (``None``): tool results longer than this (as text) are
+              cut in the history, each with its handle for ``read_result``; ``None``: the
+              run's ``max_result_chars``.
+            - ``settings`` (``None``): more model settings for each request
+              (:class:`~toolloop.models.ModelSettings`: ``seed``, ``top_p``, ...); they
+              override ``max_tokens``, ``temperature`` and ``parallel_tool_calls`` when
+              they set them too.
 
     What else a reply can be: a refusal (OpenAI's ``refusal``) ends the loop with the stop
     reason ``refusal`` (:attr:`PlannerReply.refusal`); a stream with no output at all is a
@@ -278,24 +283,12 @@ class ToolCallingPlanner(ChatPlanner):
         *,
         tool_choice: ToolChoice | Callable[[PlannerContext], ToolChoice] = "auto",
         parallel_tool_calls: bool | None = None,
-        max_tokens: int | None = 1024,
-        temperature: float | None = 0.0,
-        system_prompt: str = TOOL_CALLING_SYSTEM_PROMPT,
-        max_result_chars: int | None = None,
-        settings: ModelSettings | None = None,
         on_cutoff: Literal["note", "error"] = "note",
+        **options: Unpack[ChatPlannerOptions],
     ) -> None:
         if on_cutoff not in ("note", "error"):
             raise ValueError(f"on_cutoff must be 'note' or 'error', got {on_cutoff!r}")
-        super().__init__(
-            model,
-            owner="ToolCallingPlanner",
-            max_tokens=max_tokens,
-            temperature=temperature,
-            system_prompt=system_prompt,
-            max_result_chars=max_result_chars,
-            settings=settings,
-        )
+        super().__init__(model, "ToolCallingPlanner", TOOL_CALLING_SYSTEM_PROMPT, **options)
         self.on_cutoff = on_cutoff
         self.tool_choice = tool_choice
         self.parallel_tool_calls = parallel_tool_calls

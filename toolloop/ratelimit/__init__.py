@@ -24,6 +24,7 @@ from ._clock import Clock as Clock
 from ._clock import SystemClock as SystemClock
 from ._limiter import Permit as Permit
 from ._limiter import RateLimit as RateLimit
+from ._limiter import RateLimitOptions as RateLimitOptions
 from ._observe import ChangeReason as ChangeReason
 from ._observe import LimitObserver as LimitObserver
 from ._observe import RateLimitState as RateLimitState
@@ -51,6 +52,7 @@ __all__ = [
     "LimitObserver",
     "Permit",
     "RateLimit",
+    "RateLimitOptions",
     "RateLimitState",
     "RateLimitStore",
     "RetryPolicy",

@@ -35,17 +35,40 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+from typing_extensions import TypedDict
 
 from ._clock import SYSTEM_CLOCK, Clock
 from ._observe import ChangeReason, RateLimitState, current_observer
 from ._signals import is_rate_limited, retry_after_of
 
-__all__ = ["Permit", "RateLimit"]
+__all__ = ["Permit", "RateLimit", "RateLimitOptions"]
 
 _GOODPUT_WINDOW = 0.5  # seconds of successes the rate after a back-off is measured over
 _MIN_SPAN = 0.05  # the shortest span a rate is measured over
 _PROBE_STEP = 1.1  # a probe is told each time the rate grew by this factor since last told
 _FIRST_PROBE = 0.5  # how fast the rate grows (a fraction a second) until a second back-off
+
+
+class RateLimitOptions(TypedDict, total=False):
+    """What a :class:`~toolloop.ratelimit.SharedRateLimit` takes as a :class:`RateLimit`
+    does (``**options``): the same names, meanings and defaults, applied by
+    :class:`RateLimit`."""
+
+    concurrency: int | None
+    """The most calls at once (``None``, the default: no bound)."""
+    adaptive: bool
+    """Back off on refusals and probe up (``True``; ``False``: a fixed rate)."""
+    decrease: float
+    """The factor of a back-off, between 0 and 1 (0.9)."""
+    increase: float
+    """How fast the rate grows again while calls wait: this fraction of itself each
+    second (0.05)."""
+    min_rate: float
+    """The lowest rate a back-off goes to, in calls a second (0.1)."""
+    max_hold: float
+    """The longest ``Retry-After`` honoured, in seconds (60.0)."""
+    clock: Clock | None
+    """The clock it paces on (``None``: the system's)."""
 
 
 def _positive(name: str, value: object, *, whole: bool = False) -> None:

@@ -45,10 +45,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import anyio
+from typing_extensions import Unpack
 
 from .._secrets import scrub
-from ._clock import Clock
-from ._limiter import _PROBE_STEP, Permit, RateLimit, _positive
+from ._limiter import _PROBE_STEP, Permit, RateLimit, RateLimitOptions, _positive
 from ._observe import ChangeReason, current_observer
 
 __all__ = ["RateLimitStore", "SharedRateLimit"]
@@ -178,25 +178,31 @@ class SharedRateLimit(RateLimit):
             it (required).
         store: where the shared state lives, a :class:`RateLimitStore`
             (:class:`~toolloop.checkpoints.PostgresCheckpointStore`).
-        concurrency: the most calls at once **of this worker** (``None``: no bound).
         sync: at most this many seconds of the rate are reserved in one round trip, and a
             worker with calls to make learns the others' back-offs and holds within about
-            this long.
+            this long (0.25).
         timeout: seconds a round trip to the store may take; past it (or on an error) the
-            worker paces alone for a while, with a warning logged.
+            worker paces alone for a while, with a warning logged (2.0).
         alone_rate: calls a second this worker makes while it paces alone (``None``:
             ``rate``; give ``rate / workers`` to stay under the quota during an outage).
-        adaptive: back off on refusals and probe up (``False``: a fixed rate).
-        decrease: the factor of a back-off (between 0 and 1).
-        increase: how fast the shared rate grows again while calls wait: this fraction of
-            itself each second (of the store's clock).
-        min_rate: the lowest rate a back-off goes to, in calls a second.
-        max_hold: the longest ``Retry-After`` honoured, in seconds.
-        clock: the clock this worker paces on (the system's by default).
+        **options: what a :class:`RateLimit` takes too, with its defaults
+            (:class:`~toolloop.ratelimit.RateLimitOptions`):
+
+            - ``concurrency`` (``None``: no bound): the most calls at once **of this
+              worker**.
+            - ``adaptive`` (``True``): back off on refusals and probe up (``False``: a
+              fixed rate).
+            - ``decrease`` (0.9): the factor of a back-off (between 0 and 1).
+            - ``increase`` (0.05): how fast the shared rate grows again while calls wait:
+              this fraction of itself each second (of the store's clock).
+            - ``min_rate`` (0.1): the lowest rate a back-off goes to, in calls a second.
+            - ``max_hold`` (60.0): the longest ``Retry-After`` honoured, in seconds.
+            - ``clock`` (``None``: the system's): the clock this worker paces on.
 
     Raises:
         ValueError: a value out of range, no name, or a store without
             ``update_rate_limit``.
+        TypeError: an option that is not one.
     """
 
     __slots__ = (
@@ -221,17 +227,14 @@ class SharedRateLimit(RateLimit):
         *,
         name: str,
         store: RateLimitStore,
-        concurrency: int | None = None,
         sync: float = 0.25,
         timeout: float = 2.0,
         alone_rate: float | None = None,
-        adaptive: bool = True,
-        decrease: float = 0.9,
-        increase: float = 0.05,
-        min_rate: float = 0.1,
-        max_hold: float = 60.0,
-        clock: Clock | None = None,
+        **options: Unpack[RateLimitOptions],
     ) -> None:
+        for option in options:
+            if option not in RateLimitOptions.__annotations__:
+                raise TypeError(f"SharedRateLimit() got an unexpected keyword argument {option!r}")
         _positive("rate", rate)
         if not isinstance(name, str) or not name:
             raise ValueError(f"SharedRateLimit: name must be a non-empty str, got {name!r}")
@@ -244,17 +247,7 @@ class SharedRateLimit(RateLimit):
         _positive("timeout", timeout)
         if alone_rate is not None:
             _positive("alone_rate", alone_rate)
-        super().__init__(
-            rate,
-            concurrency=concurrency,
-            adaptive=adaptive,
-            decrease=decrease,
-            increase=increase,
-            min_rate=min_rate,
-            max_hold=max_hold,
-            name=name,
-            clock=clock,
-        )
+        super().__init__(rate, name=name, **options)
         self.store = store
         self.sync = float(sync)
         self.timeout = float(timeout)

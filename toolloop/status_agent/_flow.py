@@ -29,7 +29,7 @@ router alike, so a recovered run goes exactly where the live one would have gone
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from ..flow import Context, Flow, Step, Target
 from ._human import HUMAN_EVENT
@@ -48,7 +48,7 @@ from ._nodes import (
 )
 from ._state import NodeName, StatusAgentState
 
-__all__ = ["ROUTES", "next_step", "status_agent_flow"]
+__all__ = ["ROUTES", "Route", "next_step", "status_agent_flow"]
 
 finish_step = Step(finish, name="finish")
 await_step = Step(await_human, name="await_human")
@@ -64,31 +64,30 @@ def _after_decision(state: StatusAgentState) -> str:
     return state.status
 
 
-Route = tuple[Callable[[StatusAgentState], str], dict[str, Step], Step | None]
+class Route(NamedTuple):
+    """Where a routed node goes: ``cases[key(state)]``, else ``default``."""
+
+    cases: dict[str, Step]
+    default: Step | None
+    """``None``: a key that is no case routes nowhere (a bug: an error)."""
+    key: Callable[[StatusAgentState], str] = _status
+    """What of the state is routed on: its status, unless said."""
+
 
 ROUTES: dict[NodeName, Route] = {
-    "planning": (
-        _status,
-        {"conversation_ready": conversation, "decision_ready": decision},
-        decision,
+    "planning": Route({"conversation_ready": conversation, "decision_ready": decision}, decision),
+    "conversation": Route(
+        {"conversation_completed": finish_step, "conversation_error": human_intervention}, None
     ),
-    "conversation": (
-        _status,
-        {"conversation_completed": finish_step, "conversation_error": human_intervention},
-        None,
-    ),
-    "decision": (
-        _after_decision,
+    "decision": Route(
         {"waiting_for_human": human_intervention, "ready_for_execution": tool_execution},
         reflection,
+        key=_after_decision,
     ),
-    "tool_execution": (
-        _status,
-        {"tools_completed": reflection, "tool_execution_failed": reflection},
-        None,
+    "tool_execution": Route(
+        {"tools_completed": reflection, "tool_execution_failed": reflection}, None
     ),
-    "reflection": (
-        _status,
+    "reflection": Route(
         {
             "needs_human": human_intervention,
             "replan": planning,
@@ -97,8 +96,7 @@ ROUTES: dict[NodeName, Route] = {
         },
         finish_step,
     ),
-    "human_intervention": (
-        _status,
+    "human_intervention": Route(
         {
             "waiting_for_human": await_step,
             "replan": planning,
@@ -109,7 +107,7 @@ ROUTES: dict[NodeName, Route] = {
         finish_step,
     ),
 }
-"""After each routed node: (key of the state, {key: next step}, default step)."""
+"""After each routed node: its :class:`Route`."""
 
 
 def next_step(state: StatusAgentState) -> str:
@@ -119,8 +117,8 @@ def next_step(state: StatusAgentState) -> str:
         return analysis.name
     if node == "analysis":
         return planning.name
-    key, cases, default = ROUTES[node]
-    target = cases.get(key(state), default)
+    route = ROUTES[node]
+    target = route.cases.get(route.key(state), route.default)
     if target is None:
         raise ValueError(f"node {node!r} set status {state.status!r}, which routes nowhere")
     return target.name
@@ -148,9 +146,9 @@ def _build() -> Flow[StatusAgentState]:
         "reflection": reflection,
         "human_intervention": human_intervention,
     }
-    for name, (key, cases, default) in ROUTES.items():
-        targets = cast("dict[Hashable, Target]", cases)
-        flow.step(nodes[name]).match(_router(key), targets, default=default)
+    for name, route in ROUTES.items():
+        targets = cast("dict[Hashable, Target]", route.cases)
+        flow.step(nodes[name]).match(_router(route.key), targets, default=route.default)
     flow.step(finish_step).end()
     flow.when(HUMAN_EVENT, external=True).to(human_intervention)
     every = [analysis, *nodes.values(), finish_step, await_step]
