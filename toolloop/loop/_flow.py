@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 from pydantic import BaseModel, Field
@@ -66,6 +66,9 @@ from ..tools import RunScope, ToolRegistry
 from ._events import PlanDecided, RoundFinished, RoundStarted
 from ._normalize import NormalizedPlan, PlanItem, normalize_command, normalize_plan, over_limit
 from ._results import StopReason
+
+if TYPE_CHECKING:
+    from ._answer import AnswerOptions
 
 __all__ = [
     "HUMAN_EVENT",
@@ -113,6 +116,15 @@ class AnswerWith:
     def strategy(self) -> ToolStrategy | ProviderStrategy | None:
         """The structured answer's strategy (``None``: the answer is text)."""
         return output_schema(self.response_format)
+
+    def options(self) -> AnswerOptions:
+        """Its settings as the answer's request options (:class:`AnswerOptions`)."""
+        return {
+            "system_prompt": self.system_prompt,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "settings": self.settings,
+        }
 
 
 class RoundState(BaseModel):
@@ -660,13 +672,7 @@ async def _answer(state: RoundState, deps: LoopDeps, answer: AnswerWith, run_id:
     try:
         with anyio.fail_after(deps.model_timeout):
             text = await final_answer(
-                answer.model,
-                so_far,
-                system_prompt=answer.system_prompt,
-                max_tokens=answer.max_tokens,
-                temperature=answer.temperature,
-                settings=answer.settings,
-                response_format=answer.strategy,
+                answer.model, so_far, **answer.options(), response_format=answer.strategy
             )
     except UsageLimitError:
         raise  # the run ends as its caller chose (raise, or finish with what it has)
