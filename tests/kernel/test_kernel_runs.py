@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -158,6 +159,15 @@ class Logic:
     def turns(self, state: S) -> int:
         return state.calls
 
+    def scope(self, execution: Any) -> None:
+        return None
+
+    def settle(self, state: S, stop: StopReason) -> None:
+        pass
+
+    def kept(self, state: S, handle: str) -> None:
+        return None
+
 
 def model_flow(model: ScriptedChatModel, *, hang: anyio.Event | None = None) -> Flow[S]:
     flow = Flow("kernel_test", state=S)
@@ -263,6 +273,9 @@ class Cut(BaseModel):
 class CutLogic:
     tool_step = "step"
 
+    def __init__(self, settle: Callable[[Cut, StopReason], None] | None = None) -> None:
+        self._settle = settle
+
     def stop_reason(self, state: Cut) -> StopReason | None:
         return None
 
@@ -274,6 +287,16 @@ class CutLogic:
 
     def turns(self, state: Cut) -> int:
         return 1
+
+    def scope(self, execution: Any) -> None:
+        return None
+
+    def settle(self, state: Cut, stop: StopReason) -> None:
+        if self._settle is not None:
+            self._settle(state, stop)
+
+    def kept(self, state: Cut, handle: str) -> None:
+        return None
 
 
 def cut_flow() -> Flow[Cut]:
@@ -312,10 +335,9 @@ async def test_a_finished_run_is_settled_once_before_its_end_is_told_and_kept(
         execution,
         lambda: execution.run(timeout=0.05),
         options,
-        CutLogic(),
+        CutLogic(settle),
         result_of=result_of,
         run=run,
-        settle=settle,
     )
     assert (ended.stop_reason, ended.state.answered) == ("timeout", ["a", "b"])
     assert settled == [(["a", "b"], "timeout")]  # once
@@ -330,8 +352,7 @@ async def test_a_finished_run_is_settled_once_before_its_end_is_told_and_kept(
             execution,
             lambda: execution.run(timeout=0.05),
             RunOptions(),
-            CutLogic(),
+            CutLogic(lambda s, r: calls.append(r)),
             result_of=same,
-            settle=lambda s, r: calls.append(r),
         )
     assert calls == []

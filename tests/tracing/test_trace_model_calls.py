@@ -115,6 +115,15 @@ class Logic:
     def turns(self, state: S) -> int:
         return 2
 
+    def scope(self, execution: Any) -> None:
+        return None
+
+    def settle(self, state: S, stop: StopReason) -> None:
+        pass
+
+    def kept(self, state: S, handle: str) -> None:
+        return None
+
 
 async def test_any_product_driven_by_the_kernel_gets_chat_spans() -> None:
     """A flow of no product at all: its model calls, told by the kernel, are spans."""

@@ -59,6 +59,18 @@ __all__ = ["Agent", "create_agent"]
 Snapshot = FlowSnapshot | Mapping[str, Any] | str | bytes
 
 
+def kept_result(state: AgentState, handle: str) -> str | None:
+    """The whole text of the result of ``handle`` (``"r:<tool_call_id>"``): its tool
+    message, as the run keeps it (``None``: no such result in the conversation)."""
+    if not handle.startswith("r:"):
+        return None
+    call_id = handle[2:]
+    for message in reversed(state.messages):
+        if type(message) is ToolMessage and message.tool_call_id == call_id:
+            return message.content if message.status == "success" else None
+    return None
+
+
 class _Logic:
     """What the kernel is told of the agent's states."""
 
@@ -73,20 +85,11 @@ class _Logic:
     def turns(self, state: AgentState) -> int:
         return state.model_calls
 
+    settle = staticmethod(settle)  # (its flow's)
+    kept = staticmethod(kept_result)
+
 
 _LOGIC = _Logic()
-
-
-def kept_result(state: AgentState, handle: str) -> str | None:
-    """The whole text of the result of ``handle`` (``"r:<tool_call_id>"``): its tool
-    message, as the run keeps it (``None``: no such result in the conversation)."""
-    if not handle.startswith("r:"):
-        return None
-    call_id = handle[2:]
-    for message in reversed(state.messages):
-        if type(message) is ToolMessage and message.tool_call_id == call_id:
-            return message.content if message.status == "success" else None
-    return None
 
 
 class Agent(SyncTwins[AgentResult], StreamTwins[AgentResult], RunsAsTools):
@@ -162,11 +165,8 @@ class Agent(SyncTwins[AgentResult], StreamTwins[AgentResult], RunsAsTools):
             start,
             options,
             _LOGIC,
-            scope=deps.scope,
             result_of=lambda ended: result_of(ended, execution),
             run=run,
-            settle=settle,
-            kept=kept_result,
             max_result_chars=options.max_result_chars,
         )
 

@@ -77,6 +77,17 @@ class TurnLogic(Protocol[S_contra]):
     def turns(self, state: S_contra) -> int:
         """The turns the run took so far."""
 
+    def settle(self, state: S_contra, stop: StopReason) -> None:
+        """The product's last word on a state that a timeout or a spent budget finished in
+        the middle of a turn (``"finish"``), e.g. answering the calls it cut off: called
+        once, before ``RunFinished`` counts the records and before the store keeps the
+        result."""
+
+    def kept(self, state: S_contra, handle: str) -> str | None:
+        """The whole text of the run's result of a handle (``None``: no such result), read
+        from its state: what the built-in ``read_result`` reads, in slices of at most the
+        run's ``max_result_chars``."""
+
 
 @dataclass(slots=True)
 class Ended(Generic[S]):
@@ -204,6 +215,13 @@ class _Limits:
         )
 
 
+def _scope_of(deps: Any) -> RunScope | None:
+    """The tools' run context of a run (its deps' ``scope``), made active for the run, its
+    progress reports told as the run's events (``None``: no tool takes one)."""
+    scope = getattr(deps, "scope", None)
+    return scope if isinstance(scope, RunScope) else None
+
+
 def _usage_of(state: Any) -> Usage | None:
     usage = getattr(state, "usage", None)
     return usage if isinstance(usage, Usage) else None
@@ -220,41 +238,33 @@ async def drive(
     options: RunOptions,
     logic: TurnLogic[S],
     *,
-    scope: RunScope | None = None,
     result_of: Callable[[Ended[S]], R],
     run: CheckpointedRun | None = None,
-    settle: Callable[[S, StopReason], None] | None = None,
     raised: Callable[[S, Exception], None] | None = None,
-    kept: Callable[[S, str], str | None] | None = None,
     max_result_chars: int | None = None,
 ) -> R:
     """Run one session of ``execution`` (``start()`` runs or resumes it; ``None``: it runs
     from the start, under ``options.timeout``) as a run of the kernel (see the module docs).
 
     Args:
-        logic: what the product tells of its states (stop reason, records, turns).
-        scope: the tools' run context, made active for the run, its progress reports told
-            as the run's events (``None``: no tool takes one).
+        logic: what the product tells of its states (stop reason, records, turns, its
+            last word on a state a limit finished, its kept results); its tools' run
+            context is its deps' ``scope``.
         result_of: the product's result of the session (the store keeps a completed one's
             as JSON data).
         run: the store's handle of a durable run: how the session ends is written there.
-        settle: the product's last word on a state that a timeout or a spent budget
-            finished in the middle of a turn (``"finish"``), e.g. answering the calls it cut
-            off: called once, before ``RunFinished`` counts the records and before the
-            store keeps the result.
         raised: the product's last word on an error the run raises (e.g. the records so
             far, kept on it): called with the state and the error just before it is raised,
             once the store has noted the failure.
-        kept: the whole text of the run's result of a handle (``None``: no such result),
-            read from its state: what the built-in ``read_result`` reads, in slices of at
-            most ``max_result_chars`` (the limit the product's prompts cut results to;
-            ``None``: nothing is cut, nothing to read).
+        max_result_chars: the limit the product's prompts cut results to (``None``:
+            nothing is cut, nothing for ``read_result`` to read).
 
     Raises:
         Exception: whatever the run raised, unless ``options`` turn it into a finish (a
             timeout, a spent budget); the error keeps the run's state. A cancelled run
             stays ``running`` in the store, to be recovered.
     """
+    scope = _scope_of(execution.deps)
     state = execution.state
     if scope is not None:  # a tool's ctx.report(...): a ToolProgress of the run
         scope.run_id = execution.id
@@ -273,7 +283,7 @@ async def drive(
         execution,
         options,
         child,
-        kept,
+        logic.kept,
         max_result_chars,
         observer=_ModelCalls(execution) if observed else None,
     )
@@ -282,7 +292,7 @@ async def drive(
         meter.started = spent.requests
         if child is not None:  # and so do its parents' (their calls of it are made again)
             count_in_parents(meter.parent, spent)
-    closing = _Closing(execution, state, options, logic, meter, settle)
+    closing = _Closing(execution, state, options, logic, meter)
     execution.on_close(closing)
     try:
         # the meter is entered and left by hand: a with block would hold its bound __exit__
@@ -371,14 +381,14 @@ class _Closing(Generic[S]):
     options: RunOptions
     logic: TurnLogic[S]
     meter: UsageMeter
-    settle: Callable[[S, StopReason], None] | None
+    settled: bool = False
 
     def finish(self, stop: StopReason) -> None:
-        """The run ends with ``stop`` instead of raising: ``settle`` says its last word."""
-        settle = self.settle
-        if settle is not None:
-            self.settle = None  # once
-            settle(self.state, stop)
+        """The run ends with ``stop`` instead of raising: the product's ``settle`` says its
+        last word (once)."""
+        if not self.settled:
+            self.settled = True
+            self.logic.settle(self.state, stop)
 
     def __call__(self, status: str, failure: Exception | None, at: float) -> Sequence[FlowEvent]:
         if status == "paused":

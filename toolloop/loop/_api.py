@@ -60,6 +60,17 @@ ToolsLike = ToolRegistry | Sequence[Tool | Callable[..., Any]]
 AnswerLike = ChatModel | AnswerWith
 
 
+def _settle(state: RoundState, stop: StopReason) -> None:
+    """A run its timeout or budget finished mid-round: the calls it cut off say so, in the
+    kernel's words."""
+    last = state.last_round_records
+    told = [cut_off_record(r, stop) for r in last]
+    if any(a is not b for a, b in zip(last, told, strict=True)):
+        cut = {id(a): b for a, b in zip(last, told, strict=True)}
+        state.last_round_records = told
+        state.done_plans = [cut.get(id(r), r) for r in state.done_plans]
+
+
 class _Logic:
     """What the loop tells the kernel about its round state."""
 
@@ -75,19 +86,11 @@ class _Logic:
     def turns(self, state: RoundState) -> int:
         return state.round_index
 
+    settle = staticmethod(_settle)
+    kept = staticmethod(kept_result)
+
 
 _LOGIC = _Logic()
-
-
-def _settle(state: RoundState, stop: StopReason) -> None:
-    """A run its timeout or budget finished mid-round: the calls it cut off say so, in the
-    kernel's words."""
-    last = state.last_round_records
-    told = [cut_off_record(r, stop) for r in last]
-    if any(a is not b for a, b in zip(last, told, strict=True)):
-        cut = {id(a): b for a, b in zip(last, told, strict=True)}
-        state.last_round_records = told
-        state.done_plans = [cut.get(id(r), r) for r in state.done_plans]
 
 
 def _answer_spec(answer_with: AnswerLike | None) -> AnswerWith | None:
@@ -174,12 +177,9 @@ def _drive(
         None,  # the execution runs from the start (a paused one: from its journal)
         options,
         _LOGIC,
-        scope=execution.deps.scope,
         result_of=_result_of,
         run=run,
-        settle=_settle,
         raised=_raised,
-        kept=kept_result,
         max_result_chars=execution.deps.max_result_chars,
     )
 

@@ -117,24 +117,6 @@ class StatusAgentResult(RunResult):
         return [r.record for r in self.state.records]
 
 
-class _Logic:
-    """What the kernel reads of a status agent run's state."""
-
-    tool_step = "tool_execution"
-
-    def stop_reason(self, state: StatusAgentState) -> StopReason | None:
-        return state.stop_reason
-
-    def records(self, state: StatusAgentState) -> list[ToolExecutionRecord]:
-        return [r.record for r in state.records]
-
-    def turns(self, state: StatusAgentState) -> int:
-        return state.steps
-
-
-_LOGIC = _Logic()
-
-
 class StatusAgent(SyncTwins[StatusAgentResult], StreamTwins[StatusAgentResult], RunsAsTools):
     """The status-routed agent (see the module docs); one agent serves many runs.
 
@@ -531,11 +513,8 @@ class StatusAgent(SyncTwins[StatusAgentResult], StreamTwins[StatusAgentResult], 
             start,
             options,
             _LOGIC,
-            scope=deps.scope,
             result_of=lambda ended: self._typed(_result(execution.id, ended)),
             run=deps.run,
-            settle=_settle,
-            kept=_kept_result,
             max_result_chars=options.max_result_chars,
         )
 
@@ -559,6 +538,27 @@ def _settle(state: StatusAgentState, stop: StopReason) -> None:
         told = cut_off_record(call.record, stop)
         if told is not call.record:
             state.records[i] = call.model_copy(update={"record": told})
+
+
+class _Logic:
+    """What the kernel reads of a status agent run's state."""
+
+    tool_step = "tool_execution"
+
+    def stop_reason(self, state: StatusAgentState) -> StopReason | None:
+        return state.stop_reason
+
+    def records(self, state: StatusAgentState) -> list[ToolExecutionRecord]:
+        return [r.record for r in state.records]
+
+    def turns(self, state: StatusAgentState) -> int:
+        return state.steps
+
+    settle = staticmethod(_settle)
+    kept = staticmethod(_kept_result)
+
+
+_LOGIC = _Logic()
 
 
 def _result(run_id: str, ended: Ended[StatusAgentState]) -> StatusAgentResult:
