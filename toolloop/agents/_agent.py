@@ -85,7 +85,7 @@ class _Logic:
     def turns(self, state: AgentState) -> int:
         return state.model_calls
 
-    settle = staticmethod(settle)  # (its flow's)
+    settle = staticmethod(settle)  # (the agent flow's settle)
     kept = staticmethod(kept_result)
 
 
