@@ -157,8 +157,8 @@ async def test_after_a_short_circuit_the_answer_is_the_only_other_request() -> N
 
 async def test_an_option_that_is_not_one_is_a_type_error_naming_it() -> None:
     model = OpenAIChatModel("fake-model", base_url="http://127.0.0.1:9", api_key="test")
-    with pytest.raises(TypeError, match="max_token"):
+    with pytest.raises(TypeError, match=r"^final_answer\(\) .*'max_token'.*'max_tokens'"):
         await final_answer(model, with_records(), max_token=5)  # type: ignore[call-arg]
-    with pytest.raises(TypeError, match="max_token"):
+    with pytest.raises(TypeError, match=r"^stream_final_answer\(\) .*'max_token'"):
         async with stream_final_answer(model, with_records(), max_token=5):  # type: ignore[call-arg]
             pass

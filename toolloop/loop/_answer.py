@@ -25,7 +25,7 @@ from typing import Any
 from typing_extensions import TypedDict, Unpack
 
 from .._errors import ModelOutputError
-from ..kernel import ResponseFormat, ask_structured, output_schema
+from ..kernel import ResponseFormat, ask_structured, option_hint, output_schema
 from ..models import (
     ChatDelta,
     ChatModel,
@@ -225,6 +225,9 @@ class AnswerOptions(TypedDict, total=False):
     """The run's budget, ``result.usage`` counted against it (``None``: no budget)."""
 
 
+_OPTIONS = frozenset(AnswerOptions.__annotations__)
+
+
 @dataclass(frozen=True)
 class _Ask:
     """What the answer asks, and under which budget (:func:`_ask` makes it)."""
@@ -246,6 +249,16 @@ class _Ask:
         with self.metered(result):
             async with stream_chat(model, self.request) as deltas:
                 yield AnswerStream(deltas)
+
+
+def _checked(options: AnswerOptions, verb: str) -> AnswerOptions:
+    """``options``, each one of :class:`AnswerOptions` (a ``TypeError`` naming ``verb``,
+    the caller's function, for one that is not)."""
+    for name in options:
+        if name not in _OPTIONS:
+            hint = option_hint(name, _OPTIONS)
+            raise TypeError(f"{verb}() got an unexpected keyword argument {name!r}{hint}")
+    return options
 
 
 def _ask(
@@ -322,7 +335,9 @@ async def stream_final_answer(
             "final_answer(model, result, response_format=...), whose structured_response "
             "is the validated value"
         )
-    async with _ask(result, **options).streamed(model, result) as text:
+    async with _ask(result, **_checked(options, "stream_final_answer")).streamed(
+        model, result
+    ) as text:
         yield text
 
 
@@ -354,7 +369,7 @@ async def final_answer(
         ResponseFormatError: ``response_format`` is no usable schema.
         TypeError: an option that is not one.
     """
-    ask = _ask(result, **options)
+    ask = _ask(result, **_checked(options, "final_answer"))
     strategy = output_schema(response_format)
     if strategy is not None:
         request = ask.request
