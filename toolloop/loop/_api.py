@@ -40,7 +40,7 @@ from ._flow import AnswerWith, LoopDeps, RoundState, kept_result, loop_flow
 from ._results import LoopResult
 
 if TYPE_CHECKING:
-    from ..checkpoints import CheckpointedRun
+    from ..checkpoints import CheckpointedRun, CheckpointStore
 
 __all__ = [
     "LoopOptions",
@@ -343,8 +343,17 @@ async def async_plan_and_execute(
         CheckpointConflictError: the store already has a run ``run_id``.
         ValueError, TypeError: an option of the wrong kind or name (nothing ran).
     """
-    opts, own = _split(options, "async_plan_and_execute")
+    session = _session(user_input, planner, tools, options)
     del options  # (the call's keywords, read: not held while the run goes on)
+    return await session
+
+
+def _session(
+    user_input: str, planner: PlannerLike, tools: ToolsLike, options: Mapping[str, Any]
+) -> Coroutine[Any, Any, LoopResult]:
+    """The run :func:`async_plan_and_execute` asks for, checked and made: its session to
+    await (a plain function, so that a run in progress holds no frame of it)."""
+    opts, own = _split(options, "async_plan_and_execute")
     store, run_id = opts.store, opts.run_id
     if store is None and opts.needs_approval:
         raise ValueError(
@@ -365,10 +374,17 @@ async def async_plan_and_execute(
         answer=_answer_spec(own.get("answer_with")),
     )
     if store is None:
-        return await _drive(execution, opts)
+        return _drive(execution, opts)
+    approval_rule(opts.needs_approval, execution.deps.registry.names)  # refused before a write
+    return _durable(execution, opts, store)
+
+
+async def _durable(
+    execution: Execution[RoundState], opts: RunOptions, store: CheckpointStore
+) -> LoopResult:
+    """A durable run: begun in ``store``, then its session."""
     from ._durable import DurableLoop, begin
 
-    approval_rule(opts.needs_approval, execution.deps.registry.names)  # refused before a write
     checkpointed = await begin(store, execution.id, execution.deps, opts)
     durable = DurableLoop(
         checkpointed, execution.state, opts, tool_names=execution.deps.registry.names
