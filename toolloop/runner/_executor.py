@@ -294,8 +294,16 @@ class Executor(SplitCall[ToolCommand, ToolExecutionRecord]):
         batch = self.batch(
             results=results, on_start=on_start, on_finish=on_finish, task_group=task_group
         )
-        async with batch:
+        # entered and left by hand: an async with block would hold its bound __aexit__
+        # while the calls run
+        await batch.__aenter__()
+        try:
             await batch.run_here(commands)
+        except BaseException as exc:
+            if not await batch.__aexit__(type(exc), exc, exc.__traceback__):
+                raise
+        else:
+            await batch.__aexit__(None, None, None)
         return batch.results
 
     def call(
