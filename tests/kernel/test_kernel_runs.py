@@ -159,9 +159,6 @@ class Logic:
     def turns(self, state: S) -> int:
         return state.calls
 
-    def scope(self, execution: Any) -> None:
-        return None
-
     def settle(self, state: S, stop: StopReason) -> None:
         pass
 
@@ -287,9 +284,6 @@ class CutLogic:
 
     def turns(self, state: Cut) -> int:
         return 1
-
-    def scope(self, execution: Any) -> None:
-        return None
 
     def settle(self, state: Cut, stop: StopReason) -> None:
         if self._settle is not None:

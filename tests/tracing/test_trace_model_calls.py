@@ -115,9 +115,6 @@ class Logic:
     def turns(self, state: S) -> int:
         return 2
 
-    def scope(self, execution: Any) -> None:
-        return None
-
     def settle(self, state: S, stop: StopReason) -> None:
         pass
 

@@ -199,9 +199,9 @@ def flat_json_within(value: dict[Any, Any], limit: int) -> bool:
     ints of at most 18 digits) whose JSON (``ensure_ascii=False``, as results and arguments
     are written) is surely at most ``limit`` long, in characters or in UTF-8 bytes: each
     character of a key or a string counted six times (the longest JSON escape, more than
-    its UTF-8 bytes), and 32 more for each member (its quotes, colon and
-    comma, and a number as long as it can be written: a float's repr is at most 24
-    characters). ``False`` says nothing."""
+    its UTF-8 bytes), and 32 more for each member (its quotes, colon and comma, and a
+    number as long as it can be written: a float's repr is at most 24 characters).
+    ``False`` says nothing."""
     chars = 0
     for key, item in value.items():
         kind = type(item)

@@ -207,8 +207,10 @@ def inspect_function(
 
     model = _build_model(fn_name, label, fields, signature)
     parameters = _strip_titles(model.model_json_schema())
+    # every parameter of a plain type: values of exactly those types are passed as they came
+    kept = exact if all(check is not None for check in unchanged.values()) else None
     convert = (
-        None if not fields else _converter(model, aliases, unchanged, exact, f"tool {fn_name!r}")
+        None if not fields else _converter(model, aliases, unchanged, kept, f"tool {fn_name!r}")
     )
     return FunctionSignature(
         name=fn_name,
@@ -217,7 +219,7 @@ def inspect_function(
         convert=convert,
         is_async=is_async_callable(function),
         context_parameter=context,
-        kept=exact if all(check is not None for check in unchanged.values()) else None,
+        kept=kept,
     )
 
 
@@ -276,7 +278,7 @@ def _converter(
     model: type[pydantic.BaseModel],
     aliases: dict[str, str],
     unchanged: dict[str, Callable[[Any], bool] | None],
-    exact: dict[str, type],
+    exact: dict[str, type] | None,
     owner: str,
 ) -> Callable[[dict[str, Any]], dict[str, Any]]:
     validate = model.model_validate
@@ -294,7 +296,7 @@ def _converter(
         values = instance.__dict__
         return {aliases[key]: values[key] for key in instance.model_fields_set}
 
-    if any(check is None for check in unchanged.values()):
+    if exact is None:  # a parameter pydantic may build anew: it converts every call
         return convert
     checks: dict[str, Callable[[Any], bool]] = {k: c for k, c in unchanged.items() if c}
 
