@@ -71,6 +71,58 @@ async def test_a_call_that_waits_lets_the_others_run_concurrently_under_the_limi
     assert len(tasks) == 3
 
 
+async def test_waiting_calls_start_workers_one_at_a_time_and_all_run_at_once() -> None:
+    """A call that waits starts one worker; each worker starts the next as it starts a
+    call: when the second call starts, no more than the next worker has been started, and
+    still all six run at once (the gate opens only then)."""
+    running_at_start: dict[int, int] = {}
+    inside = 0
+    all_in = anyio.Event()
+    tasks: set[int] = set()
+
+    async def call(item: int, started: Callable[[], None]) -> int:
+        nonlocal inside
+        started()
+        running_at_start[item] = batch.running
+        tasks.add(_task_id())
+        inside += 1
+        if inside == 6:
+            all_in.set()
+        await all_in.wait()
+        return item
+
+    batch: ToolBatch[int, int] = ToolBatch(call, lambda i: -1, concurrency=6)
+    with anyio.fail_after(10):  # hang guard: a chain that stalled would never open the gate
+        async with batch:
+            await batch.run_here(range(6))
+    assert batch.results == list(range(6))
+    assert len(tasks) == 6  # every call waited: the calling task and five workers
+    assert running_at_start[0] == 1  # the calling task alone
+    # the first worker's call: the calling task, that worker and the one it started
+    assert running_at_start[1] == 3
+
+
+async def test_calls_that_wait_briefly_take_fewer_tasks_than_calls() -> None:
+    """Four calls that each wait one scheduler pass, limit four: a call that ended frees
+    its task for the next one, so fewer than four tasks run them (one each before)."""
+    tasks: list[int] = []
+
+    async def call(item: int, started: Callable[[], None]) -> int:
+        started()
+        tasks.append(_task_id())
+        await anyio.lowlevel.checkpoint()
+        return item
+
+    batch: ToolBatch[int, int] = ToolBatch(call, lambda i: -1, concurrency=4)
+    with anyio.fail_after(10):
+        async with batch:
+            await batch.run_here(range(4))
+    assert batch.results == list(range(4))
+    assert len(tasks) == 4
+    assert len(set(tasks)) < 4
+    assert tasks[0] == _task_id()  # the first in the calling task
+
+
 async def test_run_here_with_every_slot_taken_leaves_the_calls_to_the_workers() -> None:
     gate = anyio.Event()
 

@@ -16,7 +16,8 @@ cancelled, every call without a result gets the ``cancelled`` one, and then the
 cancellation or error propagates.
 
 What a batch costs: :meth:`ToolBatch.run_here` runs the calls in the calling task, one
-after another, while each finishes without waiting, and starts workers only when one waits;
+after another, while each finishes without waiting, and starts workers only when one waits
+(one at a time: each starts the next as it starts a call, while calls wait);
 a batch given the ``task_group`` of its run starts them there instead of opening a task
 group of its own. A round of tools that return at once then costs no task and no task group.
 Both paths take and finish calls through the same two methods and come to the same results,
@@ -145,6 +146,7 @@ class ToolBatch(Generic[T, R]):
         "_on_finish",
         "_on_start",
         "_outer",
+        "_pending",
         "_results",
         "_sink",
         "_split",
@@ -186,6 +188,7 @@ class ToolBatch(Generic[T, R]):
         self._started: dict[int, float] | None = {} if on_finish is not None else None
         self._next = 0  # the first item no worker took yet (items are taken in order)
         self._workers = 0
+        self._pending = 0  # workers started that have not come to take a call yet
         self._state = 0  # 0 new, 1 open, 2 closed
         self._task_group: anyio.abc.TaskGroup | None = None
         self._outer = task_group
@@ -306,7 +309,6 @@ class ToolBatch(Generic[T, R]):
         """
         index = self._add(item)
         if self._workers < self._limit and self._error is None:
-            self._workers += 1
             self._start_worker()
         return index
 
@@ -315,9 +317,12 @@ class ToolBatch(Generic[T, R]):
 
         The calling task takes the calls one after another, as a worker does. While a call
         finishes without waiting for anything (a cache hit, a pure function) no task is
-        spawned at all; the moment a call waits (I/O, a sleep), workers start for the
-        calls still waiting, up to the limit, so they run concurrently exactly as if each
-        had been submitted with :meth:`submit`. Calls start in submission order either way,
+        spawned at all; the moment a call waits (I/O, a sleep), a worker starts for the
+        calls still waiting, and each worker, as it starts a call, starts the next while
+        calls wait, up to the limit: they run concurrently as if each had been submitted
+        with :meth:`submit`, each started one scheduler pass after the one before, and a
+        call that ends at once frees its task for the next (brief calls take fewer
+        tasks). Calls start in submission order either way,
         and each the calling task runs gets a copy of its context, as in a task of its own
         (a worker runs the calls it takes in its own task's context). Await what it
         returns, in the calling task: ``await batch.run_here(items)`` (the calling task
@@ -346,16 +351,23 @@ class ToolBatch(Generic[T, R]):
         return index
 
     def _spill(self) -> None:
-        """A call running in the batch's owner started to wait: start workers for the calls
-        still waiting (up to the limit), so they do not wait for it."""
-        waiting = len(self._items) - self._next
-        while waiting > 0 and self._workers < self._limit and self._error is None:
-            self._workers += 1
-            waiting -= 1
+        """A call of this batch is about to wait (or started to) while others wait: start
+        one worker for them, unless one started and came to none yet (up to the limit). That
+        worker starts the next the same way as it starts a call, so the waiting calls start
+        one scheduler pass apart, each before any of them has to end; and a call that ends
+        at once frees its task to take the next one, so brief calls take fewer tasks."""
+        if (
+            not self._pending
+            and self._next < len(self._items)
+            and self._workers < self._limit
+            and self._error is None
+        ):
             self._start_worker()
 
     def _start_worker(self) -> None:
         assert self._task_group is not None
+        self._workers += 1
+        self._pending += 1
         handle = self._task_group.create_task(self._work(), name=_WORKER)
         if self._outer is not None:  # cancelled with the batch, not with the outer group
             if self._handles is None:
@@ -496,13 +508,22 @@ class ToolBatch(Generic[T, R]):
                 self._idle.set()
 
     async def _work(self) -> None:
-        """A worker: take waiting calls, first come first served, until none is left."""
+        """A worker: take waiting calls, first come first served, until none is left; as
+        it starts each call, it starts one more worker if calls still wait (:meth:`_spill`)."""
         items = self._items
         split = self._split
+        self._pending -= 1
         try:
             while self._next < len(items):
                 index, item, result, work = self._take()
                 if work is not None:
+                    if self._next < len(items):
+                        try:
+                            self._spill()
+                        except BaseException:
+                            if isinstance(work, CoroutineType):
+                                work.close()
+                            raise
                     try:
                         value = await work
                     except Exception as exc:
