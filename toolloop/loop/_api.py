@@ -141,8 +141,6 @@ def _prepare(
         max_commands=max_commands,
         streaming_dispatch=streaming_dispatch,
         available_tools=registry.specs(),
-        usage_limits=options.usage_limits,
-        deps=options.deps,
         scope=RunScope("", options.deps) if registry.takes_context else None,
         answer=answer,
         max_result_chars=limit,

@@ -45,7 +45,7 @@ from ..kernel import (
     tell_call_started,
     tell_kept,
 )
-from ..models import ChatModel, ModelSettings, Usage, UsageLimits, UsageMeter, current_meter
+from ..models import ChatModel, ModelSettings, Usage, UsageMeter, current_meter
 from ..planners import (
     PlannerContext,
     PlannerLike,
@@ -193,11 +193,9 @@ class LoopDeps:
     max_kwargs_bytes: int = 256 * 1024
     streaming_dispatch: bool = False
     available_tools: list[dict[str, Any]] = field(default_factory=list)
-    usage_limits: UsageLimits | None = None
-    deps: Any = None
-    """The caller's dependencies, for the tools' :class:`~toolloop.tools.RunContext`."""
     scope: RunScope | None = None
-    """What the tools that take a run context are told (``None``: no tool takes one)."""
+    """What the tools that take a run context are told, the caller's ``deps`` with them
+    (``None``: no tool takes one)."""
     durable: DurableHooks | None = None
     """What a durable run is told as it goes (``None``: a run without a store)."""
     answer: AnswerWith | None = None
