@@ -199,20 +199,8 @@ class _Limits:
 
     def rate_limit_changed(self, state: RateLimitState) -> None:
         assert state.reason is not None
-        tell(
-            self._execution.context_for("rate_limit"),
-            RateLimitChanged,
-            name=state.name,
-            reason=state.reason,
-            rate=state.rate,
-            concurrency=state.concurrency,
-            in_flight=state.in_flight,
-            waiting=state.waiting,
-            hold=state.hold,
-            admitted=state.admitted,
-            refused=state.refused,
-            backoffs=state.backoffs,
-        )
+        # the event is the limiter's state after the change, field for field
+        tell(self._execution.context_for("rate_limit"), RateLimitChanged, **dict(state))
 
 
 def _scope_of(deps: Any) -> RunScope | None:

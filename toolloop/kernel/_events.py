@@ -23,7 +23,7 @@ from pydantic import Field
 
 from ..flow import Context, FlowEvent
 from ..models import Usage
-from ..ratelimit import ChangeReason, RetryTarget
+from ..ratelimit import ChangeReason, RateLimitState, RetryTarget
 from ..runner import (
     CallSource,
     ToolCallFinished,
@@ -116,26 +116,15 @@ class RetryScheduled(RunEvent):
     """The seconds the server asked to wait (its ``Retry-After``), if it said."""
 
 
-class RateLimitChanged(RunEvent):
+class RateLimitChanged(RateLimitState, RunEvent):
     """A :class:`~toolloop.ratelimit.RateLimit` changed on a call of this run: it backed
     off (a refusal for the rate), held every call for a ``Retry-After``, or probed up. A
-    limiter shared by many runs is told to the run whose call changed it."""
+    limiter shared by many runs is told to the run whose call changed it. Its fields are
+    the limiter's :class:`~toolloop.ratelimit.RateLimitState` after the change."""
 
     kind: Literal["rate_limit_changed"] = "rate_limit_changed"
-    name: str
-    """The limiter's name (``RateLimit(name=...)``)."""
     reason: ChangeReason
-    rate: float | None
-    """Calls a second it admits now (``None``: no bound on the rate)."""
-    concurrency: int | None
-    """Calls at once it admits now (``None``: no bound)."""
-    in_flight: int
-    waiting: int
-    hold: float
-    """Seconds from now before it admits any call."""
-    admitted: int
-    refused: int
-    backoffs: int
+    """Why it changed."""
 
 
 class CheckpointSaved(RunEvent):

@@ -11,6 +11,8 @@ from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from pydantic import BaseModel, ConfigDict
+
 __all__ = [
     "ChangeReason",
     "LimitObserver",
@@ -52,11 +54,15 @@ class ScheduledRetry:
     """The seconds the server asked to wait, if it said."""
 
 
-@dataclass(frozen=True, slots=True)
-class RateLimitState:
-    """A limiter as it is now (:meth:`RateLimit.state`), and why it changed when told."""
+class RateLimitState(BaseModel):
+    """A limiter as it is now (:meth:`RateLimit.state`), and why it changed when told (a
+    run tells each change as this state, its event
+    :class:`~toolloop.kernel.RateLimitChanged`)."""
+
+    model_config = ConfigDict(frozen=True)
 
     name: str
+    """The limiter's name (``RateLimit(name=...)``)."""
     rate: float | None
     """Calls a second it admits now (``None``: no bound on the rate)."""
     concurrency: int | None
