@@ -71,10 +71,10 @@ async def test_a_call_that_waits_lets_the_others_run_concurrently_under_the_limi
     assert len(tasks) == 3
 
 
-async def test_waiting_calls_start_workers_one_at_a_time_and_all_run_at_once() -> None:
-    """A call that waits starts one worker; each worker starts the next as it starts a
-    call: when the second call starts, no more than the next worker has been started, and
-    still all six run at once (the gate opens only then)."""
+async def test_waiting_calls_start_their_workers_in_steps_and_all_run_at_once() -> None:
+    """A call that waits starts workers for half of the calls still waiting; the last of
+    them starts more as it starts its call: when the second call starts, two workers have
+    been started (not five), and still all six run at once (the gate opens only then)."""
     running_at_start: dict[int, int] = {}
     inside = 0
     all_in = anyio.Event()
@@ -98,18 +98,21 @@ async def test_waiting_calls_start_workers_one_at_a_time_and_all_run_at_once() -
     assert batch.results == list(range(6))
     assert len(tasks) == 6  # every call waited: the calling task and five workers
     assert running_at_start[0] == 1  # the calling task alone
-    # the first worker's call: the calling task, that worker and the one it started
+    # the first worker's call: the calling task and the two workers started for 5 waiting
     assert running_at_start[1] == 3
 
 
 async def test_calls_that_wait_briefly_take_fewer_tasks_than_calls() -> None:
     """Four calls that each wait one scheduler pass, limit four: a call that ended frees
-    its task for the next one, so fewer than four tasks run them (one each before)."""
+    its task for the next one, so fewer than four tasks run them (one each before), and
+    no more than three tasks are ever started for them."""
     tasks: list[int] = []
+    running: list[int] = []
 
     async def call(item: int, started: Callable[[], None]) -> int:
         started()
         tasks.append(_task_id())
+        running.append(batch.running)
         await anyio.lowlevel.checkpoint()
         return item
 
@@ -120,6 +123,7 @@ async def test_calls_that_wait_briefly_take_fewer_tasks_than_calls() -> None:
     assert batch.results == list(range(4))
     assert len(tasks) == 4
     assert len(set(tasks)) < 4
+    assert max(running) <= 3  # a worker that has not come yet holds back the next
     assert tasks[0] == _task_id()  # the first in the calling task
 
 

@@ -17,7 +17,8 @@ cancellation or error propagates.
 
 What a batch costs: :meth:`ToolBatch.run_here` runs the calls in the calling task, one
 after another, while each finishes without waiting, and starts workers only when one waits
-(one at a time: each starts the next as it starts a call, while calls wait);
+(a few at a time: the last one started starts more as it starts a call, while calls
+wait);
 a batch given the ``task_group`` of its run starts them there instead of opening a task
 group of its own. A round of tools that return at once then costs no task and no task group.
 Both paths take and finish calls through the same two methods and come to the same results,
@@ -317,12 +318,12 @@ class ToolBatch(Generic[T, R]):
 
         The calling task takes the calls one after another, as a worker does. While a call
         finishes without waiting for anything (a cache hit, a pure function) no task is
-        spawned at all; the moment a call waits (I/O, a sleep), a worker starts for the
-        calls still waiting, and each worker, as it starts a call, starts the next while
-        calls wait, up to the limit: they run concurrently as if each had been submitted
-        with :meth:`submit`, each started one scheduler pass after the one before, and a
-        call that ends at once frees its task for the next (brief calls take fewer
-        tasks). Calls start in submission order either way,
+        spawned at all; the moment a call waits (I/O, a sleep), workers start for half
+        of the calls still waiting (at least one), and the last of them, as it starts a
+        call, starts more the same way while calls wait, up to the limit: they run
+        concurrently as if each had been submitted with :meth:`submit`, all started within
+        a few scheduler passes, and a call that ends at once frees its task for the next
+        (brief calls take fewer tasks). Calls start in submission order either way,
         and each the calling task runs gets a copy of its context, as in a task of its own
         (a worker runs the calls it takes in its own task's context). Await what it
         returns, in the calling task: ``await batch.run_here(items)`` (the calling task
@@ -352,16 +353,18 @@ class ToolBatch(Generic[T, R]):
 
     def _spill(self) -> None:
         """A call of this batch is about to wait (or started to) while others wait: start
-        one worker for them, unless one started and came to none yet (up to the limit). That
-        worker starts the next the same way as it starts a call, so the waiting calls start
-        one scheduler pass apart, each before any of them has to end; and a call that ends
-        at once frees its task to take the next one, so brief calls take fewer tasks."""
-        if (
-            not self._pending
-            and self._next < len(self._items)
-            and self._workers < self._limit
-            and self._error is None
-        ):
+        workers for half of them (at least one, up to the limit), unless workers started
+        before have not all come to take a call yet. The last of those to come does the
+        same as it starts its call, so the waiting calls start within a few scheduler
+        passes (about log2 of their number), each before any of them has to end; and a
+        call that ends at once frees its task to take the next one, so brief calls take
+        fewer tasks."""
+        if self._pending or self._error is not None:
+            return
+        waiting = len(self._items) - self._next
+        if waiting <= 0:
+            return
+        for _ in range(min(max(waiting // 2, 1), self._limit - self._workers)):
             self._start_worker()
 
     def _start_worker(self) -> None:
@@ -425,7 +428,8 @@ class ToolBatch(Generic[T, R]):
 
         The same work as a worker's (:meth:`_work`): take the next call, await its work,
         keep its result. It runs each call in a copy of its context (as a task of its own
-        would) and starts workers for the calls still waiting when one of its own waits. A
+        would) and starts workers for the calls still waiting when one of its own waits
+        (see :meth:`_spill`). A
         generator-based coroutine that drives the work itself: whatever the work yields
         goes to the event loop unchanged (asyncio futures, trio's traps), and what the loop
         sends or throws goes back to it, so the work runs in this task as if it were
@@ -509,7 +513,7 @@ class ToolBatch(Generic[T, R]):
 
     async def _work(self) -> None:
         """A worker: take waiting calls, first come first served, until none is left; as
-        it starts each call, it starts one more worker if calls still wait (:meth:`_spill`)."""
+        it starts each call, it starts more workers if calls still wait (:meth:`_spill`)."""
         items = self._items
         split = self._split
         self._pending -= 1
