@@ -215,7 +215,9 @@ class ToolBatch(Generic[T, R]):
 
     @property
     def running(self) -> int:
-        """How many calls run now (at most ``concurrency``)."""
+        """How many tasks work on the batch's calls now, at most ``concurrency``: its
+        workers (those just started, not yet come to a call, included) and the calling
+        task while it takes calls (:meth:`run_here`)."""
         return self._workers
 
     async def __aenter__(self) -> ToolBatch[T, R]:
