@@ -1516,6 +1516,31 @@ async def test_a_resumed_run_s_clock_goes_on_from_its_pause(make: type[Product])
 
 
 @pytest.mark.parametrize("make", EACH)
+async def test_a_recovered_run_s_clock_goes_on_from_its_last_checkpoint(
+    make: type[Product],
+) -> None:
+    """A run cut off after a checkpoint (its model call fails) and recovered: its events go
+    on from the time it had run when that checkpoint was taken, not from 0 again."""
+    product, mailer, store = make(), Mailer(), MemoryCheckpointStore()
+    product.script_tool_call("send", to="ada")
+    product.script_failure()
+    before: list[FlowEvent] = []
+    with pytest.raises(product.model_error):
+        await product.run(mailer.tools, store=store, run_id="cut", on_event=before.append)
+    checkpoint = await store.get("cut")
+    assert checkpoint is not None
+    ran = checkpoint.snapshot.elapsed  # taken just before its CheckpointSaved was told
+    assert 0 < ran <= of(before, CheckpointSaved)[-1].at
+    product.script_answer("sent")
+    after: list[FlowEvent] = []
+    done = await product.recover("cut", mailer.tools, store=store, on_event=after.append)
+    assert (done.status, done.stop_reason, mailer.sent) == ("completed", "answered", ["ada"])
+    assert after[0].at == pytest.approx(ran)  # the time run up to the checkpoint counts
+    times = [e.at for e in after]
+    assert times == sorted(times)
+
+
+@pytest.mark.parametrize("make", EACH)
 async def test_a_tool_s_report_is_a_progress_event_of_its_call(make: type[Product]) -> None:
     told: list[str] = []
 

@@ -46,13 +46,17 @@ RECOVERY = "toolloop.recovery"
 """Who paused a run that found interrupted calls (not a middleware)."""
 
 
-def progress_snapshot(state: AgentState, execution_id: str, step: str, route: str) -> FlowSnapshot:
-    """A snapshot of a run between two steps; recovering it goes on with ``route``."""
+def progress_snapshot(
+    state: AgentState, execution_id: str, step: str, route: str, elapsed: float = 0.0
+) -> FlowSnapshot:
+    """A snapshot of a run between two steps; recovering it goes on with ``route``, its
+    clock from ``elapsed`` (the seconds it had run)."""
     return FlowSnapshot(
         flow="agent",
         execution_id=execution_id,
         state=state.model_dump(mode="json"),
         waiting=[Wait(event=RECOVER, step=step, request={"route": route})],
+        elapsed=elapsed,
     )
 
 

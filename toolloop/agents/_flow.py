@@ -232,7 +232,7 @@ async def _progress(ctx: AgentContext, step: str, route: Route) -> Route:
     run = ctx.deps.run
     if run is not None:
         _count_usage(ctx.state)
-        await run.save(progress_snapshot(ctx.state, ctx.execution_id, step, route))
+        await run.save(progress_snapshot(ctx.state, ctx.execution_id, step, route, ctx.elapsed()))
         tell(ctx, CheckpointSaved, step=step)
     return route
 

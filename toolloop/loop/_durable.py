@@ -285,7 +285,7 @@ class DurableLoop:
         round's plan is journaled, and counted from there when the run is resumed."""
         state = ctx.state
         state.usage = self.base_usage
-        await self.run.save(self.snapshot())
+        await self.run.save(self.snapshot(ctx.elapsed()))
         tell(ctx, CheckpointSaved, step=f"round {state.round_index} plan")
 
     def asked(self, round_index: int, raw: Any) -> HumanRequest | None:
@@ -375,7 +375,7 @@ class DurableLoop:
         if meter is not None and meter.usage.requests:  # the tools' model calls too
             state.usage = meter.usage
         self.base_usage = state.usage
-        await self.run.save(self.snapshot())
+        await self.run.save(self.snapshot(ctx.elapsed()))
         tell(ctx, CheckpointSaved, step=f"round {state.round_index - 1}")
 
     def record_data(self, record: ToolExecutionRecord) -> Any:
@@ -388,10 +388,11 @@ class DurableLoop:
         self._data[key] = (record, data)
         return data
 
-    def snapshot(self) -> FlowSnapshot:
+    def snapshot(self, elapsed: float = 0.0) -> FlowSnapshot:
         """The checkpointed picture of the run between rounds: its round state as JSON
         (each record made JSON once, not at every checkpoint), its usage the one before the
-        round was planned (see :attr:`base_usage`)."""
+        round was planned (see :attr:`base_usage`), and the seconds it had run
+        (``elapsed``: a recovered run's clock goes on from there)."""
         state = self.state
         rest = state.model_copy(
             update={"done_plans": [], "last_round_records": [], "usage": self.base_usage}
@@ -399,7 +400,9 @@ class DurableLoop:
         data = json_safe(rest)
         data["done_plans"] = [self.record_data(r) for r in state.done_plans]
         data["last_round_records"] = [self.record_data(r) for r in state.last_round_records]
-        return FlowSnapshot(flow=loop_flow.name, execution_id=self.run.run_id, state=data)
+        return FlowSnapshot(
+            flow=loop_flow.name, execution_id=self.run.run_id, state=data, elapsed=elapsed
+        )
 
     async def journaled(
         self,

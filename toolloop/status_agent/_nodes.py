@@ -148,13 +148,17 @@ def _deps(ctx: Context[State]) -> StatusDeps:
     return deps
 
 
-def recover_snapshot(state: State, execution_id: str, node: str) -> FlowSnapshot:
-    """A snapshot of a run between two nodes, resumed with :data:`RECOVER_EVENT`."""
+def recover_snapshot(
+    state: State, execution_id: str, node: str, elapsed: float = 0.0
+) -> FlowSnapshot:
+    """A snapshot of a run between two nodes, resumed with :data:`RECOVER_EVENT`
+    (``elapsed``: the seconds it had run, where a recovered run's clock goes on from)."""
     return FlowSnapshot(
         flow=FLOW_NAME,
         execution_id=execution_id,
         state=state.model_dump(mode="json"),
         waiting=[Wait(event=RECOVER_EVENT, step=node)],
+        elapsed=elapsed,
     )
 
 
@@ -192,7 +196,8 @@ def node(name: NodeName) -> Callable[[NodeBody], Step]:
             state.history.append(Transition(node=name, status=state.status))
             if state.status != was:  # one change, one event (a node may keep the status)
                 tell(ctx, StatusChanged, node=name, status=state.status)
-            await deps.checkpoint.save(recover_snapshot(state, ctx.execution_id, name))
+            snapshot = recover_snapshot(state, ctx.execution_id, name, ctx.elapsed())
+            await deps.checkpoint.save(snapshot)
             tell(ctx, CheckpointSaved, step=name)
 
         run_node.__name__ = run_node.__qualname__ = name
