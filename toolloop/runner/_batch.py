@@ -431,11 +431,10 @@ class ToolBatch(Generic[T, R]):
         The same work as a worker's (:meth:`_work`): take the next call, await its work,
         keep its result. It runs each call in a copy of its context (as a task of its own
         would) and starts workers for the calls still waiting when one of its own waits
-        (see :meth:`_spill`). A
-        generator-based coroutine that drives the work itself: whatever the work yields
-        goes to the event loop unchanged (asyncio futures, trio's traps), and what the loop
-        sends or throws goes back to it, so the work runs in this task as if it were
-        awaited directly, with one frame of ours above it.
+        (see :meth:`_spill`). A generator-based coroutine that drives the work itself:
+        whatever the work yields goes to the event loop unchanged (asyncio futures, trio's
+        traps), and what the loop sends or throws goes back to it, so the work runs in this
+        task as if it were awaited directly, with one frame of ours above it.
         """
         if self._workers >= self._limit or self._error is not None:
             return  # no slot for the calling task: the workers take the calls
